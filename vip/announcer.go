@@ -1,0 +1,27 @@
+package vip
+
+import (
+	"context"
+	"net/netip"
+)
+
+// Announcer makes this node answer, or stop answering, for a VIP. Each mode
+// (l2, bgp, cloud) is one Announcer; who should announce is decided by the
+// core, never by the announcer. Every method must be idempotent: the driver
+// calls them again on every reconcile pass.
+type Announcer interface {
+	// Acquire makes the VIP reachable through this node: bind it on the
+	// interface (l2), advertise it (bgp), assign it to this instance (cloud).
+	Acquire(ctx context.Context, vip netip.Prefix) error
+	// Release undoes Acquire. Releasing a VIP that is not held is not an error.
+	Release(ctx context.Context, vip netip.Prefix) error
+	// Announce repeats the announcement of a held VIP (gratuitous ARP /
+	// unsolicited NA in l2). Modes without such a thing return nil.
+	Announce(ctx context.Context, vip netip.Prefix) error
+	// Present reports what the outside world (kernel, router, cloud) says
+	// now: whether this node currently answers for the VIP. The driver uses it
+	// to reconcile; it must be cheap (cached where it costs an API call).
+	Present(ctx context.Context, vip netip.Prefix) (bool, error)
+	// Close releases resources (sockets, sessions). It does not release VIPs.
+	Close() error
+}
