@@ -1,0 +1,199 @@
+// Package config is vipd's configuration contract: one declarative table of
+// settings (environment variable, flag, default, parser, documentation) from
+// which the loader, `--help`, `vipd check-config` and the default env file
+// are all generated.
+//
+// Every setting is an environment variable (for /etc/vipd/vipd.env) and a
+// flag; a flag that was given wins over the environment. An invalid value is
+// reported as one line naming the variable, the value and the accepted form.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Modes vipd can announce a VIP in.
+const (
+	ModeL2    = "l2"
+	ModeBGP   = "bgp"
+	ModeCloud = "cloud"
+)
+
+// Config is the parsed, validated configuration.
+type Config struct {
+	Addresses []netip.Prefix
+	Mode      string
+	Interface string // empty: the interface of the default route
+	NodeName  string
+
+	HealthURL      string
+	HealthInterval time.Duration
+	HealthTimeout  time.Duration
+	FailThreshold  int
+	RiseThreshold  int
+	SATokenPath    string
+	HealthCAFile   string
+
+	Peers         []string // host[:port]
+	GossipBind    netip.AddrPort
+	GossipKeyFile string
+	Priority      int
+	Quorum        Quorum
+	StateDir      string
+
+	BGPLocalAS    uint32
+	BGPRouterID   netip.Addr
+	BGPPeers      string // raw VIPD_BGP_PEERS; parsed by the bgp package
+	BFDEnabled    bool
+	BFDDetectMult int
+	BFDTxInterval time.Duration
+	BFDRxInterval time.Duration
+
+	CloudProvider string
+	DOToken       string
+	DOTokenFile   string
+	DOAPIURL      string
+	DOMetadataURL string
+	DODropletID   int
+
+	MetricsAddress string
+	LogLevel       string
+	LogFormat      string
+
+	Kubeconfig      string
+	Controllers     string // raw VIPD_CONTROLLERS; parsed by the kube package
+	CloudflareToken string
+}
+
+// Quorum is VIPD_QUORUM: auto (majority of known members), off, or a fixed N.
+type Quorum struct {
+	Off   bool
+	Fixed int // > 0 when a number was given
+}
+
+func (q Quorum) String() string {
+	switch {
+	case q.Off:
+		return "off"
+	case q.Fixed > 0:
+		return fmt.Sprint(q.Fixed)
+	default:
+		return "auto"
+	}
+}
+
+// Error is an invalid setting. Its message is one line.
+type Error struct {
+	Name     string // the environment variable
+	Value    string
+	Accepted string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("invalid %s=%q: want %s", e.Name, e.Value, e.Accepted)
+}
+
+// Source returns the raw value of a setting and whether it was set at all.
+// The loader in cmd/vipd backs it with viper (flags over environment).
+type Source func(s *Setting) (string, bool)
+
+// EnvSource reads settings from the process environment only.
+func EnvSource(s *Setting) (string, bool) { return os.LookupEnv(s.Env) }
+
+// Load parses every setting from src (defaults where unset), then checks the
+// settings against each other. The first error is returned.
+func Load(src Source) (*Config, error) {
+	c := &Config{}
+	for i := range table {
+		s := &table[i]
+		v, ok := src(s)
+		if !ok {
+			v = s.Default
+		}
+		v = strings.TrimSpace(v)
+		if err := s.parse(c, v); err != nil {
+			if errors.Is(err, errInvalid) {
+				return nil, &Error{Name: s.Env, Value: v, Accepted: s.Accepted}
+			}
+			return nil, err
+		}
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// check validates combinations of settings.
+func (c *Config) check() error {
+	if len(c.Addresses) == 0 && c.Controllers == "" {
+		return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "at least one VIP in CIDR form, e.g. 10.0.0.100/32,fd00::100/128 (required unless only VIPD_CONTROLLERS run)"}
+	}
+	if c.Mode == ModeBGP && len(c.Addresses) > 0 {
+		if c.BGPLocalAS == 0 {
+			return &Error{Name: "VIPD_BGP_LOCAL_AS", Value: "", Accepted: "an AS number 1-4294967295 (required in bgp mode)"}
+		}
+		if strings.TrimSpace(c.BGPPeers) == "" {
+			return &Error{Name: "VIPD_BGP_PEERS", Value: "", Accepted: "at least one peer as address:as[:option=value...] (required in bgp mode)"}
+		}
+	}
+	if c.Mode == ModeCloud && len(c.Addresses) > 0 {
+		for _, p := range c.Addresses {
+			if !p.Addr().Is4() {
+				return &Error{Name: "VIPD_ADDRESS", Value: p.String(), Accepted: "IPv4 addresses only in cloud mode (DigitalOcean reserved IPs are IPv4)"}
+			}
+		}
+	}
+	return nil
+}
+
+// Settings returns the table, in documentation order.
+func Settings() []Setting { return append([]Setting(nil), table...) }
+
+// Lookup returns the setting with the given environment name.
+func Lookup(env string) (Setting, bool) {
+	for _, s := range table {
+		if s.Env == env {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}
+
+// Unknown returns VIPD_* variables in environ that are not settings: almost
+// always a typo that would otherwise be silently ignored.
+func Unknown(environ []string) []string {
+	known := map[string]bool{}
+	for _, s := range table {
+		known[s.Env] = true
+	}
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "VIPD_") && !known[k] && k != "VIPD_TEST_BINARY" {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Effective lists every setting with its effective value as name=value
+// lines, secrets redacted, in table order.
+func (c *Config) Effective() []string {
+	out := make([]string, 0, len(table))
+	for _, s := range table {
+		v := s.format(c)
+		if s.Secret && v != "" {
+			v = "<redacted>"
+		}
+		out = append(out, s.Env+"="+v)
+	}
+	return out
+}

@@ -1,0 +1,196 @@
+package config
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mapSource(m map[string]string) Source {
+	return func(s *Setting) (string, bool) {
+		v, ok := m[s.Env]
+		return v, ok
+	}
+}
+
+func load(t *testing.T, kv ...string) (*Config, error) {
+	t.Helper()
+	m := map[string]string{"VIPD_ADDRESS": "10.0.0.100/32", "VIPD_NODE_NAME": "n1"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return Load(mapSource(m))
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := load(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.100/32")}, Mode: ModeL2, NodeName: "n1",
+		HealthURL: DefaultHealthURL, HealthInterval: time.Second, HealthTimeout: 3 * time.Second,
+		FailThreshold: 3, RiseThreshold: 1, SATokenPath: "/var/run/secrets/kubernetes.io/serviceaccount/token",
+		GossipBind: netip.MustParseAddrPort("0.0.0.0:7950"), StateDir: "/var/lib/vipd",
+		BFDDetectMult: 3, BFDTxInterval: 300 * time.Millisecond, BFDRxInterval: 300 * time.Millisecond,
+		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",
+		MetricsAddress: "127.0.0.1:9469", LogLevel: "info", LogFormat: "text",
+	}
+	if got := strings.Join(c.Effective(), "\n"); got != strings.Join(want.Effective(), "\n") {
+		t.Fatalf("defaults differ:\n got %s\nwant %s", got, strings.Join(want.Effective(), "\n"))
+	}
+}
+
+func TestValid(t *testing.T) {
+	tests := []struct {
+		env, value string
+		check      func(c *Config) bool
+	}{
+		{"VIPD_ADDRESS", "10.0.0.100/32, fd00::100/128", func(c *Config) bool { return len(c.Addresses) == 2 && c.Addresses[1].Addr().Is6() }},
+		{"VIPD_ADDRESS", "10.0.0.100", func(c *Config) bool { return c.Addresses[0].Bits() == 32 }},
+		{"VIPD_MODE", "bgp", nil}, // needs BGP settings: see TestCombinations
+		{"VIPD_MODE", "cloud", func(c *Config) bool { return c.Mode == ModeCloud }},
+		{"VIPD_INTERFACE", "eth0", func(c *Config) bool { return c.Interface == "eth0" }},
+		{"VIPD_HEALTH_INTERVAL", "100ms", func(c *Config) bool { return c.HealthInterval == 100*time.Millisecond }},
+		{"VIPD_HEALTH_TIMEOUT", "2s", func(c *Config) bool { return c.HealthTimeout == 2*time.Second }},
+		{"VIPD_FAIL_THRESHOLD", "5", func(c *Config) bool { return c.FailThreshold == 5 }},
+		{"VIPD_RISE_THRESHOLD", "2", func(c *Config) bool { return c.RiseThreshold == 2 }},
+		{"VIPD_PEERS", "10.0.0.11, 10.0.0.12:7950,[fd00::1]:7950,node3", func(c *Config) bool { return len(c.Peers) == 4 }},
+		{"VIPD_GOSSIP_BIND", "[::]:7951", func(c *Config) bool { return c.GossipBind.Port() == 7951 }},
+		{"VIPD_PRIORITY", "-5", func(c *Config) bool { return c.Priority == -5 }},
+		{"VIPD_QUORUM", "off", func(c *Config) bool { return c.Quorum.Off }},
+		{"VIPD_QUORUM", "2", func(c *Config) bool { return c.Quorum.Fixed == 2 }},
+		{"VIPD_BFD_ENABLED", "true", func(c *Config) bool { return c.BFDEnabled }},
+		{"VIPD_DO_DROPLET_ID", "1234", func(c *Config) bool { return c.DODropletID == 1234 }},
+		{"VIPD_METRICS_ADDRESS", "", func(c *Config) bool { return c.MetricsAddress == "" }},
+		{"VIPD_LOG_FORMAT", "json", func(c *Config) bool { return c.LogFormat == "json" }},
+		{"VIPD_CONTROLLERS", "floatingippool,nodednsrecordset", func(c *Config) bool { return c.Controllers != "" }},
+	}
+	for _, tt := range tests {
+		if tt.check == nil {
+			continue
+		}
+		t.Run(tt.env+"="+tt.value, func(t *testing.T) {
+			c, err := load(t, tt.env, tt.value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(c) {
+				t.Fatalf("%s=%q parsed wrongly: %+v", tt.env, tt.value, c)
+			}
+		})
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	tests := []struct{ env, value, wantValue, wantAccepted string }{
+		{"VIPD_ADDRESS", "10.0.0.0/24", "10.0.0.0/24", "host prefix"},
+		{"VIPD_ADDRESS", "10.0.0.1/32,banana", "banana", "CIDR form"},
+		{"VIPD_ADDRESS", "127.0.0.1/32", "127.0.0.1/32", "not loopback"},
+		{"VIPD_ADDRESS", "10.0.0.1,10.0.0.1/32", "10.0.0.1/32", "once"},
+		{"VIPD_ADDRESS", "", "", "at least one VIP"},
+		{"VIPD_MODE", "l3", "l3", "one of l2, bgp, cloud"},
+		{"VIPD_INTERFACE", "this-name-is-far-too-long", "this-name-is-far-too-long", "15 characters"},
+		{"VIPD_NODE_NAME", "a b", "a b", "without spaces"},
+		{"VIPD_HEALTH_URL", "ftp://x/livez", "ftp://x/livez", "https URL"},
+		{"VIPD_HEALTH_INTERVAL", "1", "1", "duration"},
+		{"VIPD_HEALTH_INTERVAL", "1ms", "1ms", "duration from 10ms"},
+		{"VIPD_HEALTH_TIMEOUT", "-1s", "-1s", "duration"},
+		{"VIPD_FAIL_THRESHOLD", "0", "0", "from 1 to 100"},
+		{"VIPD_RISE_THRESHOLD", "x", "x", "whole number"},
+		{"VIPD_SA_TOKEN_PATH", "relative/token", "relative/token", "absolute path"},
+		{"VIPD_PEERS", "10.0.0.1:99999", "10.0.0.1:99999", "port 1-65535"},
+		{"VIPD_GOSSIP_BIND", "7950", "7950", "ip:port"},
+		{"VIPD_PRIORITY", "5000", "5000", "-1000 to 1000"},
+		{"VIPD_QUORUM", "most", "most", "auto, off, or a number"},
+		{"VIPD_BGP_LOCAL_AS", "-1", "-1", "AS number"},
+		{"VIPD_BGP_ROUTER_ID", "fd00::1", "fd00::1", "IPv4 address"},
+		{"VIPD_BFD_ENABLED", "yes", "yes", "true or false"},
+		{"VIPD_BFD_DETECT_MULT", "0", "0", "from 1 to 255"},
+		{"VIPD_BFD_TX_INTERVAL", "1us", "1us", "duration"},
+		{"VIPD_CLOUD_PROVIDER", "aws", "aws", "digitalocean"},
+		{"VIPD_DO_API_URL", "api.digitalocean.com", "api.digitalocean.com", "URL"},
+		{"VIPD_DO_DROPLET_ID", "abc", "abc", "positive droplet ID"},
+		{"VIPD_METRICS_ADDRESS", "9469", "9469", "host:port"},
+		{"VIPD_LOG_LEVEL", "verbose", "verbose", "debug, info, warn, error"},
+		{"VIPD_LOG_FORMAT", "xml", "xml", "text, json"},
+		{"VIPD_CONTROLLERS", "floatingippool,dns", "dns", "floatingippool, nodednsrecordset"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env+"="+tt.value, func(t *testing.T) {
+			_, err := load(t, tt.env, tt.value)
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("want a config error, got %v", err)
+			}
+			msg := err.Error()
+			if ce.Name != tt.env || ce.Value != tt.wantValue || !strings.Contains(msg, tt.wantAccepted) || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q: want name %s, value %q, accepted form containing %q, one line", msg, tt.env, tt.wantValue, tt.wantAccepted)
+			}
+		})
+	}
+}
+
+func TestCombinations(t *testing.T) {
+	tests := []struct {
+		name    string
+		kv      []string
+		wantErr string
+	}{
+		{"bgp needs AS", []string{"VIPD_MODE", "bgp", "VIPD_BGP_PEERS", "10.0.0.1:65000"}, "VIPD_BGP_LOCAL_AS"},
+		{"bgp needs peers", []string{"VIPD_MODE", "bgp", "VIPD_BGP_LOCAL_AS", "65001"}, "VIPD_BGP_PEERS"},
+		{"bgp complete", []string{"VIPD_MODE", "bgp", "VIPD_BGP_LOCAL_AS", "65001", "VIPD_BGP_PEERS", "10.0.0.1:65000"}, ""},
+		{"cloud is IPv4 only", []string{"VIPD_MODE", "cloud", "VIPD_ADDRESS", "fd00::1/128"}, "IPv4 addresses only"},
+		{"controllers only", []string{"VIPD_ADDRESS", "", "VIPD_CONTROLLERS", "floatingippool"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, tt.kv...)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("got %v, want error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestEffectiveRedactsSecrets(t *testing.T) {
+	c, err := load(t, "DIGITALOCEAN_ACCESS_TOKEN", "dop_v1_secret", "CLOUDFLARE_API_TOKEN", "cfsecret",
+		"VIPD_BGP_PEERS", "10.0.0.1:65000:password=hunter2:port=1179,10.0.0.2:65000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Join(c.Effective(), "\n")
+	for _, secret := range []string{"dop_v1_secret", "cfsecret", "hunter2"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("secret %q printed:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(out, "VIPD_BGP_PEERS=10.0.0.1:65000:password=<redacted>:port=1179,10.0.0.2:65000") {
+		t.Fatalf("peers not redacted as expected:\n%s", out)
+	}
+}
+
+func TestUnknown(t *testing.T) {
+	got := Unknown([]string{"VIPD_ADDRES=1", "VIPD_MODE=l2", "PATH=/bin", "VIPD_TEST_BINARY=x"})
+	if len(got) != 1 || got[0] != "VIPD_ADDRES" {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestEnvFileListsEverySetting(t *testing.T) {
+	var b strings.Builder
+	if err := WriteEnvFile(&b, map[string]string{"VIPD_ADDRESS": "10.0.0.100/32"}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, s := range Settings() {
+		if !strings.Contains(out, s.Env+"=") {
+			t.Errorf("env file misses %s", s.Env)
+		}
+	}
+	if !strings.Contains(out, "\nVIPD_ADDRESS=10.0.0.100/32\n") || !strings.Contains(out, "\n#VIPD_MODE=l2\n") {
+		t.Fatalf("env file:\n%s", out)
+	}
+}

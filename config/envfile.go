@@ -1,0 +1,37 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// WriteEnvFile writes a commented env file (the format of
+// /etc/vipd/vipd.env) with every setting. Values from set are written as
+// active lines; every other setting is a commented-out default.
+func WriteEnvFile(w io.Writer, set map[string]string) error {
+	var b strings.Builder
+	b.WriteString("# vipd configuration: read by vipd.service (EnvironmentFile=).\n")
+	b.WriteString("# Every setting is also a flag of `vipd run`; see vipd(8) and `vipd run --help`.\n")
+	b.WriteString("# Check a change with: vipd check-config (it prints the effective values).\n")
+	section := ""
+	for _, s := range table {
+		if s.Section != section {
+			section = s.Section
+			fmt.Fprintf(&b, "\n## %s\n", section)
+		}
+		fmt.Fprintf(&b, "\n# %s\n", s.Doc)
+		fmt.Fprintf(&b, "# Accepted: %s.", s.Accepted)
+		if s.Default != "" {
+			fmt.Fprintf(&b, " Default: %s.", s.Default)
+		}
+		b.WriteString("\n")
+		if v, ok := set[s.Env]; ok {
+			fmt.Fprintf(&b, "%s=%s\n", s.Env, v)
+		} else {
+			fmt.Fprintf(&b, "#%s=%s\n", s.Env, s.Default)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,472 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Setting is one row of the configuration table.
+type Setting struct {
+	Env      string // environment variable
+	Flag     string // long flag name, without dashes
+	Default  string
+	Section  string // heading in --help and the env file
+	Doc      string // one sentence
+	Accepted string // the accepted form, used in errors
+	Secret   bool   // redacted by check-config
+	parse    func(c *Config, v string) error
+	format   func(c *Config) string
+}
+
+// Sections, in documentation order.
+const (
+	SecVIP     = "Virtual IP"
+	SecHealth  = "Health check"
+	SecCluster = "Cluster (l2 and cloud election)"
+	SecBGP     = "BGP and BFD (bgp mode)"
+	SecCloud   = "Cloud (cloud mode)"
+	SecOps     = "Observability"
+	SecKube    = "Kubernetes controllers (optional)"
+)
+
+// DefaultHealthURL is the local kube-apiserver's liveness endpoint.
+const DefaultHealthURL = "https://127.0.0.1:6443/livez"
+
+var table = []Setting{
+	{Env: "VIPD_ADDRESS", Flag: "address", Section: SecVIP,
+		Doc:      "Comma list of virtual IPs in CIDR form (/32 for IPv4, /128 for IPv6). Required, except when only controllers run.",
+		Accepted: "a comma list of host prefixes such as 10.0.0.100/32,fd00::100/128",
+		parse:    parseAddresses, format: func(c *Config) string { return joinPrefixes(c.Addresses) }},
+	{Env: "VIPD_MODE", Flag: "mode", Default: ModeL2, Section: SecVIP,
+		Doc:      "How the VIP is announced: l2 (one elected holder, ARP/NDP), bgp (every healthy node, ECMP), cloud (elected holder moves a reserved IP).",
+		Accepted: "one of l2, bgp, cloud",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case ModeL2, ModeBGP, ModeCloud:
+				c.Mode = v
+				return nil
+			}
+			return errInvalid
+		}, format: func(c *Config) string { return c.Mode }},
+	{Env: "VIPD_INTERFACE", Flag: "interface", Section: SecVIP,
+		Doc:      "Interface the VIP is bound on in l2 mode. Empty: the interface of the default route.",
+		Accepted: "an interface name of at most 15 characters",
+		parse: func(c *Config, v string) error {
+			if len(v) > 15 || strings.ContainsAny(v, "/ \t") {
+				return errInvalid
+			}
+			c.Interface = v
+			return nil
+		}, format: func(c *Config) string { return c.Interface }},
+	{Env: "VIPD_NODE_NAME", Flag: "node-name", Section: SecVIP,
+		Doc:      "This node's name in the cluster. Empty: the host name.",
+		Accepted: "a name of 1-63 characters without spaces or commas",
+		parse: func(c *Config, v string) error {
+			if v == "" {
+				h, err := os.Hostname()
+				if err != nil {
+					return fmt.Errorf("VIPD_NODE_NAME is empty and the host name is unknown: %w", err)
+				}
+				v = h
+			}
+			if len(v) > 63 || strings.ContainsAny(v, " \t,") {
+				return errInvalid
+			}
+			c.NodeName = v
+			return nil
+		}, format: func(c *Config) string { return c.NodeName }},
+
+	{Env: "VIPD_HEALTH_URL", Flag: "health-url", Default: DefaultHealthURL, Section: SecHealth,
+		Doc:      "The local kube-apiserver liveness URL probed every interval.",
+		Accepted: "an http or https URL such as https://127.0.0.1:6443/livez",
+		parse: func(c *Config, v string) error {
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				return errInvalid
+			}
+			c.HealthURL = v
+			return nil
+		}, format: func(c *Config) string { return c.HealthURL }},
+	durationSetting("VIPD_HEALTH_INTERVAL", "health-interval", "1s", SecHealth, "Time between health probes.", 10*time.Millisecond, time.Hour,
+		func(c *Config) *time.Duration { return &c.HealthInterval }),
+	durationSetting("VIPD_HEALTH_TIMEOUT", "health-timeout", "3s", SecHealth, "Time a health probe may take before it counts as failed.", 10*time.Millisecond, time.Minute,
+		func(c *Config) *time.Duration { return &c.HealthTimeout }),
+	intSetting("VIPD_FAIL_THRESHOLD", "fail-threshold", "3", SecHealth, "Consecutive failed probes that make the node unhealthy.", 1, 100,
+		func(c *Config) *int { return &c.FailThreshold }),
+	intSetting("VIPD_RISE_THRESHOLD", "rise-threshold", "1", SecHealth, "Consecutive good probes that make the node healthy again.", 1, 100,
+		func(c *Config) *int { return &c.RiseThreshold }),
+	pathSetting("VIPD_SA_TOKEN_PATH", "sa-token-path", "/var/run/secrets/kubernetes.io/serviceaccount/token", SecHealth,
+		"Bearer token for the probe; while it is missing, HTTP 401 also counts as healthy (pre-bootstrap).",
+		func(c *Config) *string { return &c.SATokenPath }),
+	pathSetting("VIPD_HEALTH_CA_FILE", "health-ca-file", "", SecHealth,
+		"CA bundle that verifies the apiserver certificate. Empty: verification is skipped, allowed for loopback URLs only.",
+		func(c *Config) *string { return &c.HealthCAFile }),
+
+	{Env: "VIPD_PEERS", Flag: "peers", Section: SecCluster,
+		Doc:      "Comma list of gossip peers as host[:port]. Empty: a lone node (bootstrap).",
+		Accepted: "a comma list of host[:port] such as 10.0.0.11,10.0.0.12:7950,[fd00::12]:7950",
+		parse: func(c *Config, v string) error {
+			c.Peers = nil
+			for _, p := range splitList(v) {
+				if err := checkHostPort(p); err != nil {
+					return &Error{Name: "VIPD_PEERS", Value: p, Accepted: "host[:port] with a port 1-65535, IPv6 in brackets"}
+				}
+				c.Peers = append(c.Peers, p)
+			}
+			return nil
+		}, format: func(c *Config) string { return strings.Join(c.Peers, ",") }},
+	{Env: "VIPD_GOSSIP_BIND", Flag: "gossip-bind", Default: "0.0.0.0:7950", Section: SecCluster,
+		Doc:      "Address and port the gossip (memberlist) listener binds, TCP and UDP.",
+		Accepted: "ip:port such as 0.0.0.0:7950 or [::]:7950",
+		parse: func(c *Config, v string) error {
+			ap, err := netip.ParseAddrPort(v)
+			if err != nil || ap.Port() == 0 {
+				return errInvalid
+			}
+			c.GossipBind = ap
+			return nil
+		}, format: func(c *Config) string { return c.GossipBind.String() }},
+	pathSetting("VIPD_GOSSIP_KEY_FILE", "gossip-key-file", "", SecCluster,
+		"File with the gossip encryption key (16, 24 or 32 bytes, raw or base64). Empty: plaintext gossip (warned).",
+		func(c *Config) *string { return &c.GossipKeyFile }),
+	intSetting("VIPD_PRIORITY", "priority", "0", SecCluster, "Election priority; higher wins when no node holds the VIP. Never preempts a holder.", -1000, 1000,
+		func(c *Config) *int { return &c.Priority }),
+	{Env: "VIPD_QUORUM", Flag: "quorum", Default: "auto", Section: SecCluster,
+		Doc:      "auto: a majority of known members must be alive; off: no quorum (two-node setups, split-brain risk); N: at least N alive.",
+		Accepted: "auto, off, or a number 1-100",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "auto":
+				c.Quorum = Quorum{}
+			case "off":
+				c.Quorum = Quorum{Off: true}
+			default:
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 || n > 100 {
+					return errInvalid
+				}
+				c.Quorum = Quorum{Fixed: n}
+			}
+			return nil
+		}, format: func(c *Config) string { return c.Quorum.String() }},
+	pathSetting("VIPD_STATE_DIR", "state-dir", "/var/lib/vipd", SecCluster,
+		"Directory for persistent state (members ever seen).",
+		func(c *Config) *string { return &c.StateDir }),
+
+	{Env: "VIPD_BGP_LOCAL_AS", Flag: "bgp-local-as", Section: SecBGP,
+		Doc:      "This node's AS number (required in bgp mode).",
+		Accepted: "an AS number 1-4294967295",
+		parse: func(c *Config, v string) error {
+			if v == "" {
+				c.BGPLocalAS = 0
+				return nil
+			}
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil || n == 0 {
+				return errInvalid
+			}
+			c.BGPLocalAS = uint32(n)
+			return nil
+		}, format: func(c *Config) string { return uintOrEmpty(uint64(c.BGPLocalAS)) }},
+	{Env: "VIPD_BGP_ROUTER_ID", Flag: "bgp-router-id", Section: SecBGP,
+		Doc:      "BGP router ID. Empty: the first IPv4 address of the node.",
+		Accepted: "an IPv4 address such as 10.0.0.11",
+		parse: func(c *Config, v string) error {
+			c.BGPRouterID = netip.Addr{}
+			if v == "" {
+				return nil
+			}
+			a, err := netip.ParseAddr(v)
+			if err != nil || !a.Is4() {
+				return errInvalid
+			}
+			c.BGPRouterID = a
+			return nil
+		}, format: func(c *Config) string {
+			if c.BGPRouterID.IsValid() {
+				return c.BGPRouterID.String()
+			}
+			return ""
+		}},
+	{Env: "VIPD_BGP_PEERS", Flag: "bgp-peers", Section: SecBGP,
+		Doc:      "Comma list of BGP peers as address:as[:option=value...], IPv6 as [2001:db8::1]:65000; options port, password, multihop, hold, keepalive.",
+		Accepted: "a comma list of address:as[:option=value...]",
+		parse:    func(c *Config, v string) error { c.BGPPeers = v; return nil },
+		format:   func(c *Config) string { return redactPeerPasswords(c.BGPPeers) }},
+	boolSetting("VIPD_BFD_ENABLED", "bfd-enabled", "false", SecBGP, "Run BFD with every BGP peer; a BFD Down resets the BGP session at once.",
+		func(c *Config) *bool { return &c.BFDEnabled }),
+	intSetting("VIPD_BFD_DETECT_MULT", "bfd-detect-mult", "3", SecBGP, "BFD detection multiplier.", 1, 255,
+		func(c *Config) *int { return &c.BFDDetectMult }),
+	durationSetting("VIPD_BFD_TX_INTERVAL", "bfd-tx-interval", "300ms", SecBGP, "BFD desired minimum transmit interval.", 10*time.Millisecond, time.Minute,
+		func(c *Config) *time.Duration { return &c.BFDTxInterval }),
+	durationSetting("VIPD_BFD_RX_INTERVAL", "bfd-rx-interval", "300ms", SecBGP, "BFD required minimum receive interval.", 10*time.Millisecond, time.Minute,
+		func(c *Config) *time.Duration { return &c.BFDRxInterval }),
+
+	{Env: "VIPD_CLOUD_PROVIDER", Flag: "cloud-provider", Default: "digitalocean", Section: SecCloud,
+		Doc:      "Reserved-IP provider in cloud mode.",
+		Accepted: "digitalocean",
+		parse: func(c *Config, v string) error {
+			if v != "digitalocean" {
+				return errInvalid
+			}
+			c.CloudProvider = v
+			return nil
+		}, format: func(c *Config) string { return c.CloudProvider }},
+	{Env: "DIGITALOCEAN_ACCESS_TOKEN", Flag: "do-token", Section: SecCloud, Secret: true,
+		Doc:      "DigitalOcean API token (prefer VIPD_DO_TOKEN_FILE: environment and flags are visible to other root processes).",
+		Accepted: "a token without spaces",
+		parse: func(c *Config, v string) error {
+			if strings.ContainsAny(v, " \t\n") {
+				return errInvalid
+			}
+			c.DOToken = v
+			return nil
+		}, format: func(c *Config) string { return c.DOToken }},
+	pathSetting("VIPD_DO_TOKEN_FILE", "do-token-file", "", SecCloud, "File holding the DigitalOcean API token.",
+		func(c *Config) *string { return &c.DOTokenFile }),
+	urlSetting("VIPD_DO_API_URL", "do-api-url", "https://api.digitalocean.com/", SecCloud, "DigitalOcean API base URL.",
+		func(c *Config) *string { return &c.DOAPIURL }),
+	urlSetting("VIPD_DO_METADATA_URL", "do-metadata-url", "http://169.254.169.254/metadata/v1", SecCloud, "Droplet metadata service base URL.",
+		func(c *Config) *string { return &c.DOMetadataURL }),
+	{Env: "VIPD_DO_DROPLET_ID", Flag: "do-droplet-id", Section: SecCloud,
+		Doc:      "This node's droplet ID. Empty: read from the metadata service.",
+		Accepted: "a positive droplet ID",
+		parse: func(c *Config, v string) error {
+			c.DODropletID = 0
+			if v == "" {
+				return nil
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return errInvalid
+			}
+			c.DODropletID = n
+			return nil
+		}, format: func(c *Config) string { return uintOrEmpty(uint64(c.DODropletID)) }},
+
+	{Env: "VIPD_METRICS_ADDRESS", Flag: "metrics-address", Default: "127.0.0.1:9469", Section: SecOps,
+		Doc:      "Listen address for /metrics, /status and /healthz. Empty: disabled.",
+		Accepted: "host:port such as 127.0.0.1:9469",
+		parse: func(c *Config, v string) error {
+			if v != "" {
+				if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+					return errInvalid
+				}
+			}
+			c.MetricsAddress = v
+			return nil
+		}, format: func(c *Config) string { return c.MetricsAddress }},
+	enumSetting("VIPD_LOG_LEVEL", "log-level", "info", SecOps, "Log level.", []string{"debug", "info", "warn", "error"},
+		func(c *Config) *string { return &c.LogLevel }),
+	enumSetting("VIPD_LOG_FORMAT", "log-format", "text", SecOps, "Log format.", []string{"text", "json"},
+		func(c *Config) *string { return &c.LogFormat }),
+
+	pathSetting("VIPD_KUBECONFIG", "kubeconfig", "", SecKube, "Kubeconfig for the controllers. Empty: in-cluster configuration.",
+		func(c *Config) *string { return &c.Kubeconfig }),
+	{Env: "VIPD_CONTROLLERS", Flag: "controllers", Section: SecKube,
+		Doc:      "Comma list of FLIPOP-compatible controllers to run: floatingippool, nodednsrecordset. Empty: none.",
+		Accepted: "a comma list of floatingippool, nodednsrecordset",
+		parse: func(c *Config, v string) error {
+			for _, n := range splitList(v) {
+				if n != "floatingippool" && n != "nodednsrecordset" {
+					return &Error{Name: "VIPD_CONTROLLERS", Value: n, Accepted: "a comma list of floatingippool, nodednsrecordset"}
+				}
+			}
+			c.Controllers = v
+			return nil
+		}, format: func(c *Config) string { return c.Controllers }},
+	{Env: "CLOUDFLARE_API_TOKEN", Flag: "cloudflare-token", Section: SecKube, Secret: true,
+		Doc:      "Cloudflare API token for DNS records of the controllers.",
+		Accepted: "a token without spaces",
+		parse: func(c *Config, v string) error {
+			if strings.ContainsAny(v, " \t\n") {
+				return errInvalid
+			}
+			c.CloudflareToken = v
+			return nil
+		}, format: func(c *Config) string { return c.CloudflareToken }},
+}
+
+// errInvalid tells Load to report the setting's own accepted form.
+var errInvalid = fmt.Errorf("invalid")
+
+func durationSetting(env, flag, def, sec, doc string, lo, hi time.Duration, field func(*Config) *time.Duration) Setting {
+	acc := fmt.Sprintf("a duration from %v to %v such as %s", lo, hi, def)
+	return Setting{Env: env, Flag: flag, Default: def, Section: sec, Doc: doc, Accepted: acc,
+		parse: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < lo || d > hi {
+				return errInvalid
+			}
+			*field(c) = d
+			return nil
+		}, format: func(c *Config) string { return field(c).String() }}
+}
+
+func intSetting(env, flag, def, sec, doc string, lo, hi int, field func(*Config) *int) Setting {
+	return Setting{Env: env, Flag: flag, Default: def, Section: sec, Doc: doc,
+		Accepted: fmt.Sprintf("a whole number from %d to %d", lo, hi),
+		parse: func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < lo || n > hi {
+				return errInvalid
+			}
+			*field(c) = n
+			return nil
+		}, format: func(c *Config) string { return strconv.Itoa(*field(c)) }}
+}
+
+func boolSetting(env, flag, def, sec, doc string, field func(*Config) *bool) Setting {
+	return Setting{Env: env, Flag: flag, Default: def, Section: sec, Doc: doc, Accepted: "true or false",
+		parse: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errInvalid
+			}
+			*field(c) = b
+			return nil
+		}, format: func(c *Config) string { return strconv.FormatBool(*field(c)) }}
+}
+
+func pathSetting(env, flag, def, sec, doc string, field func(*Config) *string) Setting {
+	return Setting{Env: env, Flag: flag, Default: def, Section: sec, Doc: doc, Accepted: "an absolute path",
+		parse: func(c *Config, v string) error {
+			if v != "" && !strings.HasPrefix(v, "/") {
+				return errInvalid
+			}
+			*field(c) = v
+			return nil
+		}, format: func(c *Config) string { return *field(c) }}
+}
+
+func urlSetting(env, flag, def, sec, doc string, field func(*Config) *string) Setting {
+	return Setting{Env: env, Flag: flag, Default: def, Section: sec, Doc: doc, Accepted: "an http or https URL",
+		parse: func(c *Config, v string) error {
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				return errInvalid
+			}
+			*field(c) = v
+			return nil
+		}, format: func(c *Config) string { return *field(c) }}
+}
+
+func enumSetting(env, flag, def, sec, doc string, values []string, field func(*Config) *string) Setting {
+	return Setting{Env: env, Flag: flag, Default: def, Section: sec, Doc: doc, Accepted: "one of " + strings.Join(values, ", "),
+		parse: func(c *Config, v string) error {
+			for _, ok := range values {
+				if v == ok {
+					*field(c) = v
+					return nil
+				}
+			}
+			return errInvalid
+		}, format: func(c *Config) string { return *field(c) }}
+}
+
+func parseAddresses(c *Config, v string) error {
+	c.Addresses = nil
+	seen := map[netip.Addr]bool{}
+	for _, item := range splitList(v) {
+		p, err := netip.ParsePrefix(item)
+		if err != nil {
+			// A bare address is accepted as its host prefix.
+			a, aerr := netip.ParseAddr(item)
+			if aerr != nil {
+				return &Error{Name: "VIPD_ADDRESS", Value: item, Accepted: "an IP address in CIDR form such as 10.0.0.100/32 or fd00::100/128"}
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		a := p.Addr()
+		if a.Zone() != "" || p.Bits() != a.BitLen() {
+			return &Error{Name: "VIPD_ADDRESS", Value: item, Accepted: "a host prefix (/32 for IPv4, /128 for IPv6): a VIP is a single address"}
+		}
+		if a.Is4In6() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
+			return &Error{Name: "VIPD_ADDRESS", Value: item, Accepted: "a unicast address that is not loopback, link-local or unspecified"}
+		}
+		if seen[a] {
+			return &Error{Name: "VIPD_ADDRESS", Value: item, Accepted: "each VIP listed once"}
+		}
+		seen[a] = true
+		c.Addresses = append(c.Addresses, p)
+	}
+	return nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func checkHostPort(p string) error {
+	host, port := p, ""
+	if strings.HasPrefix(p, "[") || strings.Count(p, ":") == 1 {
+		h, pt, err := net.SplitHostPort(p)
+		if err != nil {
+			if strings.HasPrefix(p, "[") && strings.HasSuffix(p, "]") {
+				host = strings.Trim(p, "[]")
+			} else {
+				return err
+			}
+		} else {
+			host, port = h, pt
+		}
+	}
+	if host == "" || strings.ContainsAny(host, " /") {
+		return fmt.Errorf("bad host")
+	}
+	if strings.Contains(host, ":") {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return err
+		}
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("bad port")
+		}
+	}
+	return nil
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func uintOrEmpty(n uint64) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+// redactPeerPasswords hides password=... options in a VIPD_BGP_PEERS value.
+func redactPeerPasswords(v string) string {
+	parts := strings.Split(v, ":")
+	for i, p := range parts {
+		if strings.HasPrefix(p, "password=") {
+			end := strings.IndexByte(p, ',')
+			if end < 0 {
+				parts[i] = "password=<redacted>"
+			} else {
+				parts[i] = "password=<redacted>" + p[end:]
+			}
+		}
+	}
+	return strings.Join(parts, ":")
+}
