@@ -1,0 +1,384 @@
+// Package vip holds vipd's core: a deterministic state machine that decides,
+// for every VIP, whether this node must answer for it, and the driver that
+// carries those decisions out through an Announcer.
+//
+// The Core has no goroutines, sockets or clock. Events go in with the time
+// they happened (health changed, election decided, kernel observed, action
+// failed, timer, shutdown) and actions come out (acquire, release, announce),
+// together with the transitions made and the next time the core wants to be
+// woken. Every edge case is therefore a table test.
+package vip
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Timing of announcements and retries. Linux ignores neighbour updates that
+// arrive within locktime (1 s by default) of the last one, so the burst after
+// an acquire is spaced a little over a second.
+const (
+	BurstSpacing   = 1100 * time.Millisecond
+	BurstCount     = 5 // announcements in the burst, the first sent at once
+	RefreshEvery   = 30 * time.Second
+	RetryMin       = 500 * time.Millisecond
+	RetryMax       = 5 * time.Second
+	ReconcileEvery = time.Second
+)
+
+// ActionKind is what the driver must do.
+type ActionKind int
+
+// Action kinds.
+const (
+	Acquire ActionKind = iota + 1
+	Release
+	Announce
+)
+
+func (k ActionKind) String() string {
+	switch k {
+	case Acquire:
+		return "acquire"
+	case Release:
+		return "release"
+	case Announce:
+		return "announce"
+	}
+	return fmt.Sprintf("action(%d)", int(k))
+}
+
+// Action is one thing the driver must do for one VIP.
+type Action struct {
+	Kind  ActionKind
+	VIP   netip.Prefix
+	Cause string
+}
+
+// Transition records that the core changed its mind about holding a VIP.
+type Transition struct {
+	VIP   netip.Prefix
+	Held  bool
+	At    time.Time
+	Cause string
+}
+
+// Output is what one step asks of the driver.
+type Output struct {
+	Actions     []Action
+	Transitions []Transition
+	// Next is when the core next wants a Tick; zero means no timer needed.
+	Next time.Time
+}
+
+// Event is an input to the core.
+type Event interface{ isEvent() }
+
+// HealthChanged reports the local apiserver's health (after thresholds).
+type HealthChanged struct {
+	Healthy bool
+	Reason  string
+}
+
+// Elected reports the election's decision for one VIP: whether this node is
+// the one that should hold it. In modes without election (lone node, bgp)
+// the core is built with Elect=false and never needs this event.
+type Elected struct {
+	VIP    netip.Prefix
+	Holder bool
+	Reason string
+}
+
+// Observed reports what the outside world says: whether the VIP is present
+// on this node now (kernel address, advertised route, cloud assignment).
+type Observed struct {
+	VIP     netip.Prefix
+	Present bool
+}
+
+// Failed reports that an action could not be carried out.
+type Failed struct {
+	Action Action
+	Err    error
+}
+
+// Tick is the passing of time; the driver sends it at Output.Next and at
+// every reconcile.
+type Tick struct{}
+
+// Shutdown asks the core to release everything and stop acquiring.
+type Shutdown struct{ Reason string }
+
+func (HealthChanged) isEvent() {}
+func (Elected) isEvent()       {}
+func (Observed) isEvent()      {}
+func (Failed) isEvent()        {}
+func (Tick) isEvent()          {}
+func (Shutdown) isEvent()      {}
+
+// vipState is the core's view of one VIP.
+type vipState struct {
+	elected     bool
+	electReason string
+	held        bool      // the core wants it held and has asked for it
+	acquiredAt  time.Time // start of the current announce schedule
+	announced   int       // announcements made since acquiredAt (the acquire counts as the first)
+	nextAnn     time.Time
+	retryAt     time.Time // acquire retry after a failure; zero: none pending
+	failures    int
+	last        Transition
+}
+
+// Core is the state machine. Use New; the zero value is not usable.
+type Core struct {
+	elect    bool // holding needs an Elected{Holder:true}
+	announce bool // schedule Announce actions (l2)
+	healthy  bool
+	hReason  string
+	stopping bool
+	order    []netip.Prefix
+	vips     map[netip.Prefix]*vipState
+}
+
+// Options shape a Core.
+type Options struct {
+	// Elect makes holding depend on Elected events (l2 and cloud with
+	// peers). Without it a healthy node holds every VIP (lone node, bgp).
+	Elect bool
+	// Announce schedules Announce actions after every acquire (l2).
+	Announce bool
+}
+
+// New returns a core for the given VIPs, starting unhealthy and holding
+// nothing.
+func New(vips []netip.Prefix, opts Options) *Core {
+	c := &Core{elect: opts.Elect, announce: opts.Announce, hReason: "no health check yet", vips: map[netip.Prefix]*vipState{}}
+	for _, v := range vips {
+		if _, dup := c.vips[v]; dup {
+			continue
+		}
+		c.order = append(c.order, v)
+		c.vips[v] = &vipState{}
+	}
+	return c
+}
+
+// VIPState is a read-only view of one VIP for status pages.
+type VIPState struct {
+	VIP            netip.Prefix
+	Held           bool
+	Elected        bool
+	ElectionReason string
+	Last           Transition
+	RetryAt        time.Time
+}
+
+// State returns the core's view of every VIP, in configuration order.
+func (c *Core) State() []VIPState {
+	out := make([]VIPState, 0, len(c.order))
+	for _, v := range c.order {
+		s := c.vips[v]
+		out = append(out, VIPState{VIP: v, Held: s.held, Elected: s.elected, ElectionReason: s.electReason, Last: s.last, RetryAt: s.retryAt})
+	}
+	return out
+}
+
+// Healthy reports the last health the core was told.
+func (c *Core) Healthy() bool { return c.healthy }
+
+// Step feeds one event that happened at now and returns what to do.
+func (c *Core) Step(ev Event, now time.Time) Output {
+	var out Output
+	switch e := ev.(type) {
+	case HealthChanged:
+		c.healthy = e.Healthy
+		c.hReason = e.Reason
+		for _, v := range c.order {
+			c.converge(v, now, &out, c.cause(v, e.Reason))
+		}
+	case Elected:
+		s, ok := c.vips[e.VIP]
+		if !ok {
+			break
+		}
+		s.elected, s.electReason = e.Holder, e.Reason
+		c.converge(e.VIP, now, &out, c.cause(e.VIP, e.Reason))
+	case Observed:
+		c.observe(e, now, &out)
+	case Failed:
+		c.failed(e, now, &out)
+	case Tick:
+		for _, v := range c.order {
+			c.tick(v, now, &out)
+		}
+	case Shutdown:
+		c.stopping = true
+		for _, v := range c.order {
+			c.converge(v, now, &out, "shutdown: "+e.Reason)
+		}
+	}
+	out.Next = c.next()
+	return out
+}
+
+// want reports whether this node should hold v now.
+func (c *Core) want(v netip.Prefix) bool {
+	if c.stopping || !c.healthy {
+		return false
+	}
+	return !c.elect || c.vips[v].elected
+}
+
+// cause explains the current wish for v, for logs and /status.
+func (c *Core) cause(v netip.Prefix, reason string) string {
+	switch {
+	case c.stopping:
+		return "shutting down"
+	case !c.healthy:
+		return "apiserver unhealthy: " + c.hReason
+	case c.elect && !c.vips[v].elected:
+		return "not elected: " + c.vips[v].electReason
+	case c.elect:
+		return "healthy and elected: " + c.vips[v].electReason
+	default:
+		if reason == "" {
+			reason = c.hReason
+		}
+		return "apiserver healthy: " + reason
+	}
+}
+
+// converge moves v towards what want says.
+func (c *Core) converge(v netip.Prefix, now time.Time, out *Output, cause string) {
+	s := c.vips[v]
+	w := c.want(v)
+	if w == s.held {
+		return
+	}
+	if w {
+		c.acquire(v, now, out, cause)
+		return
+	}
+	s.held = false
+	s.retryAt, s.failures = time.Time{}, 0
+	s.nextAnn = time.Time{}
+	out.Actions = append(out.Actions, Action{Kind: Release, VIP: v, Cause: cause})
+	c.transition(v, false, now, cause, out)
+}
+
+func (c *Core) acquire(v netip.Prefix, now time.Time, out *Output, cause string) {
+	s := c.vips[v]
+	if !s.retryAt.IsZero() && now.Before(s.retryAt) {
+		return // a failed acquire is retried at retryAt by tick
+	}
+	s.held = true
+	s.retryAt = time.Time{}
+	out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: v, Cause: cause})
+	c.startAnnouncing(v, now, out)
+	c.transition(v, true, now, cause, out)
+}
+
+// startAnnouncing begins the burst: the acquire itself is followed at once
+// by an announcement, then BurstCount-1 more at BurstSpacing.
+func (c *Core) startAnnouncing(v netip.Prefix, now time.Time, out *Output) {
+	s := c.vips[v]
+	if !c.announce {
+		return
+	}
+	s.acquiredAt = now
+	s.announced = 1
+	s.nextAnn = now.Add(BurstSpacing)
+	out.Actions = append(out.Actions, Action{Kind: Announce, VIP: v, Cause: "acquired"})
+}
+
+func (c *Core) transition(v netip.Prefix, held bool, now time.Time, cause string, out *Output) {
+	t := Transition{VIP: v, Held: held, At: now, Cause: cause}
+	c.vips[v].last = t
+	out.Transitions = append(out.Transitions, t)
+}
+
+func (c *Core) observe(e Observed, now time.Time, out *Output) {
+	s, ok := c.vips[e.VIP]
+	if !ok {
+		return
+	}
+	switch {
+	case s.held && !e.Present:
+		// Someone removed the VIP while we hold it: put it back and
+		// announce again, as after a fresh acquire.
+		out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: e.VIP, Cause: "reconcile: VIP missing while held"})
+		c.startAnnouncing(e.VIP, now, out)
+	case s.held && e.Present:
+		s.failures = 0 // the acquire took effect
+	case !s.held && e.Present:
+		// Present but not ours to hold: a crash left it behind, another
+		// tool added it, or an acquire failed half-way. Remove it.
+		out.Actions = append(out.Actions, Action{Kind: Release, VIP: e.VIP, Cause: "reconcile: VIP present but not held (" + c.cause(e.VIP, "") + ")"})
+	}
+}
+
+func (c *Core) failed(e Failed, now time.Time, out *Output) {
+	s, ok := c.vips[e.Action.VIP]
+	if !ok {
+		return
+	}
+	switch e.Action.Kind {
+	case Acquire:
+		if !s.held {
+			return // released meanwhile
+		}
+		s.held = false
+		s.failures++
+		backoff := RetryMin << (s.failures - 1)
+		if backoff > RetryMax || backoff <= 0 {
+			backoff = RetryMax
+		}
+		s.retryAt = now.Add(backoff)
+		s.nextAnn = time.Time{}
+		c.transition(e.Action.VIP, false, now, fmt.Sprintf("acquire failed (retry in %v): %v", backoff, e.Err), out)
+	case Release:
+		// Try again at the next reconcile: Observed(Present) re-issues it.
+	case Announce:
+		// Announcements are repeated anyway; nothing to change.
+	}
+}
+
+func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
+	s := c.vips[v]
+	if !s.held && !s.retryAt.IsZero() && !now.Before(s.retryAt) {
+		s.retryAt = time.Time{}
+		if c.want(v) {
+			c.acquire(v, now, out, "retry: "+c.cause(v, ""))
+			return
+		}
+		s.failures = 0
+	}
+	if s.held && c.announce && !s.nextAnn.IsZero() && !now.Before(s.nextAnn) {
+		s.announced++
+		kind := "burst"
+		if s.announced < BurstCount {
+			s.nextAnn = now.Add(BurstSpacing)
+		} else {
+			s.nextAnn = now.Add(RefreshEvery)
+		}
+		if s.announced > BurstCount {
+			kind = "refresh"
+		}
+		out.Actions = append(out.Actions, Action{Kind: Announce, VIP: v, Cause: kind})
+	}
+}
+
+// next returns the earliest timer the core needs.
+func (c *Core) next() time.Time {
+	var n time.Time
+	for _, v := range c.order {
+		s := c.vips[v]
+		for _, t := range []time.Time{s.nextAnn, s.retryAt} {
+			if !t.IsZero() && (n.IsZero() || t.Before(n)) {
+				n = t
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,180 @@
+package vip
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	v4 = netip.MustParsePrefix("10.0.0.100/32")
+	v6 = netip.MustParsePrefix("fd00::100/128")
+	t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// step is one event at an offset from t0 and the actions it must produce,
+// written as "acquire 10.0.0.100/32" etc., in order.
+type step struct {
+	at   time.Duration
+	ev   Event
+	want []string
+}
+
+func acts(out Output) []string {
+	var s []string
+	for _, a := range out.Actions {
+		s = append(s, a.Kind.String()+" "+a.VIP.String())
+	}
+	return s
+}
+
+func run(t *testing.T, c *Core, steps []step) {
+	t.Helper()
+	for i, st := range steps {
+		out := c.Step(st.ev, t0.Add(st.at))
+		got := strings.Join(acts(out), "; ")
+		want := strings.Join(st.want, "; ")
+		if got != want {
+			t.Fatalf("step %d (%T %+v at %v): got [%s], want [%s]", i, st.ev, st.ev, st.at, got, want)
+		}
+	}
+}
+
+func TestCoreTransitions(t *testing.T) {
+	up := HealthChanged{Healthy: true, Reason: "ok"}
+	down := HealthChanged{Healthy: false, Reason: "http_5xx"}
+	tests := []struct {
+		name  string
+		vips  []netip.Prefix
+		opts  Options
+		steps []step
+	}{
+		{"lone node binds on health and releases on failure", []netip.Prefix{v4}, Options{Announce: true}, []step{
+			{0, Tick{}, nil},
+			{0, up, []string{"acquire 10.0.0.100/32", "announce 10.0.0.100/32"}},
+			{time.Second, up, nil}, // no change, nothing to do
+			{2 * time.Second, down, []string{"release 10.0.0.100/32"}},
+			{3 * time.Second, down, nil},
+			{4 * time.Second, up, []string{"acquire 10.0.0.100/32", "announce 10.0.0.100/32"}},
+		}},
+		{"dual stack acts on both", []netip.Prefix{v4, v6}, Options{Announce: true}, []step{
+			{0, up, []string{"acquire 10.0.0.100/32", "announce 10.0.0.100/32", "acquire fd00::100/128", "announce fd00::100/128"}},
+			{time.Second, Shutdown{Reason: "SIGTERM"}, []string{"release 10.0.0.100/32", "release fd00::100/128"}},
+			{2 * time.Second, up, nil}, // stopping: never acquire again
+		}},
+		{"bgp mode does not announce", []netip.Prefix{v4}, Options{}, []step{
+			{0, up, []string{"acquire 10.0.0.100/32"}},
+			{5 * time.Second, Tick{}, nil},
+		}},
+		{"election gates holding", []netip.Prefix{v4, v6}, Options{Elect: true}, []step{
+			{0, up, nil},
+			{time.Second, Elected{VIP: v6, Holder: true, Reason: "highest priority"}, []string{"acquire fd00::100/128"}},
+			{2 * time.Second, Elected{VIP: v4, Holder: false, Reason: "n2 holds it"}, nil},
+			{3 * time.Second, down, []string{"release fd00::100/128"}},
+			{4 * time.Second, up, []string{"acquire fd00::100/128"}},
+			{5 * time.Second, Elected{VIP: v6, Holder: false, Reason: "lost quorum"}, []string{"release fd00::100/128"}},
+		}},
+		{"elected but unhealthy holds nothing", []netip.Prefix{v4}, Options{Elect: true}, []step{
+			{0, Elected{VIP: v4, Holder: true}, nil},
+			{time.Second, up, []string{"acquire 10.0.0.100/32"}},
+		}},
+		{"unknown VIP events are ignored", []netip.Prefix{v4}, Options{Elect: true}, []step{
+			{0, Elected{VIP: v6, Holder: true}, nil},
+			{0, Observed{VIP: v6, Present: true}, nil},
+		}},
+		{"reconcile re-adds a removed VIP and re-announces", []netip.Prefix{v4}, Options{Announce: true}, []step{
+			{0, up, []string{"acquire 10.0.0.100/32", "announce 10.0.0.100/32"}},
+			{time.Second, Observed{VIP: v4, Present: true}, nil},
+			{2 * time.Second, Observed{VIP: v4, Present: false}, []string{"acquire 10.0.0.100/32", "announce 10.0.0.100/32"}},
+		}},
+		{"reconcile removes a stale VIP at start-up", []netip.Prefix{v4}, Options{Announce: true}, []step{
+			{0, Observed{VIP: v4, Present: true}, []string{"release 10.0.0.100/32"}},
+			{time.Second, Observed{VIP: v4, Present: false}, nil},
+		}},
+		{"reconcile removes a VIP of a non-elected node", []netip.Prefix{v4}, Options{Elect: true}, []step{
+			{0, up, nil},
+			{0, Observed{VIP: v4, Present: true}, []string{"release 10.0.0.100/32"}},
+		}},
+		{"failed acquire backs off and retries", []netip.Prefix{v4}, Options{}, []step{
+			{0, up, []string{"acquire 10.0.0.100/32"}},
+			{10 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("conflict")}, nil},
+			{100 * time.Millisecond, Tick{}, nil},
+			{100 * time.Millisecond, up, nil}, // health news does not bypass the backoff
+			{510 * time.Millisecond, Tick{}, []string{"acquire 10.0.0.100/32"}},
+			{520 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("conflict")}, nil},
+			{1300 * time.Millisecond, Tick{}, nil}, // second backoff is 1 s
+			{1520 * time.Millisecond, Tick{}, []string{"acquire 10.0.0.100/32"}},
+		}},
+		{"a failed acquire left bound is removed by reconcile", []netip.Prefix{v4}, Options{}, []step{
+			{0, up, []string{"acquire 10.0.0.100/32"}},
+			{10 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("x")}, nil},
+			{20 * time.Millisecond, Observed{VIP: v4, Present: true}, []string{"release 10.0.0.100/32"}},
+		}},
+		{"retry abandoned when no longer wanted", []netip.Prefix{v4}, Options{}, []step{
+			{0, up, []string{"acquire 10.0.0.100/32"}},
+			{10 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("x")}, nil},
+			{20 * time.Millisecond, down, nil},
+			{time.Second, Tick{}, nil},
+		}},
+		{"failed release is left to reconcile", []netip.Prefix{v4}, Options{}, []step{
+			{0, up, []string{"acquire 10.0.0.100/32"}},
+			{time.Second, down, []string{"release 10.0.0.100/32"}},
+			{time.Second, Failed{Action: Action{Kind: Release, VIP: v4}, Err: errors.New("busy")}, nil},
+			{2 * time.Second, Observed{VIP: v4, Present: true}, []string{"release 10.0.0.100/32"}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run(t, New(tt.vips, tt.opts), tt.steps)
+		})
+	}
+}
+
+func TestCoreAnnounceSchedule(t *testing.T) {
+	c := New([]netip.Prefix{v4}, Options{Announce: true})
+	out := c.Step(HealthChanged{Healthy: true}, t0)
+	var sent []time.Duration
+	sent = append(sent, 0) // with the acquire
+	for out.Next.Sub(t0) < 2*time.Minute {
+		now := out.Next
+		out = c.Step(Tick{}, now)
+		if n := len(out.Actions); n != 1 || out.Actions[0].Kind != Announce {
+			t.Fatalf("tick at %v: %v", now.Sub(t0), acts(out))
+		}
+		sent = append(sent, now.Sub(t0))
+	}
+	want := []time.Duration{0, 1100 * time.Millisecond, 2200 * time.Millisecond, 3300 * time.Millisecond, 4400 * time.Millisecond,
+		34400 * time.Millisecond, 64400 * time.Millisecond, 94400 * time.Millisecond}
+	if fmt.Sprint(sent) != fmt.Sprint(want) {
+		t.Fatalf("announcements at %v, want %v", sent, want)
+	}
+	// Ticks between deadlines do nothing.
+	if out := c.Step(Tick{}, t0.Add(95*time.Second)); len(out.Actions) != 0 {
+		t.Fatalf("early tick announced: %v", acts(out))
+	}
+	// Release stops the schedule.
+	out = c.Step(HealthChanged{Healthy: false}, t0.Add(96*time.Second))
+	if !out.Next.IsZero() {
+		t.Fatalf("timer still armed after release: %v", out.Next)
+	}
+}
+
+func TestCoreTransitionsCarryCause(t *testing.T) {
+	c := New([]netip.Prefix{v4}, Options{Elect: true})
+	c.Step(HealthChanged{Healthy: true, Reason: "ok"}, t0)
+	out := c.Step(Elected{VIP: v4, Holder: true, Reason: "incumbent"}, t0.Add(time.Second))
+	if len(out.Transitions) != 1 || !out.Transitions[0].Held || !strings.Contains(out.Transitions[0].Cause, "incumbent") {
+		t.Fatalf("transitions: %+v", out.Transitions)
+	}
+	out = c.Step(HealthChanged{Healthy: false, Reason: "timeout"}, t0.Add(2*time.Second))
+	if len(out.Transitions) != 1 || out.Transitions[0].Held || !strings.Contains(out.Transitions[0].Cause, "timeout") {
+		t.Fatalf("transitions: %+v", out.Transitions)
+	}
+	st := c.State()
+	if len(st) != 1 || st[0].Held || st[0].Last.At != t0.Add(2*time.Second) {
+		t.Fatalf("state: %+v", st)
+	}
+}
