@@ -259,7 +259,10 @@ func (c *Checker) probe(ctx context.Context) Result {
 		// The apiserver names the failing checks in the body; keep the
 		// start of it for the log.
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		r.Err = fmt.Errorf("GET %s: HTTP %d: %s", c.cfg.URL, resp.StatusCode, strings.TrimSpace(string(body)))
+		r.Err = fmt.Errorf("GET %s: HTTP %d", c.cfg.URL, resp.StatusCode)
+		if b := strings.TrimSpace(string(body)); b != "" {
+			r.Err = fmt.Errorf("%w: %s", r.Err, b)
+		}
 	}
 	return r
 }

@@ -1,0 +1,582 @@
+package health
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fakeClock is a settable Clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// newChecker builds a checker with short timings for tests.
+func newChecker(t *testing.T, cfg Config, reg prometheus.Registerer, opts ...Option) *Checker {
+	t.Helper()
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	c, err := NewChecker(cfg, testLogger(t), reg, opts...)
+	if err != nil {
+		t.Fatalf("NewChecker: %v", err)
+	}
+	return c
+}
+
+// tlsServer starts an httptest TLS server closed at the end of the test.
+func tlsServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewTLSServer(h)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func writeToken(t *testing.T, path, tok string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProbeStatusCodes(t *testing.T) {
+	tests := []struct {
+		code       int
+		withToken  bool
+		wantReason string
+	}{
+		{200, false, ReasonOK},
+		{200, true, ReasonOK},
+		{401, false, ReasonOK}, // pre-bootstrap: anonymous 401 proves the apiserver is up
+		{401, true, ReasonUnauthorized},
+		{403, false, ReasonForbidden},
+		{403, true, ReasonForbidden},
+		{500, true, ReasonHTTP5xx},
+		{503, false, ReasonHTTP5xx},
+		{404, true, ReasonHTTPOther},
+		{302, true, ReasonHTTPOther}, // redirects are not followed
+		{204, false, ReasonHTTPOther},
+	}
+	for _, tt := range tests {
+		t.Run(strings.ReplaceAll(http.StatusText(tt.code), " ", "_")+map[bool]string{true: "/token", false: "/anonymous"}[tt.withToken], func(t *testing.T) {
+			ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/livez" {
+					t.Errorf("request path %q, want /livez", r.URL.Path)
+				}
+				if tt.code == 302 {
+					w.Header().Set("Location", "/elsewhere")
+				}
+				w.WriteHeader(tt.code)
+				_, _ = w.Write([]byte("[-]etcd failed: reason withheld\n"))
+			})
+			cfg := Config{URL: ts.URL + "/livez"}
+			if tt.withToken {
+				cfg.TokenPath = filepath.Join(t.TempDir(), "token")
+				writeToken(t, cfg.TokenPath, "secret\n")
+			}
+			r := newChecker(t, cfg, nil).Probe(t.Context())
+			if r.Reason != tt.wantReason || r.Code != tt.code || r.OK != (tt.wantReason == ReasonOK) {
+				t.Fatalf("Probe = {OK:%v Reason:%q Code:%d Err:%v}, want reason %q code %d", r.OK, r.Reason, r.Code, r.Err, tt.wantReason, tt.code)
+			}
+			if r.OK != (r.Err == nil) {
+				t.Fatalf("Err = %v with OK=%v", r.Err, r.OK)
+			}
+			if !r.OK && tt.code != 204 && !strings.Contains(r.Err.Error(), "etcd failed") {
+				t.Fatalf("Err %q does not carry the body", r.Err)
+			}
+		})
+	}
+}
+
+func TestProbeTimeout(t *testing.T) {
+	release := make(chan struct{})
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release) // runs before ts.Close, so the handler never blocks Close
+	const timeout = 300 * time.Millisecond
+	c := newChecker(t, Config{URL: ts.URL + "/livez", Timeout: timeout}, nil)
+	start := time.Now()
+	r := c.Probe(t.Context())
+	took := time.Since(start)
+	if r.Reason != ReasonTimeout || r.OK {
+		t.Fatalf("Probe = {Reason:%q Err:%v}, want %q", r.Reason, r.Err, ReasonTimeout)
+	}
+	if took < timeout || took > timeout+time.Second {
+		t.Fatalf("probe of a hanging server took %v, want about %v", took, timeout)
+	}
+}
+
+func TestProbeRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	r := newChecker(t, Config{URL: "https://" + addr + "/livez"}, nil).Probe(t.Context())
+	if r.Reason != ReasonRefused || r.Code != 0 {
+		t.Fatalf("Probe = {Reason:%q Code:%d Err:%v}, want %q", r.Reason, r.Code, r.Err, ReasonRefused)
+	}
+}
+
+// rawServer accepts TCP connections and answers each with junk bytes.
+func rawServer(t *testing.T, junk string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// Wait for the client to speak (request or ClientHello), then
+			// answer with junk.
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			_, _ = conn.Read(make([]byte, 1024))
+			_, _ = conn.Write([]byte(junk))
+			_ = conn.Close()
+		}
+	})
+	t.Cleanup(func() { _ = l.Close(); wg.Wait() })
+	return l.Addr().String()
+}
+
+func TestProbeGarbage(t *testing.T) {
+	// A TLS server that answers the request with bytes that are not HTTP.
+	junkTLS := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		_, _ = buf.WriteString("SSH-2.0-OpenSSH_9.2\r\n\r\n")
+		_ = buf.Flush()
+		_ = conn.Close()
+	})
+	raw := rawServer(t, "220 smtp.example ESMTP ready\r\n")
+	tests := []struct {
+		name, url, want string
+	}{
+		{"TLS server writes non-HTTP", junkTLS.URL + "/livez", ReasonError},
+		{"plain http server writes non-HTTP", "http://" + raw + "/livez", ReasonError},
+		// Junk where a TLS handshake was expected is a TLS failure.
+		{"https URL to a non-TLS server", "https://" + raw + "/livez", ReasonTLS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newChecker(t, Config{URL: tt.url}, nil).Probe(t.Context())
+			if r.Reason != tt.want || r.Code != 0 {
+				t.Fatalf("Probe = {Reason:%q Code:%d Err:%v}, want %q", r.Reason, r.Code, r.Err, tt.want)
+			}
+		})
+	}
+}
+
+// writeCA writes a fresh self-signed CA certificate unrelated to httptest's.
+func writeCA(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "other-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writePEM(t, der)
+}
+
+func writePEM(t *testing.T, der []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestProbeCAFile(t *testing.T) {
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {})
+	tests := []struct {
+		name, caFile, want string
+	}{
+		{"matching CA verifies", writePEM(t, ts.Certificate().Raw), ReasonOK},
+		{"other CA fails verification", writeCA(t), ReasonTLS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newChecker(t, Config{URL: ts.URL + "/livez", CAFile: tt.caFile}, nil).Probe(t.Context())
+			if r.Reason != tt.want {
+				t.Fatalf("Probe = {Reason:%q Err:%v}, want %q", r.Reason, r.Err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewCheckerConfig(t *testing.T) {
+	notPEM := filepath.Join(t.TempDir(), "ca.txt")
+	writeToken(t, notPEM, "not a certificate")
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string // "" for success
+	}{
+		{"defaults", Config{}, ""},
+		{"loopback v4 without CA", Config{URL: "https://127.0.0.2:6443/livez"}, ""},
+		{"loopback v6 without CA", Config{URL: "https://[::1]:6443/livez"}, ""},
+		{"localhost without CA", Config{URL: "https://LOCALHOST:6443/livez"}, ""},
+		{"localhost. without CA", Config{URL: "https://localhost.:6443/livez"}, ""},
+		{"v4-mapped loopback without CA", Config{URL: "https://[::ffff:127.0.0.1]:6443/livez"}, ""},
+		{"localhost-like name without CA", Config{URL: "https://localhost.example.com:6443/livez"}, "VIPD_HEALTH_CA_FILE"},
+		{"remote with CA", Config{URL: "https://10.0.0.1:6443/livez", CAFile: writeCA(t)}, ""},
+		{"remote plain http", Config{URL: "http://10.0.0.1:8080/livez"}, ""},
+		{"remote without CA", Config{URL: "https://10.0.0.1:6443/livez"}, "VIPD_HEALTH_CA_FILE"},
+		{"remote name without CA", Config{URL: "https://api.example.com:6443/livez"}, "VIPD_HEALTH_CA_FILE"},
+		{"missing CA file", Config{CAFile: "/nonexistent/ca.crt"}, "VIPD_HEALTH_CA_FILE"},
+		{"CA file without PEM", Config{CAFile: notPEM}, "VIPD_HEALTH_CA_FILE"},
+		{"bad scheme", Config{URL: "ftp://127.0.0.1/livez"}, "VIPD_HEALTH_URL"},
+		{"no host", Config{URL: "https:///livez"}, "VIPD_HEALTH_URL"},
+		{"negative interval", Config{Interval: -time.Second}, "VIPD_HEALTH_INTERVAL"},
+		{"negative timeout", Config{Timeout: -time.Second}, "VIPD_HEALTH_TIMEOUT"},
+		{"negative fail threshold", Config{FailThreshold: -1}, "VIPD_FAIL_THRESHOLD"},
+		{"negative rise threshold", Config{RiseThreshold: -1}, "VIPD_RISE_THRESHOLD"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewChecker(tt.cfg, nil, nil)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("NewChecker: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("NewChecker error = %v, want one naming %s", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestToken follows a token file through appear, rotate and disappear, and
+// checks what the server receives, with the 5-minute cache on a fake clock.
+func TestToken(t *testing.T) {
+	var lastAuth atomic.Value
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		lastAuth.Store(auth)
+		if auth != "Bearer current" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	})
+	path := filepath.Join(t.TempDir(), "token")
+	clock := newFakeClock()
+	c := newChecker(t, Config{URL: ts.URL + "/livez", TokenPath: path}, nil, WithClock(clock))
+
+	step := func(desc string, advance time.Duration, wantAuth, wantReason string) {
+		t.Helper()
+		clock.Advance(advance)
+		r := c.Probe(t.Context())
+		if got := lastAuth.Load().(string); got != wantAuth {
+			t.Fatalf("%s: server saw Authorization %q, want %q", desc, got, wantAuth)
+		}
+		if r.Reason != wantReason {
+			t.Fatalf("%s: reason %q, want %q (err %v)", desc, r.Reason, wantReason, r.Err)
+		}
+	}
+
+	step("no token file", 0, "", ReasonOK) // anonymous 401 is healthy
+	writeToken(t, path, "")
+	step("empty token file", 0, "", ReasonOK)
+	writeToken(t, path, "old\n")
+	step("token appears: used at once", 0, "Bearer old", ReasonUnauthorized)
+	writeToken(t, path, "current")
+	step("rotated, cache still fresh", 4*time.Minute+59*time.Second, "Bearer old", ReasonUnauthorized)
+	step("rotated, cache expired", 2*time.Second, "Bearer current", ReasonOK)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	step("removed, cache still fresh", time.Minute, "Bearer current", ReasonOK)
+	step("removed, cache expired", 4*time.Minute, "", ReasonOK)
+	writeToken(t, path, "current")
+	step("token back: used at once", 0, "Bearer current", ReasonOK)
+}
+
+func TestTokenEmptyPathNeverSends(t *testing.T) {
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if a := r.Header.Get("Authorization"); a != "" {
+			t.Errorf("Authorization %q sent without a token path", a)
+		}
+	})
+	if r := newChecker(t, Config{URL: ts.URL + "/livez"}, nil).Probe(t.Context()); !r.OK {
+		t.Fatalf("Probe = %q (%v), want ok", r.Reason, r.Err)
+	}
+}
+
+// statusServer answers with the code stored in code.
+func statusServer(t *testing.T, code *atomic.Int32) *httptest.Server {
+	return tlsServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(int(code.Load())) })
+}
+
+// runChecker runs c in the background and returns its reports and a stop
+// function that cancels Run and waits for it to return.
+func runChecker(t *testing.T, c *Checker) (<-chan Status, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	reports := make(chan Status, 1000)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx, func(s Status) { reports <- s })
+	}()
+	stop := func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return after cancel")
+		}
+	}
+	t.Cleanup(func() { cancel(); <-done })
+	return reports, stop
+}
+
+func nextReport(t *testing.T, reports <-chan Status) Status {
+	t.Helper()
+	select {
+	case s := <-reports:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report from Run")
+		return Status{}
+	}
+}
+
+func TestRunProbesImmediately(t *testing.T) {
+	var code atomic.Int32
+	code.Store(200)
+	ts := statusServer(t, &code)
+	c := newChecker(t, Config{URL: ts.URL + "/livez", Interval: time.Hour}, nil)
+	if s := c.Status(); s.Healthy || s.Reason != "" {
+		t.Fatalf("Status before Run = %+v, want unhealthy with no reason", s)
+	}
+	reports, stop := runChecker(t, c)
+	s := nextReport(t, reports) // an hour-long interval: only an immediate probe can report
+	if !s.Healthy || s.Reason != ReasonOK || s.Code != 200 || s.Consecutive != 1 {
+		t.Fatalf("first report = %+v, want healthy ok/200 after one probe", s)
+	}
+	if got := c.Status(); got != s {
+		t.Fatalf("Status() = %+v, want the reported %+v", got, s)
+	}
+	stop()
+	if len(reports) != 0 {
+		t.Fatalf("%d extra reports within the interval", len(reports))
+	}
+}
+
+func TestRunThresholdsAndMetrics(t *testing.T) {
+	var code atomic.Int32
+	code.Store(200)
+	ts := statusServer(t, &code)
+	reg := prometheus.NewRegistry()
+	c := newChecker(t, Config{URL: ts.URL + "/livez", Interval: 5 * time.Millisecond, FailThreshold: 3, RiseThreshold: 2}, reg)
+	upIs := func(want float64) {
+		t.Helper()
+		if got := testutil.ToFloat64(c.metrics.up); got != want {
+			t.Fatalf("vipd_health_up = %v, want %v", got, want)
+		}
+	}
+	upIs(0)
+	reports, stop := runChecker(t, c)
+
+	// Rise 2: the first good probe keeps it unhealthy, the second heals.
+	if s := nextReport(t, reports); s.Healthy || s.Consecutive != 1 {
+		t.Fatalf("report 1 = %+v, want unhealthy after one success with rise 2", s)
+	}
+	healed := nextReport(t, reports)
+	if !healed.Healthy || healed.Consecutive != 2 || !healed.Since.Equal(healed.Checked) {
+		t.Fatalf("report 2 = %+v, want healthy since this probe", healed)
+	}
+	upIs(1)
+
+	// Fail 3: wait for the first failure, then the next two.
+	code.Store(503)
+	s := nextReport(t, reports)
+	for s.Reason == ReasonOK {
+		s = nextReport(t, reports)
+	}
+	for i := 1; i <= 2; i++ {
+		if !s.Healthy || s.Consecutive != i || s.Reason != ReasonHTTP5xx || s.Code != 503 || s.Since != healed.Since {
+			t.Fatalf("failure %d: %+v, want still healthy since %v", i, s, healed.Since)
+		}
+		s = nextReport(t, reports)
+	}
+	if s.Healthy || s.Consecutive != 3 || !s.Since.Equal(s.Checked) || s.Error == "" {
+		t.Fatalf("failure 3: %+v, want unhealthy since this probe, with an error", s)
+	}
+	upIs(0)
+	stop()
+
+	// Every probe Run made is counted once, by reason.
+	okCount := testutil.ToFloat64(c.metrics.checks.WithLabelValues(ReasonOK))
+	failCount := testutil.ToFloat64(c.metrics.checks.WithLabelValues(ReasonHTTP5xx))
+	if okCount < 2 || failCount < 3 {
+		t.Fatalf("checks ok=%v http_5xx=%v, want at least 2 and 3", okCount, failCount)
+	}
+	for _, r := range []string{ReasonUnauthorized, ReasonForbidden, ReasonHTTPOther, ReasonRefused, ReasonTimeout, ReasonTLS, ReasonError} {
+		if v := testutil.ToFloat64(c.metrics.checks.WithLabelValues(r)); v != 0 {
+			t.Fatalf("checks{result=%q} = %v, want 0", r, v)
+		}
+	}
+	if got := histogramCount(t, reg, "vipd_health_check_duration_seconds"); got != uint64(okCount+failCount) {
+		t.Fatalf("duration histogram has %d samples, want %v", got, okCount+failCount)
+	}
+}
+
+func histogramCount(t *testing.T, g prometheus.Gatherer, name string) uint64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("metric %s not gathered", name)
+	return 0
+}
+
+func TestMetricsByReason(t *testing.T) {
+	var code atomic.Int32
+	ts := statusServer(t, &code)
+	reg := prometheus.NewRegistry()
+	c := newChecker(t, Config{URL: ts.URL + "/livez"}, reg)
+	for _, status := range []int32{200, 200, 500, 403, 302} {
+		code.Store(status)
+		c.Probe(t.Context())
+	}
+	want := `
+# HELP vipd_health_checks_total Apiserver health probes by result (ok or the failure reason).
+# TYPE vipd_health_checks_total counter
+vipd_health_checks_total{result="error"} 0
+vipd_health_checks_total{result="forbidden"} 1
+vipd_health_checks_total{result="http_5xx"} 1
+vipd_health_checks_total{result="http_other"} 1
+vipd_health_checks_total{result="ok"} 2
+vipd_health_checks_total{result="refused"} 0
+vipd_health_checks_total{result="timeout"} 0
+vipd_health_checks_total{result="tls"} 0
+vipd_health_checks_total{result="unauthorized"} 0
+# HELP vipd_health_up 1 when the apiserver health check considers this node healthy (after thresholds), else 0.
+# TYPE vipd_health_up gauge
+vipd_health_up 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "vipd_health_checks_total", "vipd_health_up"); err != nil {
+		t.Fatal(err)
+	}
+	if got := histogramCount(t, reg, "vipd_health_check_duration_seconds"); got != 5 {
+		t.Fatalf("duration histogram has %d samples, want 5", got)
+	}
+	if _, err := NewChecker(Config{}, nil, reg); err == nil {
+		t.Fatal("second checker on the same registry: no error, want a duplicate registration error")
+	}
+}
+
+// TestRunNoPileUp runs against a server slower than the interval and checks
+// that probes never overlap.
+func TestRunNoPileUp(t *testing.T) {
+	const delay = 40 * time.Millisecond
+	var inFlight, maxInFlight, total atomic.Int32
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		total.Add(1)
+		for {
+			m := maxInFlight.Load()
+			if n <= m || maxInFlight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(delay)
+	})
+	c := newChecker(t, Config{URL: ts.URL + "/livez", Interval: time.Millisecond}, nil)
+	reports, stop := runChecker(t, c)
+	for range 5 {
+		nextReport(t, reports)
+	}
+	stop()
+	if m := maxInFlight.Load(); m != 1 {
+		t.Fatalf("%d probes in flight at once, want 1", m)
+	}
+	if n := total.Load(); n > 6 {
+		t.Fatalf("%d requests for 5 reports: probes piled up", n)
+	}
+}
+
+// TestProbeCancelledNotCounted checks that a probe cut short by shutdown is
+// not counted as a failure.
+func TestProbeCancelledNotCounted(t *testing.T) {
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	c := newChecker(t, Config{URL: ts.URL + "/livez"}, prometheus.NewRegistry())
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	c.Probe(ctx)
+	for _, r := range reasons {
+		if v := testutil.ToFloat64(c.metrics.checks.WithLabelValues(r)); v != 0 {
+			t.Fatalf("checks{result=%q} = %v after a cancelled probe, want 0", r, v)
+		}
+	}
+}
