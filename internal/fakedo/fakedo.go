@@ -1,0 +1,516 @@
+// Package fakedo is a local fake of the parts of the DigitalOcean API that
+// vipd uses (reserved IPs and their actions, droplets, domain records) and of
+// the droplet metadata service. It follows the real paths, status codes and
+// JSON shapes closely enough that github.com/digitalocean/godo decodes its
+// answers, and it lets tests inject faults (error statuses, 429 storms with
+// rate-limit headers, latency, a server that is down) and assert on a log of
+// the requests it saw.
+//
+// A Server is safe for concurrent use. State changes caused by actions
+// (an assign completing after Options.ActionDuration) are applied lazily
+// whenever the server is asked anything, using Options.Now.
+//
+// Typical use:
+//
+//	fake, err := fakedo.New(fakedo.Options{Token: "t", ActionDuration: 200 * time.Millisecond})
+//	defer fake.Close()
+//	fake.AddDroplet(fakedo.Droplet{ID: 101, Name: "node-1", PublicIPv4: "198.51.100.1"})
+//	fake.AddReservedIP("192.0.2.10", 0)
+//	client, _ := godo.New(httpClientWithBearer("t"), godo.SetBaseURL(fake.URL()))
+//	fake.AddFault(fakedo.Fault{Path: "/v2/reserved_ips", Status: 429, Count: -1, ResetAfter: 2 * time.Second})
+//	n := fake.Count(http.MethodPost, "/v2/reserved_ips/192.0.2.10/actions")
+//
+// The metadata server answers /metadata/v1/id, /metadata/v1.json,
+// /metadata/v1/reserved_ip/ipv4/{active,ip_address} and a few interface
+// addresses for the droplet named in the path (MetadataURL(id)) or chosen
+// by the caller's source address (SetMetadataSource).
+package fakedo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Options configure a fake.
+type Options struct {
+	// Token is the only bearer token accepted. Empty means "fake-token".
+	Token string
+	// ActionDuration is how long an action stays "in-progress" before it
+	// completes and takes effect. Zero completes actions on the next request.
+	ActionDuration time.Duration
+	// Latency is added before every API answer (not metadata answers).
+	Latency time.Duration
+	// Region is the slug of the single region the fake models ("nyc3").
+	Region string
+	// IPPool is where reserved IPs created without an explicit address come
+	// from (default 203.0.113.0/24).
+	IPPool netip.Prefix
+	// Listen opens the API and metadata listeners. Default net.Listen. Pass
+	// e.g. a lab host's Listen to serve inside a network namespace.
+	Listen func(network, addr string) (net.Listener, error)
+	// Addr and MetadataAddr are where to listen (default "127.0.0.1:0").
+	Addr, MetadataAddr string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Request is one entry of the request log.
+type Request struct {
+	Time   time.Time
+	Method string
+	Path   string // URL path, without the query
+	Query  string // raw query
+	Body   string
+	Status int
+}
+
+// Fault makes matching requests fail. A request matches when its method
+// equals Method (empty: any) and its path starts with Path (empty: any).
+type Fault struct {
+	Method string
+	Path   string
+	// Status to answer (e.g. 429, 500, 503). Zero with Drop set aborts the
+	// connection instead of answering.
+	Status int
+	// Count is how many matching requests fail; negative means until
+	// ClearFaults.
+	Count int
+	// Delay is added to each failing answer.
+	Delay time.Duration
+	// ResetAfter sets RateLimit-Reset to now+ResetAfter (429 answers; default
+	// 1s) and, when RetryAfter is true, also a Retry-After header.
+	ResetAfter time.Duration
+	RetryAfter bool
+	// Drop breaks the connection in the middle of the answer (a transport
+	// error for the client).
+	Drop bool
+}
+
+// Droplet describes a droplet the fake knows.
+type Droplet struct {
+	ID          int
+	Name        string
+	PublicIPv4  string
+	PrivateIPv4 string
+	AnchorIPv4  string // anchor address used by reserved IPs (metadata only)
+	Tags        []string
+}
+
+// Record is a DNS record in a domain of the fake.
+type Record struct {
+	ID       int     `json:"id"`
+	Type     string  `json:"type"`
+	Name     string  `json:"name"`
+	Data     string  `json:"data"`
+	Priority *int    `json:"priority"`
+	Port     *int    `json:"port"`
+	TTL      int     `json:"ttl"`
+	Weight   *int    `json:"weight"`
+	Flags    *int    `json:"flags"`
+	Tag      *string `json:"tag"`
+}
+
+// Action is the fake's view of an action.
+type Action struct {
+	ID          int
+	Type        string // assign_ip, unassign_ip
+	Status      string // in-progress, completed, errored
+	IP          string
+	DropletID   int // target of an assign
+	StartedAt   time.Time
+	CompletedAt time.Time
+	ends        time.Time
+	external    bool // made by LockIP: no effect
+	fail        bool
+}
+
+type reservedIP struct {
+	ip        string
+	dropletID int // 0: unassigned
+	projectID string
+	actions   []int
+}
+
+// Server is a running fake.
+type Server struct {
+	opts Options
+	now  func() time.Time
+
+	api  *endpoint
+	meta *endpoint
+
+	mu           sync.Mutex
+	token        string
+	latency      time.Duration
+	actionDur    time.Duration
+	failActions  int
+	droplets     map[int]*Droplet
+	dropletOrder []int
+	rips         map[string]*reservedIP
+	ripOrder     []string
+	actions      map[int]*Action
+	nextAction   int
+	domains      map[string][]*Record
+	nextRecord   int
+	faults       []*Fault
+	log          []Request
+	metaLog      []Request
+	metaBySource map[string]int
+	metaDefault  int
+	metaFaults   []*Fault
+	rateLimit    int
+	rateRemain   int
+}
+
+// New starts a fake API and a fake metadata server.
+func New(opts Options) (*Server, error) {
+	if opts.Token == "" {
+		opts.Token = "fake-token"
+	}
+	if opts.Region == "" {
+		opts.Region = "nyc3"
+	}
+	if !opts.IPPool.IsValid() {
+		opts.IPPool = netip.MustParsePrefix("203.0.113.0/24")
+	}
+	if opts.Listen == nil {
+		opts.Listen = net.Listen
+	}
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	if opts.MetadataAddr == "" {
+		opts.MetadataAddr = "127.0.0.1:0"
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Server{
+		opts:         opts,
+		now:          now,
+		token:        opts.Token,
+		latency:      opts.Latency,
+		actionDur:    opts.ActionDuration,
+		droplets:     map[int]*Droplet{},
+		rips:         map[string]*reservedIP{},
+		actions:      map[int]*Action{},
+		nextAction:   1500000,
+		domains:      map[string][]*Record{},
+		nextRecord:   28000000,
+		metaBySource: map[string]int{},
+		rateLimit:    5000,
+		rateRemain:   5000,
+	}
+	s.api = &endpoint{listen: opts.Listen, addr: opts.Addr, handler: http.HandlerFunc(s.serveAPI)}
+	s.meta = &endpoint{listen: opts.Listen, addr: opts.MetadataAddr, handler: http.HandlerFunc(s.serveMetadata)}
+	if err := s.api.up(); err != nil {
+		return nil, fmt.Errorf("fakedo: api listener: %w", err)
+	}
+	if err := s.meta.up(); err != nil {
+		s.api.down()
+		return nil, fmt.Errorf("fakedo: metadata listener: %w", err)
+	}
+	return s, nil
+}
+
+// URL is the API base URL with a trailing slash, for godo.SetBaseURL.
+func (s *Server) URL() string { return "http://" + s.api.address() + "/" }
+
+// Addr is the API listener's host:port.
+func (s *Server) Addr() string { return s.api.address() }
+
+// MetadataURL is the metadata base URL (ending in /metadata/v1) that
+// answers for droplet id, whoever asks. With id 0 the droplet is chosen by
+// the caller's source address (SetMetadataSource) or the default droplet.
+func (s *Server) MetadataURL(id int) string {
+	if id == 0 {
+		return "http://" + s.meta.address() + "/metadata/v1"
+	}
+	return fmt.Sprintf("http://%s/droplet/%d/metadata/v1", s.meta.address(), id)
+}
+
+// Close stops both listeners and closes every connection.
+func (s *Server) Close() {
+	s.api.down()
+	s.meta.down()
+}
+
+// Down closes the API listener and all its connections: clients get
+// "connection refused" until Up.
+func (s *Server) Down() { s.api.down() }
+
+// Up reopens the API listener on the same address.
+func (s *Server) Up() error { return s.api.up() }
+
+// MetadataDown and MetadataUp do the same for the metadata server.
+func (s *Server) MetadataDown()         { s.meta.down() }
+func (s *Server) MetadataUp() error     { return s.meta.up() }
+func (s *Server) SetToken(token string) { s.mu.Lock(); s.token = token; s.mu.Unlock() }
+
+// SetLatency changes the latency added to every API answer.
+func (s *Server) SetLatency(d time.Duration) { s.mu.Lock(); s.latency = d; s.mu.Unlock() }
+
+// SetActionDuration changes how long new actions stay in progress.
+func (s *Server) SetActionDuration(d time.Duration) { s.mu.Lock(); s.actionDur = d; s.mu.Unlock() }
+
+// FailActions makes the next n actions end "errored" without effect.
+func (s *Server) FailActions(n int) { s.mu.Lock(); s.failActions = n; s.mu.Unlock() }
+
+// AddFault registers a fault; faults are tried in the order added.
+func (s *Server) AddFault(f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, &f)
+}
+
+// AddMetadataFault registers a fault for the metadata server.
+func (s *Server) AddMetadataFault(f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.metaFaults = append(s.metaFaults, &f)
+}
+
+// ClearFaults removes every fault (API and metadata).
+func (s *Server) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = nil
+	s.metaFaults = nil
+}
+
+// AddDroplet registers a droplet. The first droplet added is the default
+// answer of the metadata server.
+func (s *Server) AddDroplet(d Droplet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.droplets[d.ID]; !ok {
+		s.dropletOrder = append(s.dropletOrder, d.ID)
+	}
+	dd := d
+	dd.Tags = append([]string(nil), d.Tags...)
+	s.droplets[d.ID] = &dd
+	if s.metaDefault == 0 {
+		s.metaDefault = d.ID
+	}
+}
+
+// SetMetadataSource makes plain /metadata/v1 requests from source address
+// addr (an IP, no port) answer for droplet id.
+func (s *Server) SetMetadataSource(addr string, id int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.metaBySource[addr] = id
+}
+
+// AddReservedIP registers a reserved IP, assigned to dropletID (0: none).
+func (s *Server) AddReservedIP(ip string, dropletID int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.rips[ip]; !ok {
+		s.ripOrder = append(s.ripOrder, ip)
+	}
+	s.rips[ip] = &reservedIP{ip: ip, dropletID: dropletID, projectID: "746c6152-2fa2-11ed-92d3-27aaa54e4988"}
+}
+
+// Holder returns the droplet the reserved IP is assigned to (0: none) and
+// whether the IP exists, after applying finished actions.
+func (s *Server) Holder(ip string) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleLocked()
+	r, ok := s.rips[ip]
+	if !ok {
+		return 0, false
+	}
+	return r.dropletID, true
+}
+
+// LockIP starts an in-progress action on ip made by "someone else" that
+// lasts d and has no effect: while it runs, actions on ip get 422.
+func (s *Server) LockIP(ip string, d time.Duration) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.rips[ip]
+	if !ok {
+		return 0, fmt.Errorf("fakedo: no reserved IP %s", ip)
+	}
+	a := s.newActionLocked(r, "assign_ip", r.dropletID, d)
+	a.external = true
+	return a.ID, nil
+}
+
+// Actions returns a copy of every action, oldest first.
+func (s *Server) Actions() []Action {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleLocked()
+	out := make([]Action, 0, len(s.actions))
+	for id := 1500000; id < s.nextAction; id++ {
+		if a, ok := s.actions[id]; ok {
+			out = append(out, *a)
+		}
+	}
+	return out
+}
+
+// AddDomain registers an (empty) domain.
+func (s *Server) AddDomain(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.domains[name]; !ok {
+		s.domains[name] = nil
+	}
+}
+
+// AddRecord adds a record to a domain (created if needed) and returns its id.
+func (s *Server) AddRecord(domain string, r Record) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextRecord++
+	r.ID = s.nextRecord
+	rr := r
+	s.domains[domain] = append(s.domains[domain], &rr)
+	return r.ID
+}
+
+// Records returns a copy of a domain's records.
+func (s *Server) Records(domain string) []Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Record, 0, len(s.domains[domain]))
+	for _, r := range s.domains[domain] {
+		out = append(out, *r)
+	}
+	return out
+}
+
+// Requests returns a copy of the API request log.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.log...)
+}
+
+// MetadataRequests returns a copy of the metadata request log.
+func (s *Server) MetadataRequests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.metaLog...)
+}
+
+// Count returns how many logged API requests have the method (empty: any)
+// and a path starting with prefix.
+func (s *Server) Count(method, prefix string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.log {
+		if (method == "" || r.Method == method) && strings.HasPrefix(r.Path, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// CountSince is Count limited to requests logged at or after t.
+func (s *Server) CountSince(t time.Time, method, prefix string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.log {
+		if !r.Time.Before(t) && (method == "" || r.Method == method) && strings.HasPrefix(r.Path, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// ResetLog empties both request logs.
+func (s *Server) ResetLog() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = nil
+	s.metaLog = nil
+}
+
+// endpoint is one listener that can be taken down and brought back on the
+// same address.
+type endpoint struct {
+	listen  func(network, addr string) (net.Listener, error)
+	handler http.Handler
+
+	mu   sync.Mutex
+	addr string
+	srv  *http.Server
+	done chan struct{}
+}
+
+func (e *endpoint) address() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.addr
+}
+
+func (e *endpoint) up() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.srv != nil {
+		return nil
+	}
+	var ln net.Listener
+	var err error
+	// The port may linger briefly after a Down; retry for a moment.
+	for i := 0; i < 50; i++ {
+		ln, err = e.listen("tcp", e.addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	e.addr = ln.Addr().String()
+	srv := &http.Server{Handler: e.handler, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	e.srv, e.done = srv, done
+	return nil
+}
+
+func (e *endpoint) down() {
+	e.mu.Lock()
+	srv, done := e.srv, e.done
+	e.srv, e.done = nil, nil
+	e.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	_ = srv.Close()
+	<-done
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
