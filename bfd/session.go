@@ -341,6 +341,9 @@ func (s *Session) Tick(now time.Time) Actions {
 		if s.state == StateInit || s.state == StateUp {
 			s.setState(StateDown, DiagControlDetectExpired, &a)
 		}
+		if s.nextTx.IsZero() {
+			s.reschedule(now) // transmission resumes if the remote had stopped it
+		}
 	}
 	if a.StateChanged || (!s.nextTx.IsZero() && !now.Before(s.nextTx)) {
 		a.Send, a.Packet = true, s.packet(false)
