@@ -575,7 +575,7 @@ func (k *kv) bgp() error {
 	if hold != 0 || keep != 0 {
 		comment += "\nhold and keepalive come from bgp_hold_time / bgp_keepalive_interval."
 	} else {
-		comment += "\nkube-vip used hold 30 s / keepalive 10 s; vipd's defaults apply unless hold=/keepalive= are given."
+		comment += "\nkube-vip used hold 30 s / keepalive 10 s; vipd offers 9 s / 3 s unless hold=/keepalive= are given."
 	}
 	if len(out) == 0 {
 		k.b.suggest("VIPD_BGP_PEERS", "", "No BGP peer in kube-vip's configuration: add the routers, address:as[:option=value...].")
@@ -732,11 +732,7 @@ func (k *kv) rest(svcOn bool) {
 		case !known:
 			k.b.warn("%s is not a kube-vip setting (names are case-sensitive); ignored", v.Name)
 			continue
-		case o.kind == kindDead:
-			if v.Name == "debounce_time" && (val == "0s" || val == "") {
-				notes = append(notes, fmt.Sprintf("%s=%s: %s.", v.Name, val, o.why))
-				continue
-			}
+		case o.kind == kindDead && set && val != "0s":
 			k.b.warn("%s=%s did nothing: %s", v.Name, val, o.why)
 			continue
 		case o.kind == kindFeature && set:
