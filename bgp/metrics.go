@@ -1,0 +1,54 @@
+package bgp
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector computes the bgp metrics at scrape time from the speaker's
+// state, so they can never drift from what /status reports.
+type collector struct {
+	s          *Speaker
+	peerUp     *prometheus.Desc
+	advertised *prometheus.Desc
+}
+
+func newCollector(s *Speaker) *collector {
+	return &collector{
+		s: s,
+		peerUp: prometheus.NewDesc("vipd_bgp_peer_up",
+			"1 when the BGP session to the peer is Established, else 0.", []string{"peer"}, nil),
+		advertised: prometheus.NewDesc("vipd_bgp_advertised",
+			"1 when the VIP is in the peer's Adj-RIB-Out (sent to the router), else 0.", []string{"vip", "peer"}, nil),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.peerUp
+	ch <- c.advertised
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st := c.s.Status(ctx)
+	for _, p := range st.Peers {
+		ch <- prometheus.MustNewConstMetric(c.peerUp, prometheus.GaugeValue, b2f(p.Established), p.Peer)
+		sent := map[string]bool{}
+		for _, v := range p.Advertised {
+			sent[v] = true
+		}
+		for _, v := range st.VIPs {
+			ch <- prometheus.MustNewConstMetric(c.advertised, prometheus.GaugeValue, b2f(sent[v]), v, p.Peer)
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
