@@ -121,4 +121,3 @@ func TestFRRStartRestartCleanup(t *testing.T) {
 		t.Errorf("%s left behind (%v)", f.runDir(), err)
 	}
 }
-
