@@ -1,0 +1,414 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// poolCore is the decision logic of one FloatingIPPool, without I/O: the
+// controller feeds it provider answers and the enabled (matching) nodes, and
+// asks it what to call next. Every pass is level-triggered: the nodes that
+// need an IP are recomputed from scratch ("enabled nodes without an active
+// IP") against "IPs not active", so no node stays without an IP after an
+// error, whatever happened before.
+type poolCore struct {
+	ips      []string // managed IPs, spec order (spec.ips[:desiredIPs])
+	disabled []string // spec.ips[desiredIPs:]: reported, never touched
+	info     map[string]*ipInfo
+	// everManaged holds every IP this pool managed since start, so an
+	// annotation naming an IP removed from spec.ips is still cleaned up.
+	everManaged map[string]bool
+
+	pending      []string // created at the provider, not yet in spec.ips
+	createRetry  backoff
+	createErr    string
+	coolOff      time.Duration
+	lastAssign   time.Time
+	nodeRetry    map[string]*backoff  // provider ID -> assign failures
+	enabledSince map[string]time.Time // provider ID -> first pass it was enabled
+
+	// Counters for FLIPOP's metrics, by IP.
+	assignments  map[string]int
+	assignErrors map[string]int
+}
+
+type ipInfo struct {
+	owner      string // provider ID holding it ("" = unassigned), as last read or assigned
+	known      bool   // owner was read from the provider at least once
+	inProgress bool   // an assignment was issued and is not verified yet
+	failed     bool   // the last call about this IP failed; re-read before use
+	errMsg     string
+	check      backoff   // when to read it from the provider next
+	freedAt    time.Time // when it last stopped being active (reuse order)
+}
+
+// poolNode is an enabled node as the core sees it.
+type poolNode struct {
+	Name       string
+	ProviderID string
+}
+
+func newPoolCore() *poolCore {
+	return &poolCore{
+		info:         map[string]*ipInfo{},
+		everManaged:  map[string]bool{},
+		nodeRetry:    map[string]*backoff{},
+		enabledSince: map[string]time.Time{},
+		assignments:  map[string]int{},
+		assignErrors: map[string]int{},
+	}
+}
+
+// setSpec applies spec.ips, desiredIPs and the cool-off. New IPs are read
+// from the provider at once; IPs dropped from the spec are forgotten (never
+// released at the provider).
+func (c *poolCore) setSpec(specIPs []string, desired int, coolOff time.Duration, now time.Time) {
+	c.coolOff = coolOff
+	ips, disabled := specIPs, []string(nil)
+	if desired > 0 && len(specIPs) > desired {
+		ips, disabled = specIPs[:desired], specIPs[desired:]
+	}
+	c.ips = dedupe(ips)
+	c.disabled = dedupe(disabled)
+	keep := map[string]bool{}
+	for _, ip := range c.ips {
+		keep[ip] = true
+		c.everManaged[ip] = true
+		if c.info[ip] == nil {
+			c.info[ip] = &ipInfo{check: backoff{next: now}}
+		}
+	}
+	for _, ip := range c.disabled {
+		c.everManaged[ip] = true
+	}
+	for ip := range c.info {
+		if !keep[ip] {
+			delete(c.info, ip)
+		}
+	}
+	var still []string
+	for _, ip := range c.pending {
+		if !slices.Contains(specIPs, ip) {
+			still = append(still, ip)
+		}
+	}
+	c.pending = still
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// toCreate returns how many IPs must be created now to reach desiredIPs.
+func (c *poolCore) toCreate(specLen, desired int, now time.Time) int {
+	n := desired - specLen - len(c.pending)
+	if n <= 0 || c.createRetry.waiting(now) {
+		return 0
+	}
+	return n
+}
+
+// created records the result of a CreateIP call.
+func (c *poolCore) created(ip string, err error, now time.Time) {
+	if err != nil {
+		c.createErr = fmt.Sprintf("creating new ip with provider: %.1000s", err.Error())
+		c.createRetry.fail(retrySchedule(err), now)
+		return
+	}
+	c.createErr = ""
+	c.createRetry = backoff{}
+	c.pending = append(c.pending, ip)
+}
+
+// dueChecks lists the IPs to read from the provider now.
+func (c *poolCore) dueChecks(now time.Time) []string {
+	var out []string
+	for _, ip := range c.ips {
+		if !c.info[ip].check.waiting(now) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// observe records an IPToProviderID answer.
+func (c *poolCore) observe(ip, owner string, err error, now time.Time) {
+	in := c.info[ip]
+	if in == nil {
+		return
+	}
+	switch {
+	case err == nil:
+		in.owner, in.known, in.inProgress, in.failed, in.errMsg = owner, true, false, false, ""
+		in.check = backoff{next: now.Add(healthyRecheck)}
+	case errors.Is(err, ErrInProgress):
+		in.inProgress = true
+		in.check.fail(retryFast, now)
+	case errors.Is(err, ErrNotFound):
+		in.owner, in.known, in.inProgress, in.failed = "", false, false, true
+		in.errMsg = fmt.Sprintf("ip not found at provider: %.1000s", err.Error())
+		in.check.fail(retrySlow, now)
+	default:
+		in.inProgress, in.failed = false, true
+		in.errMsg = fmt.Sprintf("retrieving IPs current provider ID: %.1000s", err.Error())
+		in.check.fail(retrySchedule(err), now)
+	}
+}
+
+// setEnabled records which nodes match in this pass.
+func (c *poolCore) setEnabled(nodes []poolNode, now time.Time) {
+	on := map[string]bool{}
+	for _, n := range nodes {
+		on[n.ProviderID] = true
+		if _, ok := c.enabledSince[n.ProviderID]; !ok {
+			c.enabledSince[n.ProviderID] = now
+		}
+	}
+	for pid := range c.enabledSince {
+		if !on[pid] {
+			delete(c.enabledSince, pid)
+			delete(c.nodeRetry, pid) // a node that comes back starts afresh
+		}
+	}
+	for _, ip := range c.ips {
+		in := c.info[ip]
+		if in.known && on[in.owner] {
+			in.freedAt = time.Time{}
+		} else if in.freedAt.IsZero() {
+			in.freedAt = now
+		}
+	}
+}
+
+// holder returns the IP held (or being assigned) by the provider ID.
+func (c *poolCore) holder(pid string) (string, bool) {
+	for _, ip := range c.ips {
+		in := c.info[ip]
+		if in.known && in.owner == pid && !in.failed {
+			return ip, true
+		}
+	}
+	return "", false
+}
+
+// needy returns the enabled nodes without an IP, in assignment order
+// (first enabled first, then by name), and whether each is held back by an
+// assign-error backoff.
+func (c *poolCore) needy(nodes []poolNode) []poolNode {
+	var out []poolNode
+	for _, n := range nodes {
+		if _, ok := c.holder(n.ProviderID); !ok {
+			out = append(out, n)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := c.enabledSince[out[i].ProviderID], c.enabledSince[out[j].ProviderID]
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// free returns the IPs that may be given to a node, best first: unassigned
+// ones, then those held by something that is not an enabled node, the
+// longest-released first (so a node that just dropped out has the best
+// chance to keep its IP if it comes back).
+func (c *poolCore) free(enabled map[string]bool) []string {
+	var out []string
+	for _, ip := range c.ips {
+		in := c.info[ip]
+		if !in.known || in.inProgress || in.failed || enabled[in.owner] {
+			continue
+		}
+		out = append(out, ip)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := c.info[out[i]], c.info[out[j]]
+		if (a.owner == "") != (b.owner == "") {
+			return a.owner == ""
+		}
+		return a.freedAt.Before(b.freedAt)
+	})
+	return out
+}
+
+// assignment is one AssignIP call to make.
+type assignment struct {
+	IP   string
+	Node poolNode
+}
+
+// nextAssignment picks the next IP and node to pair, or false (with the
+// time to wake up for the cool-off, zero if none).
+func (c *poolCore) nextAssignment(nodes []poolNode, now time.Time) (assignment, time.Time, bool) {
+	enabled := map[string]bool{}
+	for _, n := range nodes {
+		enabled[n.ProviderID] = true
+	}
+	free := c.free(enabled)
+	if len(free) == 0 {
+		return assignment{}, time.Time{}, false
+	}
+	for _, n := range c.needy(nodes) {
+		if b := c.nodeRetry[n.ProviderID]; b != nil && b.waiting(now) {
+			continue
+		}
+		if c.coolOff > 0 && !c.lastAssign.IsZero() && now.Before(c.lastAssign.Add(c.coolOff)) {
+			return assignment{}, c.lastAssign.Add(c.coolOff), false
+		}
+		return assignment{IP: free[0], Node: n}, time.Time{}, true
+	}
+	return assignment{}, time.Time{}, false
+}
+
+// assigned records an AssignIP result. Success (or in progress) moves the
+// IP to the node at once (optimistically; it is verified a second later).
+func (c *poolCore) assigned(a assignment, err error, now time.Time) {
+	in := c.info[a.IP]
+	if in == nil {
+		return
+	}
+	if err == nil || errors.Is(err, ErrInProgress) {
+		in.owner, in.known, in.inProgress, in.failed, in.errMsg = a.Node.ProviderID, true, true, false, ""
+		in.check = backoff{next: now.Add(retryFast.after(0))}
+		in.freedAt = time.Time{}
+		c.lastAssign = now
+		c.assignments[a.IP]++
+		delete(c.nodeRetry, a.Node.ProviderID)
+		return
+	}
+	c.assignErrors[a.IP]++
+	in.failed = true
+	in.inProgress = false
+	in.errMsg = fmt.Sprintf("assigning IP to node: %.1000s", err.Error())
+	sched := retrySchedule(err)
+	in.check.fail(sched, now)
+	b := c.nodeRetry[a.Node.ProviderID]
+	if b == nil {
+		b = &backoff{}
+		c.nodeRetry[a.Node.ProviderID] = b
+	}
+	b.fail(sched, now)
+}
+
+// nextWake is the earliest time something is due (provider read, node
+// retry, cool-off end or create retry); zero if nothing is scheduled.
+func (c *poolCore) nextWake(nodes []poolNode, now time.Time) time.Time {
+	var wake time.Time
+	consider := func(t time.Time) {
+		if t.IsZero() {
+			return
+		}
+		if !t.After(now) {
+			t = now
+		}
+		if wake.IsZero() || t.Before(wake) {
+			wake = t
+		}
+	}
+	for _, ip := range c.ips {
+		consider(c.info[ip].check.next)
+	}
+	for _, n := range c.needy(nodes) {
+		if b := c.nodeRetry[n.ProviderID]; b != nil {
+			consider(b.next)
+		}
+	}
+	if _, t, _ := c.nextAssignment(nodes, now); !t.IsZero() {
+		consider(t)
+	}
+	if c.createErr != "" {
+		consider(c.createRetry.next)
+	}
+	return wake
+}
+
+// annotations returns the reserved-IP annotation each enabled node holding
+// an IP of this pool must carry.
+func (c *poolCore) annotations(nodes []poolNode) map[string]string {
+	out := map[string]string{}
+	for _, n := range nodes {
+		if ip, ok := c.holder(n.ProviderID); ok {
+			out[n.Name] = ip
+		}
+	}
+	return out
+}
+
+// ownsAnnotation reports whether an annotation value names an IP this pool
+// manages or managed, so it may remove it.
+func (c *poolCore) ownsAnnotation(v string) bool { return c.everManaged[v] }
+
+// activeIPs returns the IPs verified on enabled nodes, in spec order: the
+// pool's DNS record set.
+func (c *poolCore) activeIPs(nodes []poolNode) []string {
+	enabled := map[string]bool{}
+	for _, n := range nodes {
+		enabled[n.ProviderID] = true
+	}
+	var out []string
+	for _, ip := range c.ips {
+		in := c.info[ip]
+		if in.known && !in.inProgress && !in.failed && enabled[in.owner] {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// status renders FLIPOP's status.
+func (c *poolCore) status(nodes []poolNode) FloatingIPPoolStatus {
+	names := map[string]string{}
+	for _, n := range nodes {
+		names[n.ProviderID] = n.Name
+	}
+	st := FloatingIPPoolStatus{Error: c.createErr}
+	if len(c.ips)+len(c.disabled) > 0 {
+		st.IPs = map[string]IPStatus{}
+	}
+	for _, ip := range c.ips {
+		in := c.info[ip]
+		s := IPStatus{ProviderID: in.owner}
+		switch {
+		case in.failed:
+			s.State, s.Error = IPStateError, in.errMsg
+		case in.inProgress || !in.known:
+			s.State = IPStateInProgress
+		case names[in.owner] != "":
+			s.State = IPStateActive
+		case in.owner == "":
+			s.State = IPStateUnassigned
+		default:
+			s.State = IPStateNoMatch
+		}
+		if name := names[in.owner]; name != "" && in.known {
+			s.NodeName = name
+		}
+		st.IPs[ip] = s
+	}
+	for _, ip := range c.disabled {
+		st.IPs[ip] = IPStatus{State: IPStateDisabled}
+	}
+	for _, n := range c.needy(nodes) {
+		if b := c.nodeRetry[n.ProviderID]; b != nil {
+			st.NodeErrors = append(st.NodeErrors, n.Name)
+			continue
+		}
+		st.AssignableNodes = append(st.AssignableNodes, n.Name)
+	}
+	sort.Strings(st.NodeErrors)
+	return st
+}

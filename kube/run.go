@@ -1,0 +1,347 @@
+// Package kube holds vipd's optional Kubernetes controllers, compatible with
+// DigitalOcean's FLIPOP: FloatingIPPool assigns reserved IPs to the nodes
+// that match and NodeDNSRecordSet keeps A records of matching nodes. Only
+// the instance holding a Lease acts. See docs/controllers.md.
+package kube
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// DefaultLeaseName is FLIPOP's Lease name: with the same name and namespace
+// a vipd and a FLIPOP never act at the same time during a migration.
+const DefaultLeaseName = "floating-ip-pool-controller-leader-election"
+
+// Config configures Run. Zero values take the documented defaults.
+type Config struct {
+	// Kubeconfig is a kubeconfig path (VIPD_KUBECONFIG). Empty: $KUBECONFIG,
+	// ~/.kube/config, then the in-cluster service account.
+	Kubeconfig string
+	// RESTConfig, when set, is used instead of Kubeconfig.
+	RESTConfig *rest.Config
+	// Controllers to run: ControllerFloatingIPPool and/or
+	// ControllerNodeDNSRecordSet (see ParseControllers). Empty: Run returns
+	// at once.
+	Controllers []string
+	// Namespace limits the watched FloatingIPPools and NodeDNSRecordSets to
+	// one namespace. Empty: all namespaces.
+	Namespace string
+
+	// DigitalOcean: reserved IPs and DNS. Empty token: provider not offered.
+	DOToken  string
+	DOAPIURL string // default DefaultDOAPIURL
+	// Cloudflare: DNS only. Empty token: provider not offered.
+	CloudflareToken  string
+	CloudflareAPIURL string // default DefaultCloudflareAPIURL
+	// UserAgent sent to the providers. Default "vipd (GOOS GOARCH)".
+	UserAgent string
+	// ProviderTimeout bounds each provider HTTP request. Default 30s.
+	ProviderTimeout time.Duration
+
+	// Leader election. LeaseNamespace defaults to the kubeconfig context's
+	// namespace (in a pod: the pod's namespace), like FLIPOP; LeaseName to
+	// DefaultLeaseName; Identity to "<hostname>_<random>".
+	LeaseNamespace, LeaseName, Identity string
+	// LeaseDuration, RenewDeadline, RetryPeriod default to 15s, 10s, 2s.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// DNSDebounce (default 2s), DNSMaxDelay (default 30s) and DNSResync
+	// (default 10m; negative disables) tune record set writes.
+	DNSDebounce, DNSMaxDelay, DNSResync time.Duration
+	// Workers per controller. Default 4.
+	Workers int
+}
+
+// ParseControllers parses VIPD_CONTROLLERS: a comma list of
+// "floatingippool" and "nodednsrecordset" (case-insensitive; "" or "none"
+// for none).
+func ParseControllers(s string) ([]string, error) {
+	var out []string
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "none") {
+		return nil, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		name := strings.ToLower(strings.TrimSpace(part))
+		switch name {
+		case ControllerFloatingIPPool, ControllerNodeDNSRecordSet:
+			if !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		default:
+			return nil, fmt.Errorf("VIPD_CONTROLLERS=%q: unknown controller %q; accepted: a comma list of %s and %s (or empty)",
+				s, strings.TrimSpace(part), ControllerFloatingIPPool, ControllerNodeDNSRecordSet)
+		}
+	}
+	return out, nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.LeaseName == "" {
+		c.LeaseName = DefaultLeaseName
+	}
+	if c.Identity == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.Identity = host + "_" + hex.EncodeToString(b)
+	}
+	if c.LeaseDuration <= 0 {
+		c.LeaseDuration = 15 * time.Second
+	}
+	if c.RenewDeadline <= 0 {
+		c.RenewDeadline = 10 * time.Second
+	}
+	if c.RetryPeriod <= 0 {
+		c.RetryPeriod = 2 * time.Second
+	}
+	if c.DNSDebounce <= 0 {
+		c.DNSDebounce = 2 * time.Second
+	}
+	if c.DNSMaxDelay <= 0 {
+		c.DNSMaxDelay = 30 * time.Second
+	}
+	if c.DNSResync == 0 {
+		c.DNSResync = 10 * time.Minute
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.ProviderTimeout <= 0 {
+		c.ProviderTimeout = 30 * time.Second
+	}
+	if c.UserAgent == "" {
+		c.UserAgent = fmt.Sprintf("vipd (%s %s)", runtime.GOOS, runtime.GOARCH)
+	}
+	return c
+}
+
+// restConfig loads the client configuration and the namespace of the
+// kubeconfig context (or of the pod, in-cluster).
+func (c Config) restConfig() (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.Kubeconfig
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	ns, _, err := cc.Namespace()
+	if err != nil || ns == "" {
+		ns = "default"
+	}
+	if c.RESTConfig != nil {
+		return rest.CopyConfig(c.RESTConfig), ns, nil
+	}
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		if c.Kubeconfig != "" {
+			return nil, "", fmt.Errorf("VIPD_KUBECONFIG=%q: %w", c.Kubeconfig, err)
+		}
+		return nil, "", fmt.Errorf("no Kubernetes client configuration (set VIPD_KUBECONFIG to a kubeconfig file, or run in a pod): %w", err)
+	}
+	return rc, ns, nil
+}
+
+// Run runs the enabled controllers until ctx ends, acting only while this
+// instance holds the Lease; after losing it, it stands by and competes
+// again. Metrics (FLIPOP's flipop_* names) are registered on reg when it is
+// not nil. It returns nil when ctx ends, and an error for bad configuration
+// (no usable provider, no kubeconfig, CRDs not installed).
+func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) error {
+	if len(cfg.Controllers) == 0 {
+		return nil
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	log := logger.With("component", "kube")
+	cfg = cfg.withDefaults()
+	enabled := map[string]bool{}
+	for _, c := range cfg.Controllers {
+		if c != ControllerFloatingIPPool && c != ControllerNodeDNSRecordSet {
+			return fmt.Errorf("VIPD_CONTROLLERS: unknown controller %q; accepted: %s, %s", c, ControllerFloatingIPPool, ControllerNodeDNSRecordSet)
+		}
+		enabled[c] = true
+	}
+	rc, ns, err := cfg.restConfig()
+	if err != nil {
+		return err
+	}
+	if cfg.LeaseNamespace == "" {
+		cfg.LeaseNamespace = ns
+	}
+	rc.UserAgent = cfg.UserAgent
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+
+	pm := newProviderMetrics()
+	prov, err := buildProviders(cfg, pm)
+	if err != nil {
+		return err
+	}
+	col := newCollector()
+	if reg != nil {
+		for _, c := range []prometheus.Collector{pm, col} {
+			if err := reg.Register(c); err != nil {
+				return fmt.Errorf("register kube metrics: %w", err)
+			}
+		}
+		defer reg.Unregister(pm)
+		defer reg.Unregister(col)
+	}
+	if err := checkCRDs(kc, enabled); err != nil {
+		return err
+	}
+
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1ObjectMeta(cfg.LeaseNamespace, cfg.LeaseName),
+		Client:     kc.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+	}
+	timing := dnsTiming{Debounce: cfg.DNSDebounce, MaxDelay: cfg.DNSMaxDelay, Resync: max(cfg.DNSResync, 0)}
+	log.Info("kube controllers waiting for leadership", "lease", cfg.LeaseNamespace+"/"+cfg.LeaseName,
+		"identity", cfg.Identity, "controllers", cfg.Controllers, "providers", prov.names())
+	for ctx.Err() == nil {
+		// term tracks this election round's controllers, so the next round
+		// never overlaps with them.
+		var (
+			termMu  sync.Mutex
+			over    bool
+			running chan struct{}
+			runErr  error
+		)
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			Name:            cfg.LeaseName,
+			LeaseDuration:   cfg.LeaseDuration,
+			RenewDeadline:   cfg.RenewDeadline,
+			RetryPeriod:     cfg.RetryPeriod,
+			ReleaseOnCancel: true,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(lctx context.Context) {
+					termMu.Lock()
+					if over {
+						termMu.Unlock()
+						return
+					}
+					done := make(chan struct{})
+					running = done
+					termMu.Unlock()
+					defer close(done)
+					log.Info("leading: starting kube controllers", "identity", cfg.Identity)
+					op, err := newOperator(log, kc, dc, prov, cfg.Namespace, enabled, timing, cfg.Workers)
+					if err == nil {
+						col.set(op)
+						err = op.run(lctx)
+						col.set(nil)
+					}
+					if err != nil {
+						termMu.Lock()
+						runErr = err
+						termMu.Unlock()
+					}
+				},
+				OnStoppedLeading: func() { log.Info("not leading: kube controllers stopped", "identity", cfg.Identity) },
+				OnNewLeader: func(id string) {
+					if id != cfg.Identity {
+						log.Info("kube controllers led by another instance", "leader", id)
+					}
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		le.Run(ctx)
+		termMu.Lock()
+		over = true
+		wait := running
+		termMu.Unlock()
+		if wait != nil {
+			<-wait
+		}
+		termMu.Lock()
+		err = runErr
+		termMu.Unlock()
+		if err != nil {
+			return err
+		}
+		if ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(cfg.RetryPeriod):
+			}
+		}
+	}
+	return nil
+}
+
+func buildProviders(cfg Config, pm *providerMetrics) (providers, error) {
+	p := providers{ip: map[string]IPProvider{}, dns: map[string]DNSProvider{}}
+	if cfg.DOToken != "" {
+		do, err := newDigitalOcean(cfg.DOToken, cfg.DOAPIURL, cfg.UserAgent, cfg.ProviderTimeout)
+		if err != nil {
+			return p, err
+		}
+		p.ip[ProviderDigitalOcean] = instrumentedIP{name: ProviderDigitalOcean, inner: do, metrics: pm}
+		p.dns[ProviderDigitalOcean] = instrumentedDNS{name: ProviderDigitalOcean, inner: do, metrics: pm}
+	}
+	if cfg.CloudflareToken != "" {
+		cf, err := newCloudflare(cfg.CloudflareToken, cfg.CloudflareAPIURL, cfg.UserAgent, cfg.ProviderTimeout)
+		if err != nil {
+			return p, err
+		}
+		p.dns[ProviderCloudflare] = instrumentedDNS{name: ProviderCloudflare, inner: cf, metrics: pm}
+	}
+	if len(p.ip) == 0 && len(p.dns) == 0 {
+		return p, errors.New("kube controllers need a provider token: set DIGITALOCEAN_ACCESS_TOKEN (or VIPD_DO_TOKEN_FILE) and/or CLOUDFLARE_API_TOKEN")
+	}
+	return p, nil
+}
+
+// checkCRDs fails early, with the fix, when a CRD is missing: otherwise the
+// informers would wait forever.
+func checkCRDs(kc kubernetes.Interface, enabled map[string]bool) error {
+	res, err := kc.Discovery().ServerResourcesForGroupVersion(Group + "/" + Version)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("discover %s/%s: %w", Group, Version, err)
+	}
+	have := map[string]bool{}
+	if res != nil {
+		for _, r := range res.APIResources {
+			have[r.Name] = true
+		}
+	}
+	for ctrl, resName := range map[string]string{
+		ControllerFloatingIPPool:   FloatingIPPoolResource.Resource,
+		ControllerNodeDNSRecordSet: NodeDNSRecordSetResource.Resource,
+	} {
+		if enabled[ctrl] && !have[resName] {
+			return fmt.Errorf("controller %s: the %s.%s CRD is not installed (kubectl apply -f deploy/kube/crds/)", ctrl, resName, Group)
+		}
+	}
+	return nil
+}
