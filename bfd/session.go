@@ -1,6 +1,7 @@
 package bfd
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -65,24 +66,56 @@ type Actions struct {
 	Diag               Diag
 }
 
-// Status is a snapshot of a session for reporting (/status JSON).
+// Status is a snapshot of a session for reporting. In JSON (/status) the
+// durations are milliseconds, e.g. "tx_interval_ms": 300.
 type Status struct {
-	State               State         `json:"state"`
-	LocalDiag           Diag          `json:"local_diag"`
-	RemoteState         State         `json:"remote_state"`
-	RemoteDiag          Diag          `json:"remote_diag"`
-	LocalDiscriminator  uint32        `json:"local_discriminator"`
-	RemoteDiscriminator uint32        `json:"remote_discriminator"`
-	LocalDetectMult     int           `json:"local_detect_mult"`
-	LocalDesiredMinTx   time.Duration `json:"local_desired_min_tx_ns"`
-	LocalRequiredMinRx  time.Duration `json:"local_required_min_rx_ns"`
-	RemoteDetectMult    int           `json:"remote_detect_mult"`
-	RemoteDesiredMinTx  time.Duration `json:"remote_desired_min_tx_ns"`
-	RemoteRequiredMinRx time.Duration `json:"remote_required_min_rx_ns"`
-	TxInterval          time.Duration `json:"tx_interval_ns"`           // negotiated, before jitter
-	DetectionTime       time.Duration `json:"detection_time_ns"`        // how long we wait for the remote
-	RemoteDetectionTime time.Duration `json:"remote_detection_time_ns"` // how long the remote waits for us
-	PollInProgress      bool          `json:"poll_in_progress"`
+	State               State
+	LocalDiag           Diag
+	RemoteState         State
+	RemoteDiag          Diag
+	LocalDiscriminator  uint32
+	RemoteDiscriminator uint32
+	LocalDetectMult     int
+	LocalDesiredMinTx   time.Duration // as advertised now (>= 1 s while not Up)
+	LocalRequiredMinRx  time.Duration
+	RemoteDetectMult    int
+	RemoteDesiredMinTx  time.Duration
+	RemoteRequiredMinRx time.Duration
+	// TxInterval is the negotiated transmit interval, before jitter.
+	TxInterval time.Duration
+	// DetectionTime is how long we wait for the remote before Down.
+	DetectionTime time.Duration
+	// RemoteDetectionTime is how long the remote waits for us.
+	RemoteDetectionTime time.Duration
+	PollInProgress      bool
+}
+
+// MarshalJSON renders durations as milliseconds.
+func (s Status) MarshalJSON() ([]byte, error) {
+	msf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return json.Marshal(struct {
+		State               State   `json:"state"`
+		LocalDiag           Diag    `json:"local_diag"`
+		RemoteState         State   `json:"remote_state"`
+		RemoteDiag          Diag    `json:"remote_diag"`
+		LocalDiscriminator  uint32  `json:"local_discriminator"`
+		RemoteDiscriminator uint32  `json:"remote_discriminator"`
+		LocalDetectMult     int     `json:"local_detect_mult"`
+		LocalDesiredMinTx   float64 `json:"local_desired_min_tx_ms"`
+		LocalRequiredMinRx  float64 `json:"local_required_min_rx_ms"`
+		RemoteDetectMult    int     `json:"remote_detect_mult"`
+		RemoteDesiredMinTx  float64 `json:"remote_desired_min_tx_ms"`
+		RemoteRequiredMinRx float64 `json:"remote_required_min_rx_ms"`
+		TxInterval          float64 `json:"tx_interval_ms"`
+		DetectionTime       float64 `json:"detection_time_ms"`
+		RemoteDetectionTime float64 `json:"remote_detection_time_ms"`
+		PollInProgress      bool    `json:"poll_in_progress"`
+	}{
+		s.State, s.LocalDiag, s.RemoteState, s.RemoteDiag, s.LocalDiscriminator, s.RemoteDiscriminator,
+		s.LocalDetectMult, msf(s.LocalDesiredMinTx), msf(s.LocalRequiredMinRx),
+		s.RemoteDetectMult, msf(s.RemoteDesiredMinTx), msf(s.RemoteRequiredMinRx),
+		msf(s.TxInterval), msf(s.DetectionTime), msf(s.RemoteDetectionTime), s.PollInProgress,
+	})
 }
 
 // Errors returned by Session.Receive for packets it discards.

@@ -1,7 +1,9 @@
 package bfd
 
 import (
+	"encoding/json"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -649,6 +651,41 @@ func TestStatusRemoteDetectionTime(t *testing.T) {
 	// FRR waits 3 (our mult) x max(its RX 100 ms, our TX 300 ms).
 	if st.RemoteDetectionTime != 900*ms || st.RemoteDetectMult != 3 || st.RemoteDesiredMinTx != 100*ms {
 		t.Fatalf("%+v", st)
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	f := newFixture(t, DefaultSessionConfig())
+	f.up(0)
+	b, err := json.Marshal(PeerStatus{Peer: netip.MustParseAddr("192.0.2.1"), Session: f.s.Status()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	sess, _ := got["session"].(map[string]any)
+	if got["peer"] != "192.0.2.1" || sess["state"] != "up" || sess["tx_interval_ms"] != 300.0 ||
+		sess["detection_time_ms"] != 900.0 || sess["remote_desired_min_tx_ms"] != 100.0 || sess["local_diag"] != "none" {
+		t.Fatalf("JSON %s", b)
+	}
+	if _, ok := got["local"]; ok {
+		t.Fatalf("zero local address should be omitted: %s", b)
+	}
+}
+
+func TestTxResumesAfterSilentRemoteThatStoppedIt(t *testing.T) {
+	f := newFixture(t, DefaultSessionConfig())
+	f.s.Tick(t0)
+	f.rx(10*ms, remote(StateAdminDown, withRx(0))) // remote: send nothing; we stay Down
+	if next := f.s.NextDeadline(); !next.Equal(at(3010 * ms)) {
+		t.Fatalf("only the detection timer should be left, next %v", next.Sub(t0))
+	}
+	a := f.s.Tick(at(3010 * ms)) // silence for a detection time: forget the remote
+	wantNoChange(t, a)
+	if next := f.s.NextDeadline(); next.IsZero() || next.After(at(4010*ms)) {
+		t.Fatalf("periodic TX did not resume after the remote was forgotten: next %v", next)
 	}
 }
 
