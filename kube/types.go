@@ -73,10 +73,10 @@ type FloatingIPPoolSpec struct {
 
 // Match selects nodes (and optionally the pods that must run on them).
 type Match struct {
-	NodeLabel    string                `json:"nodeLabel,omitempty"`
-	PodLabel     string                `json:"podLabel,omitempty"`
-	PodNamespace string                `json:"podNamespace,omitempty"`
-	Tolerations  []corev1.Toleration   `json:"tolerations,omitempty"`
+	NodeLabel    string              `json:"nodeLabel,omitempty"`
+	PodLabel     string              `json:"podLabel,omitempty"`
+	PodNamespace string              `json:"podNamespace,omitempty"`
+	Tolerations  []corev1.Toleration `json:"tolerations,omitempty"`
 }
 
 // DNSRecordSet names an A record set kept in step with the chosen addresses.
