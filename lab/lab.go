@@ -20,8 +20,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -243,6 +245,11 @@ func (l *Lab) Close() error {
 		// Kill stragglers started in the namespace by anyone (ip netns pids).
 		if out, err := exec.CommandContext(ctx, "ip", "netns", "pids", h.NS).Output(); err == nil {
 			for _, pid := range strings.Fields(string(out)) {
+				// Our own process shows up when a thread that entered the
+				// namespace was the main thread (Go wedges it, never reuses it).
+				if pid == strconv.Itoa(os.Getpid()) {
+					continue
+				}
 				_ = exec.CommandContext(ctx, "kill", "-9", pid).Run()
 			}
 		}

@@ -103,6 +103,11 @@ type Failed struct {
 	Err    error
 }
 
+// Done reports that an action was carried out at the event's time. After
+// an Acquire it restarts the announce schedule from the moment the VIP was
+// really bound, so the burst spacing is measured between frames sent.
+type Done struct{ Action Action }
+
 // Tick is the passing of time; the driver sends it at Output.Next and at
 // every reconcile.
 type Tick struct{}
@@ -114,6 +119,7 @@ func (HealthChanged) isEvent() {}
 func (Elected) isEvent()       {}
 func (Observed) isEvent()      {}
 func (Failed) isEvent()        {}
+func (Done) isEvent()          {}
 func (Tick) isEvent()          {}
 func (Shutdown) isEvent()      {}
 
@@ -208,6 +214,10 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 		c.observe(e, now, &out)
 	case Failed:
 		c.failed(e, now, &out)
+	case Done:
+		if s, ok := c.vips[e.Action.VIP]; ok && e.Action.Kind == Acquire && s.held && c.announce && s.announced == 1 {
+			s.nextAnn = now.Add(BurstSpacing)
+		}
 	case Tick:
 		for _, v := range c.order {
 			c.tick(v, now, &out)

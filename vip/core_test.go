@@ -178,3 +178,19 @@ func TestCoreTransitionsCarryCause(t *testing.T) {
 		t.Fatalf("state: %+v", st)
 	}
 }
+
+func TestCoreBurstStartsWhenBound(t *testing.T) {
+	c := New([]netip.Prefix{v4}, Options{Announce: true})
+	c.Step(HealthChanged{Healthy: true}, t0)
+	// The bind (with its conflict probe) took 120 ms.
+	out := c.Step(Done{Action: Action{Kind: Acquire, VIP: v4}}, t0.Add(120*time.Millisecond))
+	if want := t0.Add(120*time.Millisecond + BurstSpacing); !out.Next.Equal(want) {
+		t.Fatalf("next announcement at %v, want %v", out.Next.Sub(t0), want.Sub(t0))
+	}
+	// A later Done (e.g. a reconcile re-add mid-burst) does not stretch the burst.
+	c.Step(Tick{}, t0.Add(120*time.Millisecond+BurstSpacing))
+	out = c.Step(Done{Action: Action{Kind: Acquire, VIP: v4}}, t0.Add(2*time.Second))
+	if want := t0.Add(120*time.Millisecond + 2*BurstSpacing); !out.Next.Equal(want) {
+		t.Fatalf("next announcement at %v, want %v", out.Next.Sub(t0), want.Sub(t0))
+	}
+}

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/health"
+	"github.com/vipd/vipd/vip"
+)
+
+// releaseTimeout bounds the release of every VIP at shutdown.
+const releaseTimeout = time.Second
+
+// probeTimeout is how long the l2 conflict probe waits for an answer.
+const probeTimeout = 100 * time.Millisecond
+
+func newRunCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "run the daemon",
+		Long: `run health-checks the local kube-apiserver and, while it is healthy, announces
+the VIPs in the configured mode. SIGTERM or SIGINT releases every VIP within
+a second and exits 0; a second signal exits at once.
+
+An invalid setting stops start-up with exit code 2 and one line naming the
+variable, the value and the accepted form; nothing is bound.`,
+		Args: cobra.NoArgs,
+	}
+	v := settingsFlags(cmd.Flags())
+	settingsUsage(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := loadConfig(v)
+		if err != nil {
+			return err
+		}
+		if err := checkModeSettings(c); err != nil {
+			return err
+		}
+		return runDaemon(c)
+	}
+	return cmd
+}
+
+// runDaemon runs until a signal arrives, then releases and returns.
+func runDaemon(c *config.Config) error {
+	log := newLogger(c)
+	for _, w := range warnUnknownEnv() {
+		log.Warn(w)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-sigs
+		log.Info("stopping: releasing VIPs", "signal", s.String())
+		notify("STOPPING=1")
+		cancel()
+		s = <-sigs
+		log.Warn("second signal: exiting at once", "signal", s.String())
+		os.Exit(exitFailure)
+	}()
+
+	d, err := newDaemon(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	return d.run(ctx)
+}
+
+func newLogger(c *config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if c.LogFormat == "json" {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	return slog.New(h).With("node", c.NodeName)
+}
+
+// daemon is one running vipd: its parts and how they are wired.
+type daemon struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	checker  *health.Checker
+	driver   *vip.Driver
+	ann      vip.Announcer
+	iface    string
+	started  time.Time
+	status   *statusServer
+	elector  elector
+	extra    map[string]func() any // more /status sections, by name
+	cleanups []func()
+}
+
+// elector is a running election (cluster mode) as the daemon needs it.
+type elector interface {
+	// SetHealthy publishes this node's health to the cluster.
+	SetHealthy(healthy bool)
+	// SetHolding publishes whether this node holds vip.
+	SetHolding(vip string, holding bool)
+	// Run feeds election decisions into send until ctx is done, then
+	// leaves the cluster.
+	Run(ctx context.Context, send func(vip.Event)) error
+	// Status is the cluster's section of /status.
+	Status() any
+}
+
+func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon, error) {
+	d := &daemon{cfg: c, log: log, reg: prometheus.NewRegistry(), started: time.Now(), extra: map[string]func() any{}}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_build_info", Help: "Build information; always 1."}, []string{"version", "mode"})
+	build.WithLabelValues(version, c.Mode).Set(1)
+	d.reg.MustRegister(build)
+
+	if len(c.Addresses) == 0 {
+		return d, nil // controllers only
+	}
+	checker, err := health.NewChecker(health.Config{
+		URL: c.HealthURL, Interval: c.HealthInterval, Timeout: c.HealthTimeout,
+		FailThreshold: c.FailThreshold, RiseThreshold: c.RiseThreshold,
+		TokenPath: c.SATokenPath, CAFile: c.HealthCAFile,
+	}, log, d.reg)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	d.checker = checker
+
+	elect := false
+	switch c.Mode {
+	case config.ModeL2:
+		iface := c.Interface
+		if iface == "" {
+			if iface, err = vip.DefaultInterface(); err != nil {
+				return nil, err
+			}
+		}
+		d.iface = iface
+		d.ann, err = vip.NewL2(vip.L2Options{Interface: iface, ProbeTimeout: probeTimeout}, log, d.reg)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		elect = len(c.Peers) > 0
+	case config.ModeBGP:
+		d.ann, err = newBGPAnnouncer(ctx, c, log, d.reg, d.addStatus)
+	case config.ModeCloud:
+		d.ann, err = newCloudAnnouncer(ctx, c, log, d.reg, d.addStatus)
+		elect = len(c.Peers) > 0
+	}
+	if err != nil {
+		return nil, err
+	}
+	if elect {
+		if d.elector, err = newElector(c, log, d.reg); err != nil {
+			_ = d.ann.Close()
+			return nil, err
+		}
+	}
+	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2})
+	d.driver, err = vip.NewDriver(core, d.ann, log, d.reg, vip.DriverOptions{
+		Mode: c.Mode, ActionTimeout: actionTimeout(c), OnTransition: d.onTransition,
+	})
+	if err != nil {
+		_ = d.ann.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// actionTimeout bounds one acquire: a cloud assign includes API polling.
+func actionTimeout(c *config.Config) time.Duration {
+	if c.Mode == config.ModeCloud {
+		return 60 * time.Second
+	}
+	return 5 * time.Second
+}
+
+func (d *daemon) addStatus(name string, fn func() any) { d.extra[name] = fn }
+
+func (d *daemon) onTransition(t vip.Transition) {
+	if d.elector != nil {
+		d.elector.SetHolding(t.VIP.String(), t.Held)
+	}
+}
+
+func (d *daemon) run(ctx context.Context) error {
+	if d.cfg.MetricsAddress != "" {
+		srv, err := startStatusServer(d.cfg.MetricsAddress, d)
+		if err != nil {
+			if d.ann != nil {
+				_ = d.ann.Close()
+			}
+			return err
+		}
+		d.status = srv
+		defer srv.Close()
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	if d.driver != nil {
+		d.log.Info("vipd started", "version", version, "mode", d.cfg.Mode, "vips", d.cfg.Addresses, "interface", d.iface,
+			"peers", d.cfg.Peers, "health_url", d.cfg.HealthURL)
+		driverDone := make(chan struct{})
+		go func() {
+			defer close(driverDone)
+			d.driver.Run(ctx, releaseTimeout)
+		}()
+		var once sync.Once
+		healthy := false
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.checker.Run(ctx, func(s health.Status) {
+				once.Do(func() { notify("READY=1") })
+				if s.Healthy != healthy {
+					healthy = s.Healthy
+					if d.elector != nil {
+						d.elector.SetHealthy(healthy)
+					}
+					d.driver.Send(vip.HealthChanged{Healthy: s.Healthy, Reason: s.Reason})
+				}
+			})
+		}()
+		if d.elector != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := d.elector.Run(ctx, d.driver.Send); err != nil && !errors.Is(err, context.Canceled) {
+					errc <- fmt.Errorf("cluster: %w", err)
+				}
+			}()
+		}
+		defer func() {
+			<-driverDone
+			_ = d.ann.Close()
+		}()
+	} else {
+		notify("READY=1")
+	}
+	if d.cfg.Controllers != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := runControllers(ctx, d.cfg, d.log, d.reg); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("controllers: %w", err)
+			}
+		}()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		d.log.Error("stopping after a fatal error", "err", err)
+	}
+	wg.Wait()
+	d.log.Info("vipd stopped")
+	return err
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+)
+
+// Status is the JSON document served on /status.
+type Status struct {
+	Node       string         `json:"node"`
+	Version    string         `json:"version"`
+	Mode       string         `json:"mode"`
+	Interface  string         `json:"interface,omitempty"`
+	Started    time.Time      `json:"started"`
+	Health     *HealthStatus  `json:"health,omitempty"`
+	VIPs       []VIPStatus    `json:"vips"`
+	Components map[string]any `json:"components,omitempty"`
+}
+
+// HealthStatus is the apiserver health section of /status.
+type HealthStatus struct {
+	URL         string    `json:"url"`
+	Healthy     bool      `json:"healthy"`
+	Reason      string    `json:"reason"`
+	Code        int       `json:"code,omitempty"`
+	Error       string    `json:"error,omitempty"`
+	Checked     time.Time `json:"checked"`
+	Since       time.Time `json:"since"`
+	Consecutive int       `json:"consecutive"`
+}
+
+// VIPStatus is one VIP in /status.
+type VIPStatus struct {
+	VIP            string      `json:"vip"`
+	Held           bool        `json:"held"`
+	Elected        *bool       `json:"elected,omitempty"`
+	ElectionReason string      `json:"election_reason,omitempty"`
+	LastTransition *Transition `json:"last_transition,omitempty"`
+}
+
+// Transition is the last change of a VIP's holding state.
+type Transition struct {
+	Held  bool      `json:"held"`
+	At    time.Time `json:"at"`
+	Cause string    `json:"cause"`
+}
+
+func (d *daemon) statusDoc() Status {
+	s := Status{Node: d.cfg.NodeName, Version: version, Mode: d.cfg.Mode, Interface: d.iface, Started: d.started, VIPs: []VIPStatus{}}
+	if d.checker != nil {
+		h := d.checker.Status()
+		s.Health = &HealthStatus{URL: d.cfg.HealthURL, Healthy: h.Healthy, Reason: h.Reason, Code: h.Code, Error: h.Error,
+			Checked: h.Checked, Since: h.Since, Consecutive: h.Consecutive}
+	}
+	if d.driver != nil {
+		for _, v := range d.driver.State() {
+			vs := VIPStatus{VIP: v.VIP.String(), Held: v.Held}
+			if d.elector != nil {
+				e := v.Elected
+				vs.Elected, vs.ElectionReason = &e, v.ElectionReason
+			}
+			if !v.Last.At.IsZero() {
+				vs.LastTransition = &Transition{Held: v.Last.Held, At: v.Last.At, Cause: v.Last.Cause}
+			}
+			s.VIPs = append(s.VIPs, vs)
+		}
+	}
+	if d.elector != nil || len(d.extra) > 0 {
+		s.Components = map[string]any{}
+		if d.elector != nil {
+			s.Components["cluster"] = d.elector.Status()
+		}
+		for name, fn := range d.extra {
+			s.Components[name] = fn()
+		}
+	}
+	return s
+}
+
+type statusServer struct {
+	srv *http.Server
+}
+
+func startStatusServer(addr string, d *daemon) (*statusServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("VIPD_METRICS_ADDRESS %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(d.statusDoc())
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// The daemon is healthy when its loops run: the driver answers and
+		// the health checker has probed recently. The apiserver's own health
+		// is reported in /status, not here: an unhealthy apiserver is a
+		// normal state for vipd.
+		if d.checker != nil {
+			st := d.checker.Status()
+			limit := 3*d.cfg.HealthInterval + d.cfg.HealthTimeout + 2*time.Second
+			if st.Checked.IsZero() && time.Since(d.started) > limit || !st.Checked.IsZero() && time.Since(st.Checked) > limit {
+				http.Error(w, "health checker stalled: last probe "+st.Checked.Format(time.RFC3339), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return &statusServer{srv: srv}, nil
+}
+
+func (s *statusServer) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+}
+
+func newStatusCmd() *cobra.Command {
+	var addr string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "show the running daemon's VIPs, health and cluster as a table",
+		Long: `status asks the running vipd (its /status endpoint on VIPD_METRICS_ADDRESS)
+and prints which VIPs this node holds, why, the apiserver health and, in
+cluster modes, the members and who holds what.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if addr == "" {
+				addr = os.Getenv("VIPD_METRICS_ADDRESS")
+			}
+			if addr == "" {
+				addr = "127.0.0.1:9469"
+			}
+			client := &http.Client{Timeout: 3 * time.Second}
+			resp, err := client.Get("http://" + addr + "/status")
+			if err != nil {
+				return fmt.Errorf("is vipd running? %w", err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s/status: %s", addr, resp.Status)
+			}
+			if asJSON {
+				_, err = cmd.OutOrStdout().Write(body)
+				return err
+			}
+			var s Status
+			if err := json.Unmarshal(body, &s); err != nil {
+				return fmt.Errorf("decode /status: %w", err)
+			}
+			return printStatus(cmd.OutOrStdout(), s, time.Now())
+		},
+	}
+	cmd.Flags().StringVar(&addr, "address", "", "address of the daemon's metrics/status listener [env VIPD_METRICS_ADDRESS, default 127.0.0.1:9469]")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	return cmd
+}
+
+func printStatus(w io.Writer, s Status, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "node:\t%s (vipd %s, mode %s", s.Node, s.Version, s.Mode)
+	if s.Interface != "" {
+		fmt.Fprintf(tw, ", interface %s", s.Interface)
+	}
+	fmt.Fprintf(tw, ", up %s)\n", ago(now, s.Started))
+	if h := s.Health; h != nil {
+		state := "unhealthy"
+		if h.Healthy {
+			state = "healthy"
+		}
+		fmt.Fprintf(tw, "apiserver:\t%s since %s (last probe %s: %s", state, ago(now, h.Since), ago(now, h.Checked), h.Reason)
+		if h.Error != "" {
+			fmt.Fprintf(tw, ", %s", h.Error)
+		}
+		fmt.Fprintf(tw, ")\n")
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "VIP\tHELD\tSINCE\tWHY")
+	for _, v := range s.VIPs {
+		held, since, why := "no", "-", ""
+		if v.Held {
+			held = "yes"
+		}
+		if t := v.LastTransition; t != nil {
+			since, why = ago(now, t.At), t.Cause
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.VIP, held, since, why)
+	}
+	names := make([]string, 0, len(s.Components))
+	for n := range s.Components {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b, err := json.MarshalIndent(s.Components[n], "  ", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "\n%s:\n  %s\n", n, strings.TrimSpace(string(b)))
+	}
+	return tw.Flush()
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t).Round(100 * time.Millisecond)
+	if d < 0 {
+		d = 0
+	}
+	return d.String() + " ago"
+}
+
+var errNotImplemented = errors.New("not available in this build")

@@ -1,0 +1,138 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// StartVipd runs `vipd run` in the host's namespace with lab defaults
+// (node name, eth0, a state directory of its own, debug logs) overridden
+// by env ("KEY=value").
+func (h *Host) StartVipd(bin string, env ...string) (*Proc, error) {
+	state := filepath.Join(os.TempDir(), "vipd-lab-"+h.NS)
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return nil, err
+	}
+	h.lab.OnClose(func() { _ = os.RemoveAll(state) })
+	base := []string{
+		"VIPD_NODE_NAME=" + h.Name,
+		"VIPD_INTERFACE=" + h.Link,
+		"VIPD_STATE_DIR=" + state,
+		"VIPD_METRICS_ADDRESS=127.0.0.1:9469",
+		"VIPD_LOG_LEVEL=debug",
+		"VIPD_SA_TOKEN_PATH=" + filepath.Join(state, "no-token"),
+	}
+	return h.Start("vipd "+h.Name, append(base, env...), bin, "run")
+}
+
+// Addrs returns the addresses on the host's eth0 (without the lab's own
+// base addresses and link-local ones), with their flags as ip prints them.
+func (h *Host) Addrs(ctx context.Context) (map[netip.Addr][]string, error) {
+	out, err := h.Output(ctx, "ip", "-j", "addr", "show", "dev", h.Link)
+	if err != nil {
+		return nil, err
+	}
+	var links []struct {
+		AddrInfo []struct {
+			Local     string `json:"local"`
+			Label     string `json:"label"`
+			Tentative bool   `json:"tentative"`
+			DadFailed bool   `json:"dadfailed"`
+			Deprec    bool   `json:"deprecated"`
+			Prefixlen int    `json:"prefixlen"`
+			PLft      any    `json:"preferred_life_time"`
+		} `json:"addr_info"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil {
+		return nil, fmt.Errorf("parse ip -j addr: %w", err)
+	}
+	res := map[netip.Addr][]string{}
+	for _, l := range links {
+		for _, a := range l.AddrInfo {
+			ip, err := netip.ParseAddr(a.Local)
+			if err != nil || ip == h.IPv4 || ip == h.IPv6 || ip.IsLinkLocalUnicast() {
+				continue
+			}
+			var flags []string
+			flags = append(flags, fmt.Sprintf("/%d", a.Prefixlen))
+			if a.Label != "" {
+				flags = append(flags, "label="+a.Label)
+			}
+			if a.Tentative {
+				flags = append(flags, "tentative")
+			}
+			if a.DadFailed {
+				flags = append(flags, "dadfailed")
+			}
+			if a.Deprec {
+				flags = append(flags, "deprecated")
+			}
+			res[ip] = flags
+		}
+	}
+	return res, nil
+}
+
+// HasAddr reports whether addr is bound on the host's eth0.
+func (h *Host) HasAddr(ctx context.Context, addr netip.Addr) (bool, error) {
+	m, err := h.Addrs(ctx)
+	if err != nil {
+		return false, err
+	}
+	_, ok := m[addr]
+	return ok, nil
+}
+
+// WaitAddr waits until addr is (present=true) or is not bound on eth0.
+func (h *Host) WaitAddr(ctx context.Context, addr netip.Addr, present bool) error {
+	for {
+		ok, err := h.HasAddr(ctx, addr)
+		if err != nil {
+			return err
+		}
+		if ok == present {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: waiting for %s present=%v: %w", h.Name, addr, present, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Holders returns the nodes that have addr bound.
+func (l *Lab) Holders(ctx context.Context, addr netip.Addr) ([]string, error) {
+	var out []string
+	for _, n := range l.Nodes {
+		ok, err := n.HasAddr(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, n.Name)
+		}
+	}
+	return out, nil
+}
+
+// Neigh returns the MAC the host's neighbour table has for addr ("" if none).
+func (h *Host) Neigh(ctx context.Context, addr netip.Addr) (string, error) {
+	out, err := h.Output(ctx, "ip", "neigh", "show", addr.String(), "dev", h.Link)
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(string(out))
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "lladdr" {
+			return f[i+1], nil
+		}
+	}
+	return "", nil
+}

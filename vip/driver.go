@@ -1,0 +1,244 @@
+package vip
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Driver runs a Core: it feeds it events and time, performs the actions it
+// asks for through an Announcer, and reconciles against the outside world
+// every ReconcileEvery. It is the only goroutine that touches the Core.
+type Driver struct {
+	core    *Core
+	ann     Announcer
+	mode    string
+	log     *slog.Logger
+	events  chan Event
+	timeout time.Duration
+	onTrans func(Transition)
+
+	mu    sync.Mutex
+	state []VIPState
+
+	held  *prometheus.GaugeVec
+	trans *prometheus.CounterVec
+}
+
+// DriverOptions shape a Driver.
+type DriverOptions struct {
+	Mode string // label for metrics: l2, bgp, cloud
+	// ActionTimeout bounds one Acquire or Announce (default 10 s).
+	ActionTimeout time.Duration
+	// OnTransition is called (on the driver goroutine) after each transition
+	// has been carried out, e.g. to publish holding state to the cluster.
+	OnTransition func(Transition)
+}
+
+// NewDriver wires a core to an announcer.
+func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Registerer, opts DriverOptions) (*Driver, error) {
+	if opts.ActionTimeout <= 0 {
+		opts.ActionTimeout = 10 * time.Second
+	}
+	d := &Driver{
+		core: core, ann: ann, mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition,
+		events: make(chan Event, 256),
+		state:  core.State(),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vipd_vip_held", Help: "1 while this node holds the VIP.",
+		}, []string{"vip", "mode"}),
+		trans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vipd_transitions_total", Help: "Changes of holding state, by VIP and new state (held or released).",
+		}, []string{"vip", "to"}),
+	}
+	for _, s := range d.state {
+		d.held.WithLabelValues(s.VIP.String(), d.mode).Set(0)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{d.held, d.trans} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return d, nil
+}
+
+// Send queues an event for the core. It never blocks for long: the queue
+// is large and events are small; if it is full the caller waits.
+func (d *Driver) Send(ev Event) { d.events <- ev }
+
+// State returns the last published view of every VIP.
+func (d *Driver) State() []VIPState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]VIPState(nil), d.state...)
+}
+
+// Run drives the core until ctx is cancelled, then releases every VIP
+// (bounded by releaseTimeout) and returns.
+func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	reconcile := time.NewTicker(ReconcileEvery)
+	defer reconcile.Stop()
+	// Reconcile at once: a VIP left behind by a crash goes away before the
+	// first health check has even finished.
+	d.reconcile(ctx)
+	d.arm(timer, time.Time{})
+	for {
+		select {
+		case <-ctx.Done():
+			d.shutdown(releaseTimeout)
+			return
+		case ev := <-d.events:
+			d.apply(ctx, ev, timer)
+		case <-timer.C:
+			d.apply(ctx, Tick{}, timer)
+		case <-reconcile.C:
+			d.reconcile(ctx)
+			d.apply(ctx, Tick{}, timer)
+		}
+	}
+}
+
+func (d *Driver) reconcile(ctx context.Context) {
+	for _, s := range d.core.State() {
+		cctx, cancel := context.WithTimeout(ctx, d.timeout)
+		present, err := d.ann.Present(cctx, s.VIP)
+		cancel()
+		if err != nil {
+			d.log.Warn("reconcile: cannot read VIP state", "vip", s.VIP, "err", err)
+			continue
+		}
+		d.perform(ctx, d.core.Step(Observed{VIP: s.VIP, Present: present}, time.Now()))
+	}
+	d.publish()
+}
+
+func (d *Driver) apply(ctx context.Context, ev Event, timer *time.Timer) {
+	out := d.core.Step(ev, time.Now())
+	next := d.perform(ctx, out)
+	d.arm(timer, next)
+	d.publish()
+}
+
+// perform carries out the actions of one step (and of the failures they
+// cause) and returns the core's next deadline.
+func (d *Driver) perform(ctx context.Context, out Output) time.Time {
+	for {
+		var failed []Failed
+		for _, a := range out.Actions {
+			if err := d.do(ctx, a); err != nil {
+				failed = append(failed, Failed{Action: a, Err: err})
+			} else if a.Kind == Acquire {
+				out.Next = d.core.Step(Done{Action: a}, time.Now()).Next
+			}
+		}
+		for _, t := range out.Transitions {
+			d.transition(t)
+		}
+		if len(failed) == 0 {
+			return out.Next
+		}
+		out = Output{}
+		for _, f := range failed {
+			o := d.core.Step(f, time.Now())
+			out.Actions = append(out.Actions, o.Actions...)
+			out.Transitions = append(out.Transitions, o.Transitions...)
+			out.Next = o.Next
+		}
+	}
+}
+
+func (d *Driver) do(ctx context.Context, a Action) error {
+	cctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	var err error
+	switch a.Kind {
+	case Acquire:
+		err = d.ann.Acquire(cctx, a.VIP)
+	case Release:
+		err = d.ann.Release(cctx, a.VIP)
+	case Announce:
+		err = d.ann.Announce(cctx, a.VIP)
+	}
+	if err != nil {
+		d.log.Warn("action failed", "action", a.Kind.String(), "vip", a.VIP, "cause", a.Cause, "err", err)
+		return err
+	}
+	if a.Kind == Announce {
+		d.log.Debug("announced", "vip", a.VIP, "cause", a.Cause)
+	} else if a.Cause != "" && len(a.Cause) > 10 && a.Cause[:10] == "reconcile:" {
+		d.log.Info("reconciled", "action", a.Kind.String(), "vip", a.VIP, "cause", a.Cause)
+	}
+	return nil
+}
+
+func (d *Driver) transition(t Transition) {
+	to, v := "released", 0.0
+	if t.Held {
+		to, v = "held", 1
+	}
+	d.held.WithLabelValues(t.VIP.String(), d.mode).Set(v)
+	d.trans.WithLabelValues(t.VIP.String(), to).Inc()
+	d.log.Info("VIP "+to, "vip", t.VIP, "mode", d.mode, "cause", t.Cause)
+	if d.onTrans != nil {
+		d.onTrans(t)
+	}
+}
+
+func (d *Driver) publish() {
+	s := d.core.State()
+	d.mu.Lock()
+	d.state = s
+	d.mu.Unlock()
+}
+
+func (d *Driver) arm(timer *time.Timer, next time.Time) {
+	if !timer.Stop() {
+		select {
+		case <-timer.C:
+		default:
+		}
+	}
+	wait := time.Hour
+	if !next.IsZero() {
+		wait = time.Until(next)
+		if wait < 0 {
+			wait = 0
+		}
+	}
+	timer.Reset(wait)
+}
+
+// shutdown releases every VIP within timeout. It uses a fresh context: the
+// run context is already cancelled.
+func (d *Driver) shutdown(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out := d.core.Step(Shutdown{Reason: "stop requested"}, time.Now())
+	d.perform(ctx, out)
+	// Make sure: anything still present (a failed release) gets one more try.
+	for _, s := range d.core.State() {
+		if ok, err := d.ann.Present(ctx, s.VIP); err == nil && ok {
+			if err := d.ann.Release(ctx, s.VIP); err != nil {
+				d.log.Error("VIP left behind at shutdown", "vip", s.VIP, "err", err)
+			}
+		}
+	}
+	d.publish()
+}
+
+// VIPs returns the configured VIPs in order.
+func (d *Driver) VIPs() []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range d.State() {
+		out = append(out, s.VIP)
+	}
+	return out
+}
