@@ -105,7 +105,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate checks the configuration; errors name the setting.
+// Validate checks the configuration. The error is the first problem found,
+// on one line, naming the setting and the accepted form.
 func (c Config) Validate() error {
 	var errs []error
 	if c.LocalAS == 0 {
@@ -135,7 +136,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("bgp %s %v: want whole seconds", d.name, d.v))
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
 }
 
 func addrText(a netip.Addr) string {
