@@ -1,0 +1,283 @@
+package cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// AnnouncerOptions configure an Announcer.
+type AnnouncerOptions struct {
+	// Refresh is how old the cached "who holds the IP" answer may get
+	// before Present asks the API again, in the background (default 10s).
+	// Only a node that wants the IP (Acquire called, no Release since)
+	// asks, so the API sees one GET per Refresh per VIP, not per node.
+	Refresh time.Duration
+	// RefreshTimeout bounds one background refresh (default 10s).
+	RefreshTimeout time.Duration
+	// Binder, when set, also binds the VIP locally on Acquire and removes
+	// it on Release (opt-in; see docs/cloud.md).
+	Binder LocalBinder
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Announcer is the vip.Announcer of cloud mode. Acquire moves the reserved
+// IP to this instance (and waits for the move); Release makes no API call:
+// the IP stays where it is until the next holder assigns it to itself;
+// Present answers from a cache refreshed in the background at most every
+// Refresh; Announce does nothing.
+type Announcer struct {
+	p       Provider
+	opts    AnnouncerOptions
+	log     *slog.Logger
+	now     func() time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	checker LocalChecker
+
+	mu    sync.Mutex
+	state map[netip.Addr]*ipState
+}
+
+type ipState struct {
+	wanted     bool      // Acquire succeeded and no Release since
+	known      bool      // held is an answer from the provider
+	held       bool      // this instance holds the IP per the last answer
+	checked    time.Time // when held was last learned
+	refreshing bool
+	failing    bool // the last refresh failed (log once per outage)
+}
+
+// NewAnnouncer returns an Announcer for p. Call Close when done.
+func NewAnnouncer(p Provider, opts AnnouncerOptions) *Announcer {
+	if opts.Refresh <= 0 {
+		opts.Refresh = 10 * time.Second
+	}
+	if opts.RefreshTimeout <= 0 {
+		opts.RefreshTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Announcer{
+		p: p, opts: opts, now: opts.Now, ctx: ctx, cancel: cancel,
+		log:   opts.Logger.With("provider", p.Name(), "instance", p.Instance()),
+		state: map[netip.Addr]*ipState{},
+	}
+	a.checker, _ = p.(LocalChecker)
+	return a
+}
+
+// addrOf accepts an IPv4 /32 (reserved IPs are single IPv4 addresses).
+func addrOf(vip netip.Prefix) (netip.Addr, error) {
+	if !vip.Addr().Is4() || vip.Bits() != 32 {
+		return netip.Addr{}, fmt.Errorf("VIP %s: cloud mode takes single IPv4 addresses (a.b.c.d/32)", vip)
+	}
+	return vip.Addr(), nil
+}
+
+func (a *Announcer) st(ip netip.Addr) *ipState {
+	s, ok := a.state[ip]
+	if !ok {
+		s = &ipState{}
+		a.state[ip] = s
+	}
+	return s
+}
+
+// Prime asks the provider once who holds each VIP, so that a node that
+// already holds one makes no assign call when elected. A rejected token
+// (ErrUnauthorized) or an IP the account does not have (ErrNotFound) is
+// returned: the daemon should not start. Other failures (API down,
+// rate-limited) are logged and ignored: they do not stop start-up.
+func (a *Announcer) Prime(ctx context.Context, vips []netip.Prefix) error {
+	for _, v := range vips {
+		ip, err := addrOf(v)
+		if err != nil {
+			return err
+		}
+		h, err := a.p.Holder(ctx, ip)
+		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if err != nil {
+			a.log.Warn("cannot check the reserved IP at start-up; will retry when needed", "ip", ip, "err", err)
+			continue
+		}
+		a.mu.Lock()
+		s := a.st(ip)
+		s.known, s.held, s.checked = true, h.Self, a.now()
+		a.mu.Unlock()
+		a.log.Info("reserved IP checked", "ip", ip, "holder", h.Holder, "held_here", h.Self, "locked", h.Locked)
+	}
+	return nil
+}
+
+// Acquire implements vip.Announcer: make this instance hold the VIP,
+// blocking until the provider reports the move complete or ctx ends. No
+// assign is sent when this instance is known to hold it already.
+func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
+	ip, err := addrOf(vip)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	s := a.st(ip)
+	fresh := s.known && a.now().Sub(s.checked) < a.opts.Refresh
+	heldFresh, otherFresh := fresh && s.held, fresh && !s.held
+	a.mu.Unlock()
+
+	if !heldFresh && !otherFresh {
+		heldFresh = a.check(ctx, ip)
+	}
+	if !heldFresh {
+		start := a.now()
+		if err := a.p.Assign(ctx, ip); err != nil {
+			a.setWanted(ip, false)
+			return fmt.Errorf("assign reserved IP %s to this instance (%s %s): %w", ip, a.p.Name(), a.p.Instance(), err)
+		}
+		a.log.Info("reserved IP assigned to this instance", "ip", ip, "took", a.now().Sub(start).Round(time.Millisecond))
+	}
+	a.mu.Lock()
+	s.known, s.held, s.checked, s.wanted = true, true, a.now(), true
+	a.mu.Unlock()
+	if b := a.opts.Binder; b != nil {
+		if err := b.Bind(ctx, vip); err != nil {
+			return fmt.Errorf("bind reserved IP %s locally: %w", vip, err)
+		}
+	}
+	return nil
+}
+
+// check reports whether this instance holds ip, asking the metadata
+// service first (free) and the API only when that is unavailable. Unknown
+// counts as not held: an extra assign of an IP we hold is harmless.
+func (a *Announcer) check(ctx context.Context, ip netip.Addr) bool {
+	if a.checker != nil {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		held, err := a.checker.HeldLocally(cctx, ip)
+		cancel()
+		if err == nil {
+			return held
+		}
+		a.log.Debug("metadata check failed; asking the API", "ip", ip, "err", err)
+	}
+	h, err := a.p.Holder(ctx, ip)
+	if err != nil {
+		a.log.Debug("holder check failed; assigning anyway", "ip", ip, "err", err)
+		return false
+	}
+	return h.Self
+}
+
+func (a *Announcer) setWanted(ip netip.Addr, w bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.st(ip).wanted = w
+}
+
+// Release implements vip.Announcer. It makes no API call: the reserved IP
+// keeps pointing here until the next holder assigns it to itself (never
+// unassign: an unassigned IP reaches nobody). Only the optional local
+// binding is removed.
+func (a *Announcer) Release(ctx context.Context, vip netip.Prefix) error {
+	ip, err := addrOf(vip)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	s := a.st(ip)
+	// Once released, another node may take the IP at any moment: forget
+	// the cached answer so a later Acquire checks again.
+	s.wanted, s.known = false, false
+	a.mu.Unlock()
+	a.log.Info("released: the reserved IP stays assigned until another node assigns it to itself", "ip", ip)
+	if b := a.opts.Binder; b != nil {
+		if err := b.Unbind(ctx, vip); err != nil {
+			return fmt.Errorf("unbind reserved IP %s locally: %w", vip, err)
+		}
+	}
+	return nil
+}
+
+// Announce implements vip.Announcer: there is nothing to repeat.
+func (a *Announcer) Announce(context.Context, netip.Prefix) error { return nil }
+
+// Present implements vip.Announcer from the cache: true while this node
+// wants the VIP and the provider's last answer says this instance holds it
+// (and, with a Binder, the local binding exists). A stale cache starts one
+// background refresh; a refresh that fails keeps the last answer, so an
+// API outage never makes the holder give up.
+func (a *Announcer) Present(_ context.Context, vip netip.Prefix) (bool, error) {
+	ip, err := addrOf(vip)
+	if err != nil {
+		return false, err
+	}
+	a.mu.Lock()
+	s := a.st(ip)
+	if !s.wanted {
+		a.mu.Unlock()
+		return false, nil
+	}
+	if !s.refreshing && a.now().Sub(s.checked) >= a.opts.Refresh && a.ctx.Err() == nil {
+		s.refreshing = true
+		a.wg.Add(1)
+		go a.refresh(ip)
+	}
+	held := s.held
+	a.mu.Unlock()
+	if held && a.opts.Binder != nil {
+		return a.opts.Binder.Bound(vip)
+	}
+	return held, nil
+}
+
+// refresh asks the provider who holds ip and updates the cache.
+func (a *Announcer) refresh(ip netip.Addr) {
+	defer a.wg.Done()
+	ctx, cancel := context.WithTimeout(a.ctx, a.opts.RefreshTimeout)
+	defer cancel()
+	h, err := a.p.Holder(ctx, ip)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.st(ip)
+	s.refreshing = false
+	s.checked = a.now()
+	if err != nil {
+		if !s.failing {
+			a.log.Warn("cannot refresh the reserved IP's holder; keeping the last known state", "ip", ip, "held_here", s.held, "err", err)
+		}
+		s.failing = true
+		return
+	}
+	if s.failing {
+		a.log.Info("reserved IP holder check works again", "ip", ip)
+		s.failing = false
+	}
+	if s.wanted && s.held && !h.Self {
+		a.log.Warn("reserved IP is no longer assigned to this instance", "ip", ip, "holder", h.Holder)
+	}
+	s.known, s.held = true, h.Self
+}
+
+// Close stops background refreshes and closes the binder. It does not
+// release anything.
+func (a *Announcer) Close() error {
+	a.cancel()
+	a.wg.Wait()
+	if b := a.opts.Binder; b != nil {
+		return b.Close()
+	}
+	return nil
+}

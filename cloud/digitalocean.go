@@ -1,0 +1,507 @@
+package cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/digitalocean/godo"
+)
+
+// ProviderDigitalOcean is the provider label.
+const ProviderDigitalOcean = "digitalocean"
+
+// Defaults of DOConfig.
+const (
+	DefaultDOAPIURL      = "https://api.digitalocean.com/"
+	DefaultDOMetadataURL = "http://169.254.169.254/metadata/v1"
+)
+
+// Call labels of the DigitalOcean backend (the call label of the metrics).
+const (
+	CallGetReservedIP      = "get_reserved_ip"
+	CallAssign             = "assign"
+	CallGetAction          = "get_action"
+	CallMetadataID         = "metadata_id"
+	CallMetadataReservedIP = "metadata_reserved_ip"
+)
+
+// DOConfig configures the DigitalOcean backend.
+type DOConfig struct {
+	// Token is the API token (DIGITALOCEAN_ACCESS_TOKEN). When empty it is
+	// read from TokenFile (VIPD_DO_TOKEN_FILE), which is read again once
+	// when the API answers 401, so a rotated token is picked up.
+	Token, TokenFile string
+	// APIURL is the API base URL (VIPD_DO_API_URL, default
+	// https://api.digitalocean.com/).
+	APIURL string
+	// MetadataURL is the metadata service base (VIPD_DO_METADATA_URL,
+	// default http://169.254.169.254/metadata/v1). Empty string plus a
+	// DropletID disables metadata use entirely.
+	MetadataURL string
+	// DropletID is this droplet (VIPD_DO_DROPLET_ID); 0 reads
+	// MetadataURL/id at start-up.
+	DropletID int
+	// UserAgent sent to the API (default "vipd").
+	UserAgent string
+	// RequestTimeout bounds one HTTP request (default 10s).
+	RequestTimeout time.Duration
+	// PollInterval is the wait between polls of an in-progress action
+	// (default 250ms).
+	PollInterval time.Duration
+	// LockWait is the wait between checks while the IP is locked by an
+	// action someone else started (default 1s).
+	LockWait time.Duration
+	// Backoff shapes waits after 429, 5xx and transport errors.
+	Backoff Backoff
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// Transport is the HTTP transport (default a clone of
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// DigitalOcean is the reserved-IP backend for DigitalOcean droplets.
+type DigitalOcean struct {
+	cfg     DOConfig
+	client  *godo.Client
+	meta    *http.Client
+	droplet int
+	gate    *gate
+	log     *slog.Logger
+	now     func() time.Time
+
+	mu      sync.Mutex
+	token   string
+	pending map[netip.Addr]int // our own in-progress assign action per IP
+}
+
+// NewDigitalOcean reads the token, learns this droplet's id (from the
+// metadata service unless cfg.DropletID is set) and returns the backend.
+// It makes no API call: use Holder (or Announcer.Prime) to validate the
+// token. A missing token is a *SettingError.
+func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
+	if cfg.APIURL == "" {
+		cfg.APIURL = DefaultDOAPIURL
+	}
+	if !strings.HasSuffix(cfg.APIURL, "/") {
+		cfg.APIURL += "/"
+	}
+	if cfg.MetadataURL == "" && cfg.DropletID == 0 {
+		cfg.MetadataURL = DefaultDOMetadataURL
+	}
+	cfg.MetadataURL = strings.TrimSuffix(cfg.MetadataURL, "/")
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "vipd"
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 250 * time.Millisecond
+	}
+	if cfg.LockWait <= 0 {
+		cfg.LockWait = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	token, err := readToken(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &DigitalOcean{
+		cfg:     cfg,
+		meta:    &http.Client{Transport: cfg.Transport, Timeout: 2 * time.Second},
+		gate:    newGate(cfg.Backoff, cfg.Now),
+		log:     cfg.Logger.With("provider", ProviderDigitalOcean),
+		now:     cfg.Now,
+		token:   token,
+		pending: map[netip.Addr]int{},
+	}
+	httpClient := &http.Client{Transport: &bearer{d: d, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
+	d.client, err = godo.New(httpClient, godo.SetBaseURL(cfg.APIURL), godo.SetUserAgent(cfg.UserAgent))
+	if err != nil {
+		return nil, &SettingError{Name: "VIPD_DO_API_URL", Value: cfg.APIURL, Accepted: "an http(s) URL such as https://api.digitalocean.com/", Err: err}
+	}
+	cfg.Metrics.init(ProviderDigitalOcean, CallGetReservedIP, CallAssign, CallGetAction, CallMetadataID, CallMetadataReservedIP)
+	d.droplet = cfg.DropletID
+	if d.droplet == 0 {
+		id, err := d.metadataDropletID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		d.droplet = id
+	}
+	d.log = d.log.With("droplet", d.droplet)
+	return d, nil
+}
+
+// readToken returns the configured token or the token file's content.
+func readToken(cfg DOConfig) (string, error) {
+	if t := strings.TrimSpace(cfg.Token); t != "" {
+		return t, nil
+	}
+	if cfg.TokenFile == "" {
+		return "", &SettingError{Name: "DIGITALOCEAN_ACCESS_TOKEN", Accepted: "a DigitalOcean API token (scopes reserved_ip:read, reserved_ip:update, droplet:read, actions:read), or VIPD_DO_TOKEN_FILE naming a file that holds one; cloud mode needs one of them"}
+	}
+	b, err := os.ReadFile(cfg.TokenFile)
+	if err != nil {
+		return "", &SettingError{Name: "VIPD_DO_TOKEN_FILE", Value: cfg.TokenFile, Accepted: "a readable file holding a DigitalOcean API token", Err: err}
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" || strings.ContainsAny(t, " \t\n") {
+		return "", &SettingError{Name: "VIPD_DO_TOKEN_FILE", Value: cfg.TokenFile, Accepted: "a file holding exactly one DigitalOcean API token (it is empty or has spaces)"}
+	}
+	return t, nil
+}
+
+// reloadToken re-reads the token file after a 401 and reports whether the
+// token changed.
+func (d *DigitalOcean) reloadToken() bool {
+	if d.cfg.TokenFile == "" || strings.TrimSpace(d.cfg.Token) != "" {
+		return false
+	}
+	t, err := readToken(d.cfg)
+	if err != nil {
+		d.log.Warn("cannot re-read the API token file", "file", d.cfg.TokenFile, "err", err)
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t == d.token {
+		return false
+	}
+	d.token = t
+	d.log.Info("API token file changed; using the new token", "file", d.cfg.TokenFile)
+	return true
+}
+
+// bearer adds the current token to every API request.
+type bearer struct {
+	d    *DigitalOcean
+	next http.RoundTripper
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.d.mu.Lock()
+	tok := b.d.token
+	b.d.mu.Unlock()
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+tok)
+	return b.next.RoundTrip(r)
+}
+
+// Name implements Provider.
+func (d *DigitalOcean) Name() string { return ProviderDigitalOcean }
+
+// Instance implements Provider: the droplet id.
+func (d *DigitalOcean) Instance() string { return strconv.Itoa(d.droplet) }
+
+// DropletID is this droplet's id.
+func (d *DigitalOcean) DropletID() int { return d.droplet }
+
+// call runs one API operation through the gate, retrying 429, 5xx and
+// transport errors with backoff until it succeeds, fails for good, or ctx
+// would end before the next attempt.
+func (d *DigitalOcean) call(ctx context.Context, name string, fn func(context.Context) (*godo.Response, error)) error {
+	reloaded := false
+	for {
+		if err := d.gate.waitGate(ctx); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		start := d.now()
+		resp, err := fn(ctx)
+		status, header := 0, http.Header(nil)
+		if resp != nil && resp.Response != nil {
+			status, header = resp.StatusCode, resp.Header
+		}
+		v := classify(status, header, err, ctx.Err(), d.now())
+		d.cfg.Metrics.observe(ProviderDigitalOcean, name, v.outcome, d.now().Sub(start))
+		switch {
+		case v.outcome == OutcomeSuccess:
+			d.gate.succeeded()
+			return nil
+		case v.outcome == OutcomeCanceled:
+			return fmt.Errorf("%s: %w", name, errors.Join(ctx.Err(), err))
+		case v.retry:
+			kind := ErrUnavailable
+			if v.outcome == OutcomeRateLimited {
+				kind = ErrRateLimited
+			}
+			wrapped := fmt.Errorf("%w: %s", kind, describe(status, err))
+			wait := d.gate.failed(v, wrapped)
+			d.log.Warn("DigitalOcean API call failed; backing off", "call", name, "outcome", v.outcome,
+				"status", status, "retry_in", wait.Round(time.Millisecond), "err", describe(status, err))
+			continue
+		case v.outcome == OutcomeUnauthorized:
+			if !reloaded && d.reloadToken() {
+				reloaded = true
+				continue
+			}
+			if status == http.StatusForbidden {
+				return fmt.Errorf("%s: %w: DigitalOcean refused the request (%s): the token lacks a scope vipd needs (reserved_ip:read, reserved_ip:update, droplet:read, actions:read)", name, ErrUnauthorized, describe(status, err))
+			}
+			return fmt.Errorf("%s: %w: DigitalOcean rejected the API token (%s): check DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE", name, ErrUnauthorized, describe(status, err))
+		case v.outcome == OutcomeNotFound:
+			return fmt.Errorf("%s: %w (%s)", name, ErrNotFound, describe(status, err))
+		case v.outcome == OutcomeLocked:
+			return fmt.Errorf("%s: %w (%s)", name, ErrRefused, describe(status, err))
+		default:
+			return fmt.Errorf("%s: %s", name, describe(status, err))
+		}
+	}
+}
+
+// describe renders an API failure as "HTTP 429: message" or the transport
+// error.
+func describe(status int, err error) string {
+	var er *godo.ErrorResponse
+	if errors.As(err, &er) {
+		msg := er.Message
+		if msg == "" {
+			msg = http.StatusText(status)
+		}
+		return fmt.Sprintf("HTTP %d: %s", status, msg)
+	}
+	if err == nil {
+		return fmt.Sprintf("HTTP %d", status)
+	}
+	return err.Error()
+}
+
+// Holder implements Provider with GET /v2/reserved_ips/{ip}.
+func (d *DigitalOcean) Holder(ctx context.Context, ip netip.Addr) (Holding, error) {
+	var rip *godo.ReservedIP
+	err := d.call(ctx, CallGetReservedIP, func(ctx context.Context) (*godo.Response, error) {
+		var resp *godo.Response
+		var err error
+		rip, resp, err = d.client.ReservedIPs.Get(ctx, ip.String())
+		return resp, err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return Holding{}, fmt.Errorf("reserved IP %s is not in this DigitalOcean account (check VIPD_ADDRESS and the token's team): %w", ip, err)
+	}
+	if err != nil {
+		return Holding{}, fmt.Errorf("get reserved IP %s: %w", ip, err)
+	}
+	if rip == nil {
+		return Holding{}, fmt.Errorf("get reserved IP %s: empty answer", ip)
+	}
+	h := Holding{Locked: rip.Locked}
+	if rip.Droplet != nil && rip.Droplet.ID != 0 {
+		h.Holder = strconv.Itoa(rip.Droplet.ID)
+		h.Self = rip.Droplet.ID == d.droplet
+	}
+	return h, nil
+}
+
+// Assign implements Provider: POST /v2/reserved_ips/{ip}/actions with
+// {"type":"assign","droplet_id":N}, then poll the action until it
+// completes. A 422 while another action holds the IP's lock is waited out
+// and retried; an assign of ours still in progress from an earlier,
+// timed-out call is resumed instead of starting another.
+func (d *DigitalOcean) Assign(ctx context.Context, ip netip.Addr) error {
+	for {
+		if id := d.pendingAction(ip); id != 0 {
+			err := d.waitAction(ctx, ip, id)
+			if err == nil {
+				d.setPending(ip, 0)
+				return nil
+			}
+			if !errors.Is(err, ErrActionFailed) && !errors.Is(err, ErrNotFound) {
+				return err // ctx ended or the API is down: resume next time
+			}
+			d.setPending(ip, 0)
+			d.log.Warn("assign action failed; assigning again", "ip", ip, "action", id, "err", err)
+			if err := sleep(ctx, d.cfg.LockWait); err != nil {
+				return fmt.Errorf("reserved IP %s: %w (%w)", ip, err, ErrActionFailed)
+			}
+		}
+
+		var action *godo.Action
+		err := d.call(ctx, CallAssign, func(ctx context.Context) (*godo.Response, error) {
+			var resp *godo.Response
+			var err error
+			action, resp, err = d.client.ReservedIPActions.Assign(ctx, ip.String(), d.droplet)
+			return resp, err
+		})
+		switch {
+		case errors.Is(err, ErrRefused):
+			done, werr := d.waitUnlocked(ctx, ip, err)
+			if werr != nil {
+				return werr
+			}
+			if done {
+				return nil
+			}
+			continue
+		case errors.Is(err, ErrNotFound):
+			return fmt.Errorf("assign reserved IP %s: it is not in this DigitalOcean account, or droplet %d is not: %w", ip, d.droplet, err)
+		case err != nil:
+			return fmt.Errorf("assign reserved IP %s to droplet %d: %w", ip, d.droplet, err)
+		}
+		if action == nil || action.ID == 0 || action.Status == godo.ActionCompleted {
+			return nil
+		}
+		d.log.Info("assign action started", "ip", ip, "action", action.ID, "status", action.Status)
+		d.setPending(ip, action.ID)
+	}
+}
+
+// waitUnlocked handles a 422 to an assign. If the IP is locked by an action
+// in progress it waits until the lock is gone and reports done when the IP
+// ended up here (no new assign needed). Any other 422 is final.
+func (d *DigitalOcean) waitUnlocked(ctx context.Context, ip netip.Addr, refusal error) (bool, error) {
+	logged := false
+	for {
+		h, err := d.Holder(ctx, ip)
+		if err != nil {
+			return false, err
+		}
+		if !h.Locked {
+			if h.Self {
+				return true, nil
+			}
+			if logged {
+				return false, nil // the lock is gone: assign again
+			}
+			return false, fmt.Errorf("DigitalOcean refused to assign reserved IP %s to droplet %d (held by %q): %w", ip, d.droplet, h.Holder, refusal)
+		}
+		if !logged {
+			d.log.Info("reserved IP locked by another action in progress; waiting to retry the assign", "ip", ip, "holder", h.Holder)
+			logged = true
+		}
+		if err := sleep(ctx, d.cfg.LockWait); err != nil {
+			return false, fmt.Errorf("reserved IP %s is still locked by another action: %w (%w)", ip, err, refusal)
+		}
+	}
+}
+
+// waitAction polls one of our actions until it completes.
+func (d *DigitalOcean) waitAction(ctx context.Context, ip netip.Addr, id int) error {
+	for {
+		if err := sleep(ctx, d.cfg.PollInterval); err != nil {
+			return fmt.Errorf("assign action %d for reserved IP %s still in progress: %w", id, ip, err)
+		}
+		var a *godo.Action
+		err := d.call(ctx, CallGetAction, func(ctx context.Context) (*godo.Response, error) {
+			var resp *godo.Response
+			var err error
+			a, resp, err = d.client.ReservedIPActions.Get(ctx, ip.String(), id)
+			return resp, err
+		})
+		if err != nil {
+			return fmt.Errorf("poll assign action %d for reserved IP %s: %w", id, ip, err)
+		}
+		switch a.Status {
+		case godo.ActionCompleted:
+			return nil
+		case "errored":
+			return fmt.Errorf("assign action %d for reserved IP %s: %w (status errored)", id, ip, ErrActionFailed)
+		}
+	}
+}
+
+func (d *DigitalOcean) pendingAction(ip netip.Addr) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pending[ip]
+}
+
+func (d *DigitalOcean) setPending(ip netip.Addr, id int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id == 0 {
+		delete(d.pending, ip)
+		return
+	}
+	d.pending[ip] = id
+}
+
+// HeldLocally implements LocalChecker with the metadata service:
+// reserved_ip/ipv4/active, then reserved_ip/ipv4/ip_address.
+func (d *DigitalOcean) HeldLocally(ctx context.Context, ip netip.Addr) (bool, error) {
+	if d.cfg.MetadataURL == "" {
+		return false, errors.New("no metadata service configured")
+	}
+	active, err := d.metadataGet(ctx, CallMetadataReservedIP, "/reserved_ip/ipv4/active")
+	if err != nil {
+		return false, err
+	}
+	if active != "true" {
+		return false, nil
+	}
+	addr, err := d.metadataGet(ctx, CallMetadataReservedIP, "/reserved_ip/ipv4/ip_address")
+	if err != nil {
+		return false, err
+	}
+	return addr == ip.String(), nil
+}
+
+// metadataDropletID reads MetadataURL/id, trying a few times: the metadata
+// service can lag right after boot.
+func (d *DigitalOcean) metadataDropletID(ctx context.Context) (int, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, time.Second); err != nil {
+				break
+			}
+		}
+		body, err := d.metadataGet(ctx, CallMetadataID, "/id")
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		id, err := strconv.Atoi(body)
+		if err != nil || id <= 0 {
+			lastErr = fmt.Errorf("answer %q is not a droplet id", body)
+			continue
+		}
+		return id, nil
+	}
+	return 0, fmt.Errorf("read this droplet's id from the metadata service %s/id: %w (set VIPD_DO_DROPLET_ID, or VIPD_DO_METADATA_URL if the service is elsewhere)", d.cfg.MetadataURL, lastErr)
+}
+
+// metadataGet fetches one metadata path as trimmed text.
+func (d *DigitalOcean) metadataGet(ctx context.Context, call, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.cfg.MetadataURL+path, nil)
+	if err != nil {
+		return "", err
+	}
+	start := d.now()
+	resp, err := d.meta.Do(req)
+	if err != nil {
+		d.cfg.Metrics.observe(ProviderDigitalOcean, call, OutcomeTransport, d.now().Sub(start))
+		return "", fmt.Errorf("metadata %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	v := classify(resp.StatusCode, resp.Header, err, ctx.Err(), d.now())
+	d.cfg.Metrics.observe(ProviderDigitalOcean, call, v.outcome, d.now().Sub(start))
+	if err != nil {
+		return "", fmt.Errorf("metadata %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("metadata %s: HTTP %d", path, resp.StatusCode)
+	}
+	return strings.TrimSpace(string(body)), nil
+}
