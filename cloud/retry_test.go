@@ -94,7 +94,7 @@ func TestGate(t *testing.T) {
 		{verdict{outcome: OutcomeServerError, retry: true}, 2 * time.Second},
 		{verdict{outcome: OutcomeRateLimited, retry: true, wait: 30 * time.Second}, 30 * time.Second},
 		{verdict{outcome: OutcomeRateLimited, retry: true, wait: time.Hour}, time.Minute}, // capped
-		{verdict{outcome: OutcomeTransport, retry: true}, 4 * time.Second},               // backoff max
+		{verdict{outcome: OutcomeTransport, retry: true}, 4 * time.Second},                // backoff max
 	}
 	for i, s := range steps {
 		if got := g.failed(s.v, cause); got != s.want {

@@ -1,0 +1,336 @@
+package cloud
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/internal/fakedo"
+	"github.com/vipd/vipd/vip"
+)
+
+var _ vip.Announcer = (*Announcer)(nil)
+
+// memProvider is an in-memory Provider that counts calls.
+type memProvider struct {
+	mu          sync.Mutex
+	holder      string // "" unassigned
+	holderErr   error
+	assignErr   error
+	local       *bool // nil: no metadata (HeldLocally errors)
+	holderCalls int
+	assignCalls int
+	localCalls  int
+}
+
+func (m *memProvider) Name() string     { return "mem" }
+func (m *memProvider) Instance() string { return "me" }
+
+func (m *memProvider) Holder(context.Context, netip.Addr) (Holding, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.holderCalls++
+	if m.holderErr != nil {
+		return Holding{}, m.holderErr
+	}
+	return Holding{Holder: m.holder, Self: m.holder == "me"}, nil
+}
+
+func (m *memProvider) Assign(context.Context, netip.Addr) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.assignCalls++
+	if m.assignErr != nil {
+		return m.assignErr
+	}
+	m.holder = "me"
+	return nil
+}
+
+func (m *memProvider) HeldLocally(context.Context, netip.Addr) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.localCalls++
+	if m.local == nil {
+		return false, errors.New("no metadata")
+	}
+	return *m.local, nil
+}
+
+func (m *memProvider) set(f func(*memProvider)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f(m)
+}
+
+func (m *memProvider) counts() (holder, assign, local int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.holderCalls, m.assignCalls, m.localCalls
+}
+
+type lockedClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *lockedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *lockedClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+var vip10 = netip.MustParsePrefix(testIP + "/32")
+
+func newAnn(t *testing.T, p Provider) (*Announcer, *lockedClock) {
+	t.Helper()
+	clk := &lockedClock{t: time.Unix(1_700_000_000, 0)}
+	a := NewAnnouncer(p, AnnouncerOptions{Refresh: 10 * time.Second, Now: clk.Now})
+	t.Cleanup(func() { _ = a.Close() })
+	return a, clk
+}
+
+// settle waits for background refreshes to finish.
+func settle(t *testing.T, a *Announcer) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		a.mu.Lock()
+		busy := false
+		for _, s := range a.state {
+			busy = busy || s.refreshing
+		}
+		a.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("refresh did not finish")
+}
+
+func boolp(b bool) *bool { return &b }
+
+func TestAcquireDecisions(t *testing.T) {
+	tests := []struct {
+		name       string
+		holder     string
+		local      *bool
+		prime      bool
+		wantHolder int
+		wantAssign int
+		wantLocal  int
+	}{
+		{"metadata says held: no API call", "me", boolp(true), false, 0, 0, 1},
+		{"metadata says not held: assign without a GET", "other", boolp(false), false, 0, 1, 1},
+		{"no metadata, API says held: no assign", "me", nil, false, 1, 0, 1},
+		{"no metadata, API says other: assign", "other", nil, false, 1, 1, 1},
+		{"primed held: nothing at all", "me", boolp(true), true, 1, 0, 0},
+		{"primed other: assign straight away", "other", boolp(false), true, 1, 1, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &memProvider{holder: tc.holder, local: tc.local}
+			a, _ := newAnn(t, p)
+			ctx := context.Background()
+			if tc.prime {
+				if err := a.Prime(ctx, []netip.Prefix{vip10}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.Acquire(ctx, vip10); err != nil {
+				t.Fatal(err)
+			}
+			h, as, l := p.counts()
+			if h != tc.wantHolder || as != tc.wantAssign || l != tc.wantLocal {
+				t.Fatalf("calls holder=%d assign=%d local=%d, want %d %d %d", h, as, l, tc.wantHolder, tc.wantAssign, tc.wantLocal)
+			}
+			if ok, err := a.Present(ctx, vip10); err != nil || !ok {
+				t.Fatalf("Present after Acquire = %v, %v", ok, err)
+			}
+		})
+	}
+}
+
+func TestPresentIsCachedAndRefreshedInTheBackground(t *testing.T) {
+	p := &memProvider{holder: "other", local: boolp(false)}
+	a, clk := newAnn(t, p)
+	ctx := context.Background()
+
+	// Not wanted: false without any call.
+	if ok, _ := a.Present(ctx, vip10); ok {
+		t.Fatal("Present before Acquire")
+	}
+	if err := a.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	h0, _, _ := p.counts()
+	for i := 0; i < 50; i++ {
+		clk.Advance(100 * time.Millisecond) // 5s of driver ticks
+		if ok, err := a.Present(ctx, vip10); err != nil || !ok {
+			t.Fatalf("Present = %v, %v", ok, err)
+		}
+	}
+	if h, _, _ := p.counts(); h != h0 {
+		t.Fatalf("%d holder calls within the refresh interval", h-h0)
+	}
+
+	// Someone moves the IP away; after Refresh one background call notices.
+	p.set(func(m *memProvider) { m.holder = "other" })
+	clk.Advance(6 * time.Second)
+	if ok, _ := a.Present(ctx, vip10); !ok {
+		t.Fatal("the stale answer is returned while the refresh runs")
+	}
+	settle(t, a)
+	if ok, _ := a.Present(ctx, vip10); ok {
+		t.Fatal("Present still true after the refresh saw another holder")
+	}
+	if h, _, _ := p.counts(); h != h0+1 {
+		t.Fatalf("%d holder calls, want exactly one refresh", h-h0)
+	}
+	// The driver re-acquires: the fresh answer says "other", so it
+	// assigns at once.
+	if err := a.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	if _, as, _ := p.counts(); as != 2 {
+		t.Fatalf("%d assigns, want 2", as)
+	}
+}
+
+func TestRefreshFailureKeepsTheHolder(t *testing.T) {
+	p := &memProvider{holder: "me", local: boolp(true)}
+	a, clk := newAnn(t, p)
+	ctx := context.Background()
+	if err := a.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	p.set(func(m *memProvider) { m.holderErr = ErrUnavailable })
+	for i := 0; i < 5; i++ {
+		clk.Advance(11 * time.Second)
+		if ok, _ := a.Present(ctx, vip10); !ok {
+			t.Fatalf("round %d: Present false while the API is down", i)
+		}
+		settle(t, a)
+	}
+	if ok, _ := a.Present(ctx, vip10); !ok {
+		t.Fatal("Present false after failed refreshes")
+	}
+	if h, _, _ := p.counts(); h != 5 {
+		t.Fatalf("%d refreshes in 55s with a 10s interval, want 5", h)
+	}
+}
+
+func TestReleaseMakesNoCallAndForgets(t *testing.T) {
+	p := &memProvider{holder: "me", local: boolp(true)}
+	a, _ := newAnn(t, p)
+	ctx := context.Background()
+	if err := a.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	h0, as0, l0 := p.counts()
+	if err := a.Release(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	if h, as, l := p.counts(); h != h0 || as != as0 || l != l0 {
+		t.Fatal("Release called the provider")
+	}
+	if ok, _ := a.Present(ctx, vip10); ok {
+		t.Fatal("Present true after Release")
+	}
+	// Another node takes it meanwhile; a new Acquire must check again
+	// rather than trust the cache from before the release.
+	p.set(func(m *memProvider) { m.holder, m.local = "other", boolp(false) })
+	if err := a.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	if _, as, _ := p.counts(); as != as0+1 {
+		t.Fatalf("assigns = %d, want %d", as, as0+1)
+	}
+}
+
+func TestAcquireFailure(t *testing.T) {
+	p := &memProvider{holder: "other", local: boolp(false), assignErr: ErrUnavailable}
+	a, _ := newAnn(t, p)
+	ctx := context.Background()
+	err := a.Acquire(ctx, vip10)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v", err)
+	}
+	if ok, _ := a.Present(ctx, vip10); ok {
+		t.Fatal("Present true after a failed Acquire")
+	}
+	if err := a.Acquire(ctx, netip.MustParsePrefix("192.0.2.0/24")); err == nil {
+		t.Fatal("a /24 was accepted")
+	}
+	if err := a.Acquire(ctx, netip.MustParsePrefix("fd00::1/128")); err == nil {
+		t.Fatal("IPv6 was accepted")
+	}
+	if err := a.Announce(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPrimeErrors(t *testing.T) {
+	p := &memProvider{holderErr: ErrUnavailable}
+	a, _ := newAnn(t, p)
+	if err := a.Prime(context.Background(), []netip.Prefix{vip10}); err != nil {
+		t.Fatalf("API down at start-up must not stop the daemon: %v", err)
+	}
+	p.set(func(m *memProvider) { m.holderErr = ErrNotFound })
+	if err := a.Prime(context.Background(), []netip.Prefix{vip10}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("not found: %v", err)
+	}
+}
+
+// TestRestartMakesNoAssign runs the real backend against the fake: a
+// holder that restarts (new backend and announcer) finds the IP on its
+// droplet and sends no assign.
+func TestRestartMakesNoAssign(t *testing.T) {
+	e := newEnv(t, other, fakedo.Options{ActionDuration: 100 * time.Millisecond}, nil)
+	ctx := ctxT(t, 10*time.Second)
+	a1 := NewAnnouncer(e.do, AnnouncerOptions{})
+	if err := a1.Prime(ctx, []netip.Prefix{vip10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a1.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	_ = a1.Close()
+	if n := e.fake.Count(http.MethodPost, actionsPath); n != 1 {
+		t.Fatalf("first start: %d assigns", n)
+	}
+
+	do2, err := NewDigitalOcean(ctx, e.do.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2 := NewAnnouncer(do2, AnnouncerOptions{})
+	defer a2.Close()
+	e.fake.ResetLog()
+	if err := a2.Prime(ctx, []netip.Prefix{vip10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := a2.Present(ctx, vip10); !ok {
+		t.Fatal("not present after restart")
+	}
+	if n := e.fake.Count(http.MethodPost, ""); n != 0 {
+		t.Fatalf("restart sent %d POSTs", n)
+	}
+	if n := len(e.fake.Requests()); n != 1 {
+		t.Fatalf("restart made %d API calls, want 1 (the start-up check)", n)
+	}
+}
