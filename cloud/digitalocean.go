@@ -373,6 +373,9 @@ func (d *DigitalOcean) waitUnlocked(ctx context.Context, ip netip.Addr, refusal 
 	logged := false
 	for {
 		h, err := d.Holder(ctx, ip)
+		if err != nil && ctx.Err() != nil && logged {
+			return false, fmt.Errorf("reserved IP %s is still locked by another action: %w (%w)", ip, ctx.Err(), refusal)
+		}
 		if err != nil {
 			return false, err
 		}
