@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sort"
 	"sync"
 	"time"
 )
@@ -269,6 +270,39 @@ func (a *Announcer) refresh(ip netip.Addr) {
 		a.log.Warn("reserved IP is no longer assigned to this instance", "ip", ip, "holder", h.Holder)
 	}
 	s.known, s.held = true, h.Self
+}
+
+// VIPStatus is one reserved IP in the /status JSON.
+type VIPStatus struct {
+	IP         string `json:"ip"`
+	Wanted     bool   `json:"wanted"`
+	HeldHere   bool   `json:"held_here"`
+	Known      bool   `json:"known"`
+	CheckedAt  string `json:"checked_at,omitempty"`
+	APIFailing bool   `json:"api_failing"`
+}
+
+// Status is the cloud section of /status.
+type Status struct {
+	Provider string      `json:"provider"`
+	Instance string      `json:"instance"`
+	VIPs     []VIPStatus `json:"vips"`
+}
+
+// Status reports the cached view (no API call).
+func (a *Announcer) Status() any {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := Status{Provider: a.p.Name(), Instance: a.p.Instance(), VIPs: []VIPStatus{}}
+	for ip, s := range a.state {
+		v := VIPStatus{IP: ip.String(), Wanted: s.wanted, HeldHere: s.known && s.held, Known: s.known, APIFailing: s.failing}
+		if !s.checked.IsZero() {
+			v.CheckedAt = s.checked.UTC().Format(time.RFC3339)
+		}
+		st.VIPs = append(st.VIPs, v)
+	}
+	sort.Slice(st.VIPs, func(i, j int) bool { return st.VIPs[i].IP < st.VIPs[j].IP })
+	return st
 }
 
 // Close stops background refreshes and closes the binder. It does not

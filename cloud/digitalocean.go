@@ -257,9 +257,9 @@ func (d *DigitalOcean) call(ctx context.Context, name string, fn func(context.Co
 				continue
 			}
 			if status == http.StatusForbidden {
-				return fmt.Errorf("%s: %w: DigitalOcean refused the request (%s): the token lacks a scope vipd needs (reserved_ip:read, reserved_ip:update, droplet:read, actions:read)", name, ErrUnauthorized, describe(status, err))
+				return fmt.Errorf("%s: %w: DigitalOcean answered %s: the token lacks a scope vipd needs (reserved_ip:read, reserved_ip:update, droplet:read, actions:read)", name, ErrUnauthorized, describe(status, err))
 			}
-			return fmt.Errorf("%s: %w: DigitalOcean rejected the API token (%s): check DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE", name, ErrUnauthorized, describe(status, err))
+			return fmt.Errorf("%s: %w: DigitalOcean answered %s: check DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE", name, ErrUnauthorized, describe(status, err))
 		case v.outcome == OutcomeNotFound:
 			return fmt.Errorf("%s: %w (%s)", name, ErrNotFound, describe(status, err))
 		case v.outcome == OutcomeLocked:

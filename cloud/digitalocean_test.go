@@ -340,7 +340,7 @@ func TestNotFoundIsAClearError(t *testing.T) {
 func TestBadTokenIsAClearError(t *testing.T) {
 	e := newEnv(t, other, fakedo.Options{}, func(c *DOConfig) { c.Token = "wrong" })
 	_, err := e.do.Holder(ctxT(t, time.Second), ip10)
-	if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "rejected the API token") || !strings.Contains(err.Error(), "Unable to authenticate you") {
+	if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "API token rejected") || !strings.Contains(err.Error(), "DIGITALOCEAN_ACCESS_TOKEN") || !strings.Contains(err.Error(), "Unable to authenticate you") {
 		t.Fatalf("err = %v", err)
 	}
 	ann := NewAnnouncer(e.do, AnnouncerOptions{})
