@@ -76,7 +76,10 @@ func parseKubeVIPPeer(entry string) (kvPeer, error) {
 		p.Address = addr
 		rest = after
 	}
-	if p.Address != "" {
+	if p.Unnumbered == "" {
+		if p.Address == "" {
+			return p, fmt.Errorf("missing address")
+		}
 		a, err := netip.ParseAddr(p.Address)
 		if err != nil {
 			return p, fmt.Errorf("address %q is not an IP address", p.Address)
