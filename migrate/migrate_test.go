@@ -314,9 +314,9 @@ spec:
 			warnings: []string{"VIP_ARP is not a kube-vip setting"},
 		},
 		{
-			name:     "log level by image version",
-			in:       "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-vip\n    image: ghcr.io/kube-vip/kube-vip:v0.8.0@sha256:abc\n    env:\n    - {name: vip_arp, value: \"true\"}\n    - {name: cp_enable, value: \"true\"}\n    - {name: address, value: 10.0.0.5}\n    - {name: vip_loglevel, value: \"4\"}\n",
-			want:     map[string]string{"VIPD_LOG_LEVEL": "info"},
+			name: "log level by image version",
+			in:   "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-vip\n    image: ghcr.io/kube-vip/kube-vip:v0.8.0@sha256:abc\n    env:\n    - {name: vip_arp, value: \"true\"}\n    - {name: cp_enable, value: \"true\"}\n    - {name: address, value: 10.0.0.5}\n    - {name: vip_loglevel, value: \"4\"}\n",
+			want: map[string]string{"VIPD_LOG_LEVEL": "info"},
 		},
 		{
 			name: "log level 8 is error in slog",
