@@ -445,8 +445,9 @@ func TestFRRInterop(t *testing.T) {
 	})
 
 	t.Run("frr-shutdown-and-back", func(t *testing.T) {
+		rec.drain()
 		l.peerConfig(nodeV4, "shutdown")
-		c := rec.waitFor(t, StateDown, 3*time.Second)
+		c := rec.waitForPeer(t, rtrV4, StateDown, 3*time.Second)
 		if c.peer != rtrV4 || c.old != StateUp || c.diag != DiagNeighborDown {
 			t.Fatalf("change %+v, want %s up -> down diag neighbor-signaled-down", c, rtrV4)
 		}
@@ -454,7 +455,7 @@ func TestFRRInterop(t *testing.T) {
 			t.Fatalf("vipd_bfd_session_up = %v after down", v)
 		}
 		l.peerConfig(nodeV4, "no shutdown")
-		rec.waitFor(t, StateUp, 10*time.Second)
+		rec.waitForPeer(t, rtrV4, StateUp, 10*time.Second)
 		l.waitPeer(nodeV4, 5*time.Second, "up again", func(p frrPeer) bool { return p.Status == "up" })
 		if v, _ := gaugeValue(t, reg, "vipd_bfd_session_flaps_total", rtrV4.String()); v != 1 {
 			t.Fatalf("flaps = %v, want 1", v)
@@ -532,6 +533,7 @@ func TestFRRSilentNode(t *testing.T) {
 					return s.Session.State == StateUp && !s.Session.PollInProgress
 				})
 				time.Sleep(300 * ms) // steady state
+				rec.drain()
 				start := time.Now()
 				l.silence(true)
 				l.waitPeer(nodeV4, tc.det+2*time.Second, "down after silence", func(p frrPeer) bool { return p.Status == "down" })
@@ -541,6 +543,7 @@ func TestFRRSilentNode(t *testing.T) {
 					t.Errorf("FRR diagnostic %q, want control detection time expired", p.Diagnostic)
 				}
 				// Our side times out as well (our detection: 3 x max(our RX, FRR TX 100 ms)).
+				// FRR's packets cannot reach us, so no other reason is possible.
 				c := rec.waitFor(t, StateDown, 3*time.Second)
 				if c.diag != DiagControlDetectExpired {
 					t.Errorf("our diag %v, want control-detection-time-expired", c.diag)

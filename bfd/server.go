@@ -37,8 +37,9 @@ type ServerConfig struct {
 	Registerer prometheus.Registerer
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Rand returns values in [0, 1) for the TX jitter and source ports; nil
-	// uses math/rand/v2.
+	// Rand returns values in [0, 1) for the TX jitter and source ports; it
+	// is called from several goroutines, so it must be safe for concurrent
+	// use. nil uses math/rand/v2.
 	Rand func() float64
 }
 

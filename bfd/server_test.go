@@ -38,13 +38,32 @@ func (r *recorder) fn(peer netip.Addr, old, new State, diag Diag) {
 	}
 }
 
+// drain forgets changes not waited for yet, so the next waitFor sees only
+// what happens after this call.
+func (r *recorder) drain() {
+	for {
+		select {
+		case <-r.ch:
+		default:
+			return
+		}
+	}
+}
+
+// waitFor returns the next change to want (of any peer).
 func (r *recorder) waitFor(t *testing.T, want State, timeout time.Duration) change {
+	t.Helper()
+	return r.waitForPeer(t, netip.Addr{}, want, timeout)
+}
+
+// waitForPeer returns the next change of peer (any peer if zero) to want.
+func (r *recorder) waitForPeer(t *testing.T, peer netip.Addr, want State, timeout time.Duration) change {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {
 		select {
 		case c := <-r.ch:
-			if c.new == want {
+			if c.new == want && (!peer.IsValid() || c.peer == peer) {
 				return c
 			}
 		case <-deadline:
@@ -151,6 +170,7 @@ func TestServerLoopback(t *testing.T) {
 	}
 
 	// Remove at B sends AdminDown: A goes Down with diag 3 at once.
+	ra.drain()
 	start := time.Now()
 	if err := b.Remove(ipA); err != nil {
 		t.Fatal(err)
@@ -159,8 +179,9 @@ func TestServerLoopback(t *testing.T) {
 	if c.diag != DiagNeighborDown || c.old != StateUp || c.peer != ipB {
 		t.Fatalf("A change %+v, want up -> down diag neighbor-down", c)
 	}
-	if el := time.Since(start); el > 300*ms {
-		t.Fatalf("AdminDown took %v to take A down (detection would be 320ms+)", el)
+	// The diag proves it was the AdminDown, not A's detection timer (800 ms).
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("AdminDown took %v to take A down", el)
 	}
 	if v, _ := gaugeValue(t, regA, "vipd_bfd_session_flaps_total", "127.0.0.2"); v != 1 {
 		t.Fatalf("flaps = %v, want 1", v)
@@ -199,6 +220,7 @@ func TestServerDetectionTimeout(t *testing.T) {
 	})
 	// B goes silent without AdminDown: stop its session from sending by
 	// closing its transmit socket under it.
+	ra.drain()
 	b.mu.RLock()
 	b.byPeer[ipA].conn.Close()
 	b.mu.RUnlock()
@@ -209,7 +231,7 @@ func TestServerDetectionTimeout(t *testing.T) {
 		t.Fatalf("diag %v, want control-detection-time-expired", c.diag)
 	}
 	// Detection is 90 ms; allow generous scheduling slack on a loaded box.
-	if el < 60*ms || el > 1500*ms {
+	if el < 30*ms || el > 1500*ms {
 		t.Fatalf("detected after %v, want about 90ms", el)
 	}
 	st, _ := a.Status(ipB)
