@@ -118,6 +118,8 @@ type elector interface {
 	Run(ctx context.Context, send func(vip.Event)) error
 	// Status is the cluster's section of /status.
 	Status() any
+	// Close leaves the cluster.
+	Close() error
 }
 
 func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon, error) {
@@ -245,7 +247,12 @@ func (d *daemon) run(ctx context.Context) error {
 			}()
 		}
 		defer func() {
-			<-driverDone
+			<-driverDone // VIPs released first, then leave: no second holder meanwhile
+			if d.elector != nil {
+				if err := d.elector.Close(); err != nil {
+					d.log.Warn("leaving the cluster", "err", err)
+				}
+			}
 			_ = d.ann.Close()
 		}()
 	} else {

@@ -4,15 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/vip"
 )
 
 // extraCommands are subcommands added by other parts (manifest, migrate,
 // forget), each in its own file.
-func extraCommands() []*cobra.Command { return nil }
+func extraCommands() []*cobra.Command { return []*cobra.Command{newForgetCmd()} }
 
 // runControllers runs the optional Kubernetes controllers.
 func runControllers(ctx context.Context, c *config.Config, log *slog.Logger, reg prometheus.Registerer) error {
@@ -22,10 +25,39 @@ func runControllers(ctx context.Context, c *config.Config, log *slog.Logger, reg
 // checkModeSettings validates settings that other packages parse (BGP
 // peers, controllers) so that check-config and run fail the same way.
 func checkModeSettings(c *config.Config) error {
+	if c.Mode == config.ModeBGP && len(c.Addresses) > 0 {
+		if err := checkBGPSettings(c); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// newElector starts the gossip election (cluster package).
+// newElector creates the gossip election (cluster package).
 func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (elector, error) {
-	return nil, fmt.Errorf("VIPD_PEERS: gossip election %w", errNotImplemented)
+	vips := make([]string, len(c.Addresses))
+	for i, a := range c.Addresses {
+		vips[i] = a.String()
+	}
+	n, err := cluster.New(cluster.Config{
+		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Priority: c.Priority,
+		Quorum: cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
+	}, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return clusterElector{n}, nil
+}
+
+// clusterElector adapts cluster.Node to the daemon's elector.
+type clusterElector struct{ *cluster.Node }
+
+func (e clusterElector) Run(ctx context.Context, send func(vip.Event)) error {
+	return e.Node.Run(ctx, func(v string, holder bool, reason string) {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return
+		}
+		send(vip.Elected{VIP: p, Holder: holder, Reason: reason})
+	})
 }

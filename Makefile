@@ -1,0 +1,98 @@
+# vipd: build, test, demo, bench and packages.
+#
+#   make demo   a self-contained network-namespace lab: VIP held, failover
+#   make test   every test (installs what it needs; needs root)
+#
+# Targets that need root re-run themselves through sudo when you are not
+# root, and stop with a clear message when there is no sudo.
+
+SHELL       := /bin/bash
+GO          ?= go
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -s -w -X main.version=$(VERSION)
+BIN         := bin/vipd
+CACHE       := .cache
+APT_PKGS    := frr etcd-server iproute2 tcpdump arping ndisc6 nftables iputils-ping curl \
+               debootstrap systemd-container rpm
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
+GOTEST      := $(GO) test -count=1
+# Integration packages run one at a time: they measure timings in network
+# namespaces and must not fight each other for the two cores of CI.
+INTEGRATION := ./test/... ./bfd/... ./lab/... ./kube/...
+
+export CGO_ENABLED ?= 0
+export GOFLAGS ?= -mod=mod
+
+ROOT_TARGETS := test test-integration demo bench deps test-packaging
+ifneq ($(shell id -u),0)
+ifneq ($(filter $(ROOT_TARGETS),$(MAKECMDGOALS)),)
+SUDO := $(shell command -v sudo 2>/dev/null)
+$(MAKECMDGOALS):
+ifeq ($(SUDO),)
+	@echo "make $@ needs root (network namespaces, raw sockets, apt-get) and sudo is not installed: run it as root." >&2; exit 1
+else
+	$(SUDO) -E env "PATH=$$PATH" $(MAKE) $(MAKECMDGOALS)
+endif
+.PHONY: $(MAKECMDGOALS)
+endif
+endif
+
+ifeq ($(shell id -u),0)
+
+.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver package test-packaging clean
+
+all: build
+
+build: $(BIN)
+
+$(BIN): $(shell find . -name '*.go' -not -path './.cache/*' 2>/dev/null) go.mod go.sum
+	@mkdir -p bin
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/vipd
+
+## deps: the Debian packages and Go modules the tests use
+deps:
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@$(MAKE) --no-print-directory go-deps
+
+go-deps:
+	$(GO) mod download
+
+kube-apiserver:
+	nice -n 5 hack/kube-apiserver.sh
+
+## test: every test, unit and integration (root)
+test: deps build kube-apiserver
+	$(GOTEST) -timeout 20m $$($(GO) list ./... | grep -v -E '/test/|/bfd$$|/lab$$|/kube$$')
+	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GOTEST) -p 1 -timeout 25m $(INTEGRATION)
+
+test-unit:
+	$(GOTEST) -short ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+## demo: a 3-node network-namespace lab showing the VIP and a failover
+demo: deps build
+	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab demo
+
+## bench: failover benchmarks in the lab; prints tables, writes out/bench.json
+bench: deps build
+	@mkdir -p out
+	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab bench -out out
+
+package:
+	packaging/build.sh $(VERSION)
+
+test-packaging: deps package
+	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GOTEST) -timeout 20m ./test/packaging/
+
+clean:
+	rm -rf bin dist out
+
+endif
