@@ -499,6 +499,23 @@ func TestFRRInterop(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("restart-with-new-discriminators", func(t *testing.T) {
+		// A restarted vipd has new discriminators while FRR still remembers
+		// the old ones: both sides must meet again without waiting for FRR
+		// to forget.
+		start := time.Now()
+		rec2 := newRecorder()
+		srv2 := l.startNode(ours, nil, rec2, rtrV4, rtrV6)
+		for _, pair := range [][2]netip.Addr{{nodeV4, rtrV4}, {nodeV6, rtrV6}} {
+			p := l.waitPeer(pair[0], 10*time.Second, "up with the restarted node", func(p frrPeer) bool { return p.Status == "up" })
+			st := waitStatus(t, srv2, pair[1], 5*time.Second, "up", func(s PeerStatus) bool { return s.Session.State == StateUp })
+			if p.RemoteID != st.Session.LocalDiscriminator {
+				t.Fatalf("FRR remote-id %d, our new discriminator %d", p.RemoteID, st.Session.LocalDiscriminator)
+			}
+		}
+		t.Logf("restarted node Up at FRR after %v", time.Since(start).Round(time.Millisecond))
+	})
 }
 
 // TestFRRSilentNode drops all of the node's traffic and measures how long

@@ -491,13 +491,14 @@ func (ps *peerSession) run() {
 			a = op(ps.sess, time.Now())
 		case <-ps.stop:
 			a = ps.sess.SetAdminDown(time.Now(), DiagAdminDown)
-			if a.Send {
-				for i := range ShutdownPackets {
-					if i > 0 {
-						time.Sleep(shutdownSpacing)
-					}
-					buf = ps.send(buf, &a.Packet)
+			if !a.Send { // already AdminDown (SetAdminDown): say it again anyway
+				a.Packet = ps.sess.packet(false)
+			}
+			for i := range ShutdownPackets {
+				if i > 0 {
+					time.Sleep(shutdownSpacing)
 				}
+				buf = ps.send(buf, &a.Packet)
 			}
 			ps.log.Info("BFD session stopped, AdminDown sent")
 			return
