@@ -478,6 +478,26 @@ func TestFRRInterop(t *testing.T) {
 		}
 	})
 
+	t.Run("our-admin-down-and-up", func(t *testing.T) {
+		rec.drain()
+		if err := srv.SetAdminDown(rtrV6, true); err != nil {
+			t.Fatal(err)
+		}
+		c := rec.waitForPeer(t, rtrV6, StateAdminDown, 2*time.Second)
+		if c.diag != DiagAdminDown {
+			t.Fatalf("change %+v", c)
+		}
+		p := l.waitPeer(nodeV6, 2*time.Second, "down after our AdminDown", func(p frrPeer) bool { return p.Status == "down" })
+		if p.RemoteDiagnostic != "administratively down" || p.Diagnostic != "neighbor signaled session down" {
+			t.Fatalf("FRR peer %+v", p)
+		}
+		if err := srv.SetAdminDown(rtrV6, false); err != nil {
+			t.Fatal(err)
+		}
+		rec.waitForPeer(t, rtrV6, StateUp, 10*time.Second)
+		l.waitPeer(nodeV6, 5*time.Second, "up again", func(p frrPeer) bool { return p.Status == "up" })
+	})
+
 	t.Run("close-sends-admin-down", func(t *testing.T) {
 		// Both FRR sessions must go down much faster than FRR's detection time.
 		start := time.Now()
