@@ -497,4 +497,3 @@ func metricValue(reg *prometheus.Registry, name string, labels map[string]string
 	}
 	return 0, errors.New("metric " + name + " with those labels not found")
 }
-
