@@ -70,6 +70,7 @@ type Request struct {
 	Query  string // raw query
 	Body   string
 	Status int
+	Remote string // the client's IP address
 }
 
 // Fault makes matching requests fail. A request matches when its method

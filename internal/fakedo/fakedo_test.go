@@ -373,7 +373,7 @@ func TestFaults(t *testing.T) {
 	}
 
 	log := s.Requests()
-	if len(log) == 0 || log[0].Status != 429 || log[0].Path != "/v2/reserved_ips/192.0.2.10" {
+	if len(log) == 0 || log[0].Status != 429 || log[0].Path != "/v2/reserved_ips/192.0.2.10" || log[0].Remote != "127.0.0.1" {
 		t.Fatalf("log[0] = %+v", log[0])
 	}
 	if n := s.Count(http.MethodPost, "/v2/reserved_ips/"); n != 1 {

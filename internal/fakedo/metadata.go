@@ -11,7 +11,7 @@ import (
 // /metadata/v1/... (droplet chosen by source address, else the default
 // droplet) or /droplet/{id}/metadata/v1/... (that droplet).
 func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}
+	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: remoteIP(r)}
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
 		entry.Status = sw.status
@@ -43,8 +43,7 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 		}
 		id, path = n, "/"+tail
 	} else {
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if n, ok := s.metaBySource[host]; ok {
+		if n, ok := s.metaBySource[remoteIP(r)]; ok {
 			id = n
 		} else {
 			id = s.metaDefault
@@ -116,4 +115,13 @@ func (s *Server) metadataJSON(d *Droplet, rip string) map[string]any {
 		"floating_ip": map[string]any{"ipv4": ripv4},
 		"features":    map[string]any{"dhcp_enabled": false},
 	}
+}
+
+// remoteIP is the client's address without the port.
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
