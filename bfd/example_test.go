@@ -2,6 +2,7 @@ package bfd_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -64,6 +65,8 @@ func ExampleSession() {
 	if err := in.UnmarshalBinary(wire); err == nil {
 		if a, err := s.Receive(now, &in); err == nil && a.StateChanged {
 			send(a.Packet) // Down -> Init, announced at once
+			fmt.Println(a.OldState, "->", a.NewState, "your discriminator", a.Packet.YourDiscriminator)
 		}
 	}
+	// Output: down -> init your discriminator 9
 }
