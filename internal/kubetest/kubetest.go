@@ -40,6 +40,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -430,26 +431,18 @@ func freePorts(n int) ([]int, error) {
 }
 
 // Env shares one Server between the tests of a package. Use it from
-// TestMain (see the package documentation).
+// TestMain (see the package documentation). The server is started by the
+// first Require, so tests that do not need it do not pay for it.
 type Env struct {
-	srv *Server
-	err error
+	once sync.Once
+	srv  *Server
+	err  error
+	main bool
 }
 
-// Main starts the server, runs the tests and stops the server. A missing
-// binary is not an error here: Require reports it per test (skip locally,
-// fail in CI). A server that fails to start makes every test fail.
+// Main runs the tests and stops the server if one was started.
 func (e *Env) Main(m *testing.M) int {
-	if _, _, err := Binaries(); err != nil {
-		e.err = err
-		return m.Run()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	e.srv, e.err = Start(ctx)
-	cancel()
-	if e.err != nil {
-		e.err = fmt.Errorf("start kube-apiserver: %w", e.err)
-	}
+	e.main = true
 	code := m.Run()
 	if e.srv != nil {
 		e.srv.Stop()
@@ -457,19 +450,27 @@ func (e *Env) Main(m *testing.M) int {
 	return code
 }
 
-// Require returns the shared server. When the binaries are missing it skips
-// the test (fails with CI=true); when the server failed to start it fails.
+// Require returns the shared server, starting it on first use. When the
+// binaries are missing it skips the test (fails with CI=true); when the
+// server fails to start it fails the test.
 func (e *Env) Require(t testing.TB) *Server {
 	t.Helper()
-	if e.srv != nil {
-		return e.srv
-	}
-	if e.err == nil {
+	if !e.main {
 		t.Fatal("kubetest.Env used without Env.Main in TestMain")
 	}
 	if _, _, err := Binaries(); err != nil {
 		testenv.Missing(t, "%v", err)
 	}
-	t.Fatalf("%v", e.err)
-	return nil
+	e.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		e.srv, e.err = Start(ctx)
+		if e.err != nil {
+			e.err = fmt.Errorf("start kube-apiserver: %w", e.err)
+		}
+	})
+	if e.err != nil {
+		t.Fatalf("%v", e.err)
+	}
+	return e.srv
 }
