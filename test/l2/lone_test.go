@@ -107,7 +107,9 @@ func TestGratuitousARPBurst(t *testing.T) {
 			continue
 		}
 		gap := f.At.Sub(reqs[i-1].At)
-		if gap < 1000*time.Millisecond || gap > 1600*time.Millisecond {
+		// At least the kernel's 1 s locktime; the upper bound only catches a
+		// broken schedule (a loaded CI machine delays timers a little).
+		if gap < 1000*time.Millisecond || gap > 2500*time.Millisecond {
 			t.Errorf("gap between GARP %d and %d is %v, want about 1.1 s (over the kernel's 1 s locktime)", i-1, i, gap)
 		}
 	}
@@ -182,7 +184,7 @@ func TestFailThresholdAndRecovery(t *testing.T) {
 	l := newLoneLab(t)
 	v := l.VIP4(3)
 	l.start(t, "VIPD_ADDRESS="+v.String()+"/32", "VIPD_HEALTH_INTERVAL=200ms", "VIPD_FAIL_THRESHOLD=3", "VIPD_HEALTH_TIMEOUT=150ms")
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t, 90*time.Second)
 	if err := l.node.WaitAddr(ctx, v, true); err != nil {
 		t.Fatal(err)
 	}
@@ -373,9 +375,18 @@ func TestStatusAndMetrics(t *testing.T) {
 	if err := l.node.WaitAddr(ctx, v, true); err != nil {
 		t.Fatal(err)
 	}
-	out, err := l.node.Output(ctx, l.bin, "status")
-	if err != nil {
-		t.Fatal(err)
+	// The driver publishes its state right after the bind: poll briefly.
+	var out []byte
+	for {
+		var err error
+		out, err = l.node.Output(ctx, l.bin, "status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), "apiserver healthy") || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	for _, want := range []string{"node:", "n1", "mode l2", "interface eth0", "apiserver:", "healthy", v.String() + "/32", "yes", "apiserver healthy"} {
 		if !strings.Contains(string(out), want) {
