@@ -128,6 +128,9 @@ func newBGPAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, re
 			log.Warn("bgp: could not clear a VIP left by a previous run", "vip", v.String(), "err", err)
 		}
 	}
+	for _, w := range bgp.ARPWarnings(c.Addresses) {
+		log.Warn("bgp: " + w)
+	}
 	addStatus("bgp", func() any { return sp.Status(context.Background()) })
 	if !c.BFDEnabled {
 		return a, nil

@@ -54,11 +54,14 @@ func TestBenchBGP(t *testing.T) {
 		})
 	}
 	printTable(results)
-	b, err := json.MarshalIndent(map[string]any{"benchmark": "bgp", "runs": runs, "results": results}, "", "  ")
-	if err != nil {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(map[string]any{"benchmark": "bgp", "runs": runs, "results": results}); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
