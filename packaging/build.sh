@@ -1,0 +1,83 @@
+#!/bin/sh
+# Build the vipd deb and rpm into dist/ (or $DIST).
+#
+#   packaging/build.sh [GIT_DESCRIBE]
+#
+# GIT_DESCRIBE defaults to `git describe --tags --always --dirty`; it is
+# turned into a version deb and rpm both order correctly:
+#   v1.2.3                 -> 1.2.3
+#   v1.2.3-4-gabc1234      -> 1.2.3+git4.abc1234
+#   abc1234 (no tag yet)   -> 0.0.0~git<commits>.abc1234
+#   ...-dirty              -> ....dirty
+# Environment: ARCH (GOARCH, default the host's), DIST (output directory),
+# GO (go command). nfpm is the version pinned in packaging/tools/go.mod.
+set -eu
+
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+ARCH=${ARCH:-$($GO env GOARCH)}
+DIST=${DIST:-dist}
+describe=${1:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+
+version_of() {
+	d=$1
+	dirty=""
+	case "$d" in *-dirty) dirty=".dirty"; d=${d%-dirty} ;; esac
+	if printf '%s' "$d" | grep -Eq '^v?[0-9]+(\.[0-9]+)*(-[0-9]+-g[0-9a-f]+)?$'; then
+		d=${d#v}
+		case "$d" in
+		*-g*)
+			base=${d%%-*}
+			rest=${d#*-}
+			n=${rest%%-*}
+			sha=${rest#*-g}
+			echo "${base}+git${n}.${sha}${dirty}"
+			;;
+		*) echo "${d}${dirty}" ;;
+		esac
+		return
+	fi
+	if printf '%s' "$d" | grep -Eq '^[0-9a-f]{4,40}$'; then
+		n=$(git rev-list --count HEAD 2>/dev/null || echo 0)
+		echo "0.0.0~git${n}.${d}${dirty}"
+		return
+	fi
+	echo "0.0.0~${d}${dirty}" | tr -c 'A-Za-z0-9.+~\n' '.'
+}
+
+VERSION=$(version_of "$describe")
+case "$VERSION" in [0-9]*) ;; *) echo "build.sh: bad version $VERSION from $describe" >&2; exit 1 ;; esac
+
+BUILD=$(mktemp -d)
+trap 'rm -rf "$BUILD"' EXIT
+mkdir -p "$BUILD/completion" "$BUILD/doc" "$DIST"
+
+# Reproducible timestamps (nfpm and gzip honour them).
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+export SOURCE_DATE_EPOCH
+date=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%d)
+
+echo "build.sh: vipd $VERSION for linux/$ARCH"
+CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$BUILD/vipd" ./cmd/vipd
+
+# Completions come from the binary's cobra commands: use a host build when
+# cross-building.
+gen="$BUILD/vipd"
+if [ "$ARCH" != "$($GO env GOHOSTARCH)" ]; then
+	gen="$BUILD/vipd-host"
+	CGO_ENABLED=0 $GO build -o "$gen" ./cmd/vipd
+fi
+"$gen" completion bash >"$BUILD/completion/vipd.bash"
+"$gen" completion zsh >"$BUILD/completion/_vipd"
+$GO run ./packaging/genman -version "$VERSION" -date "$date" | gzip -9n >"$BUILD/vipd.8.gz"
+for d in install kubeadm migration; do
+	[ -f "docs/$d.md" ] && cp "docs/$d.md" "$BUILD/doc/"
+done
+
+# nfpm expands ${VAR} in version and arch but not in content paths.
+sed "s|\${VIPD_BUILD}|$BUILD|g" nfpm.yaml >"$BUILD/nfpm.yaml"
+for p in deb rpm; do
+	VIPD_VERSION=$VERSION VIPD_ARCH=$ARCH \
+		$GO tool -modfile=packaging/tools/go.mod nfpm package --config "$BUILD/nfpm.yaml" --packager $p --target "$DIST/"
+done
+ls -l "$DIST"/vipd*"$VERSION"* 2>/dev/null || ls -l "$DIST"
