@@ -72,6 +72,10 @@ func DefaultTimings() Timings {
 // DefaultPort is the gossip port when a peer is given without one.
 const DefaultPort = 7950
 
+// BootstrapGrace is how long a node with configured peers, that has never
+// seen another member, waits for them before it holds VIPs alone.
+const BootstrapGrace = 2 * time.Second
+
 // Node is this node's membership in the cluster and its elections.
 type Node struct {
 	cfg Config
@@ -86,6 +90,7 @@ type Node struct {
 	quorum    QuorumResult
 	decisions map[string]Decision
 	wake      chan struct{}
+	started   time.Time
 
 	mMembers *prometheus.GaugeVec
 	mQuorum  prometheus.Gauge
@@ -108,6 +113,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 		knownMod:  mod,
 		decisions: map[string]Decision{},
 		wake:      make(chan struct{}, 1),
+		started:   time.Now(),
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Gossip members by state (alive, suspect, dead, left).",
 		}, []string{"state"}),
@@ -294,6 +300,12 @@ func (n *Node) evaluate(decide func(vip string, holder bool, reason string)) {
 	n.mu.Lock()
 	n.rememberLocked(view)
 	q := Quorum(view, n.known.Names(), n.cfg.Quorum)
+	if q.Bootstrap && len(n.cfg.Peers) > 0 && time.Since(n.started) < BootstrapGrace {
+		// Nodes of a new cluster start together: give the configured peers
+		// a moment to answer before holding alone, or each would bootstrap.
+		q.OK = false
+		q.Reason = fmt.Sprintf("bootstrap: waiting up to %v for the configured peers", BootstrapGrace)
+	}
 	eligible := n.healthy && q.OK
 	metaChanged := eligible != n.meta.Eligible || n.healthy != n.meta.Healthy
 	if q.OK != n.quorum.OK && n.quorum.Reason != "" {

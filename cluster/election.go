@@ -91,9 +91,9 @@ func (v View) self() (Member, bool) {
 
 // Decision is the election's answer for one VIP.
 type Decision struct {
-	Holder bool   // this node should hold the VIP
-	Leader string // who should hold it ("" when nobody may yet)
-	Reason string
+	Holder bool   `json:"holder"` // this node should hold the VIP
+	Leader string `json:"leader"` // who should hold it ("" when nobody may yet)
+	Reason string `json:"reason"`
 }
 
 // Decide computes who holds vip. It is a pure function of the view.
@@ -190,12 +190,12 @@ type QuorumRule struct {
 
 // QuorumResult explains a quorum computation.
 type QuorumResult struct {
-	OK        bool
-	Alive     int // members alive or suspect, self included
-	Known     int // members known (ever seen plus alive now)
-	Needed    int
-	Bootstrap bool // never seen another member
-	Reason    string
+	OK        bool   `json:"ok"`
+	Alive     int    `json:"alive"` // members alive or suspect, self included
+	Known     int    `json:"known"` // members known (ever seen plus alive now)
+	Needed    int    `json:"needed"`
+	Bootstrap bool   `json:"bootstrap"` // never seen another member
+	Reason    string `json:"reason"`
 }
 
 // Quorum decides whether this node may hold VIPs given who is alive.

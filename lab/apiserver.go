@@ -10,6 +10,8 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -88,7 +90,7 @@ func (a *APIServer) SetMode(m Mode) error {
 			return fmt.Errorf("fake apiserver on %s in %s: %w", a.addr, a.host.NS, err)
 		}
 		a.ln = tls.NewListener(ln, a.tlsConf)
-		a.srv = &http.Server{Handler: http.HandlerFunc(a.serve), ReadHeaderTimeout: 5 * time.Second, ErrorLog: nil}
+		a.srv = &http.Server{Handler: http.HandlerFunc(a.serve), ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 		srv, l := a.srv, a.ln
 		go func() { _ = srv.Serve(l) }()
 	}

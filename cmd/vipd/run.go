@@ -23,7 +23,7 @@ import (
 const releaseTimeout = time.Second
 
 // probeTimeout is how long the l2 conflict probe waits for an answer.
-const probeTimeout = 100 * time.Millisecond
+const probeTimeout = 50 * time.Millisecond
 
 func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{

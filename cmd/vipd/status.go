@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/vipd/vipd/cluster"
 )
 
 // Status is the JSON document served on /status.
@@ -215,6 +216,11 @@ func printStatus(w io.Writer, s Status, now time.Time) error {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if n == "cluster" {
+			if err := printCluster(tw, s.Components[n]); err == nil {
+				continue
+			}
+		}
 		b, err := json.MarshalIndent(s.Components[n], "  ", "  ")
 		if err != nil {
 			return err
@@ -236,3 +242,35 @@ func ago(now, t time.Time) string {
 }
 
 var errNotImplemented = errors.New("not available in this build")
+
+// printCluster renders the cluster section as tables.
+func printCluster(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var c cluster.StatusDoc
+	if err := json.Unmarshal(b, &c); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\ncluster:\tquorum %v (%s)\n", c.Quorum.OK, c.Quorum.Reason)
+	fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSTATE\tHEALTHY\tELIGIBLE\tPRIORITY\tTERM\tHOLDING")
+	for _, m := range c.Members {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%v\t%d\t%d\t%s\n", m.Name, m.Addr, m.State, m.Healthy, m.Eligible, m.Priority, m.Term, strings.Join(m.Holding, ","))
+	}
+	vips := make([]string, 0, len(c.Elections))
+	for v := range c.Elections {
+		vips = append(vips, v)
+	}
+	sort.Strings(vips)
+	fmt.Fprintln(w, "\nELECTION\tLEADER\tREASON")
+	for _, v := range vips {
+		d := c.Elections[v]
+		leader := d.Leader
+		if leader == "" {
+			leader = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", v, leader, d.Reason)
+	}
+	return nil
+}

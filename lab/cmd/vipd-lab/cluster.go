@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vipd/vipd/lab"
+)
+
+// cluster is a lab running vipd on every node.
+type cluster struct {
+	*lab.Lab
+	bin  string
+	vip  netip.Addr
+	env  []string
+	apis map[string]*lab.APIServer
+	vipd map[string]*lab.Proc
+	mon  *lab.Monitor
+}
+
+func newCluster(ctx context.Context, t *tb, nodes int, env ...string) (*cluster, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("needs root for network namespaces (run it through make, which uses sudo)")
+	}
+	dir, err := os.MkdirTemp("", "vipd-lab-bin")
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	bin, err := lab.VipdBinary(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	l, err := lab.Create(lab.Options{Nodes: nodes, Client: true})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	c := &cluster{Lab: l, bin: bin, vip: l.VIP4(50), env: env, apis: map[string]*lab.APIServer{}, vipd: map[string]*lab.Proc{}}
+	for _, n := range l.Nodes {
+		api, err := n.StartAPIServer("0.0.0.0:6443", lab.OK)
+		if err != nil {
+			return nil, err
+		}
+		c.apis[n.Name] = api
+	}
+	if c.mon, err = l.Monitor(c.vip); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *cluster) node(name string) *lab.Host {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+func (c *cluster) start(names ...string) error {
+	if len(names) == 0 {
+		for _, n := range c.Nodes {
+			names = append(names, n.Name)
+		}
+	}
+	for _, name := range names {
+		n := c.node(name)
+		var peers []string
+		for _, o := range c.Nodes {
+			if o != n {
+				peers = append(peers, o.IPv4.String())
+			}
+		}
+		env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + strings.Join(peers, ","), "VIPD_LOG_LEVEL=info"}, c.env...)
+		p, err := n.StartVipd(c.bin, env...)
+		if err != nil {
+			return err
+		}
+		c.vipd[name] = p
+	}
+	return nil
+}
+
+// stableHolder waits until exactly one node has held the VIP for settle.
+func (c *cluster) stableHolder(ctx context.Context, settle time.Duration) (string, error) {
+	var since time.Time
+	last := ""
+	for {
+		h := c.mon.Now()
+		cur := strings.Join(h, ",")
+		if len(h) == 1 && cur == last {
+			if time.Since(since) >= settle {
+				return h[0], nil
+			}
+		} else {
+			since, last = time.Now(), cur
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no single stable holder (now %v): %w", h, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// restore undoes every fault: apiservers OK, links up, vipd running.
+func (c *cluster) restore(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		if err := c.apis[n.Name].SetMode(lab.OK); err != nil {
+			return err
+		}
+		if err := n.SetLink(ctx, true, false); err != nil {
+			return err
+		}
+		if p := c.vipd[n.Name]; p == nil || p.Exited() {
+			if err := c.start(n.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fault is one failure scenario applied to the holder.
+type fault struct {
+	name   string
+	target string // DESIGN.md target, for the table
+	limit  time.Duration
+	env    []string
+	apply  func(ctx context.Context, c *cluster, holder string) error
+}
+
+var faults = []fault{
+	{name: "apiserver-fails", target: "<= detection (3 x 1 s) + 300 ms", limit: 3300 * time.Millisecond,
+		apply: func(_ context.Context, c *cluster, h string) error { return c.apis[h].SetMode(lab.Failing) }},
+	{name: "apiserver-fails-100ms", target: "<= 600 ms", limit: 600 * time.Millisecond,
+		env:   []string{"VIPD_HEALTH_INTERVAL=100ms", "VIPD_HEALTH_TIMEOUT=100ms"},
+		apply: func(_ context.Context, c *cluster, h string) error { return c.apis[h].SetMode(lab.Failing) }},
+	{name: "link-down", target: "<= 1.5 s", limit: 1500 * time.Millisecond,
+		apply: func(ctx context.Context, c *cluster, h string) error { return c.node(h).SetLink(ctx, false, false) }},
+	{name: "vipd-sigkill", target: "<= 2 s", limit: 2 * time.Second,
+		apply: func(_ context.Context, c *cluster, h string) error {
+			// The node dies with its vipd: nothing answers on it any more.
+			if err := c.vipd[h].Signal(syscall.SIGKILL); err != nil {
+				return err
+			}
+			return c.apis[h].SetMode(lab.Down)
+		}},
+	{name: "vipd-sigterm", target: "<= 300 ms", limit: 300 * time.Millisecond,
+		apply: func(_ context.Context, c *cluster, h string) error { return c.vipd[h].Signal(syscall.SIGTERM) }},
+}
