@@ -51,11 +51,10 @@ type Speaker struct {
 }
 
 type peerInfo struct {
-	peer    Peer
-	state   api.PeerState_SessionState
-	since   time.Time
-	flaps   int // transitions out of Established
-	lastErr string
+	peer  Peer
+	state api.PeerState_SessionState
+	since time.Time
+	flaps int // transitions out of Established
 }
 
 // Start validates cfg, starts GoBGP and adds every peer (active sessions).

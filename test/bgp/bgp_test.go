@@ -166,8 +166,10 @@ func TestECMPFailuresAndRecovery(t *testing.T) {
 		if out, _ := n1.h.Output(ctx, "ip", "addr", "show", "dev", "lo"); strings.Contains(string(out), vip4.Addr().String()) {
 			t.Errorf("stopped vipd left the VIP on lo:\n%s", out)
 		}
+		start := time.Now()
 		e.startVipd(n1)
 		e.waitKernel(vip4, 30*time.Second, all...)
+		t.Logf("restarted vipd's path in the router's FIB after %v", time.Since(start).Round(time.Millisecond))
 		// Crash: the session drops with the process; the restarted vipd
 		// advertises once, with no duplicate or stale path.
 		n1.vipd.Kill()
@@ -185,11 +187,13 @@ func TestECMPFailuresAndRecovery(t *testing.T) {
 		e.frr.Stop()
 		// zebra took its routes with it: the test below sees them come back.
 		e.waitKernel(vip4, 5*time.Second)
+		start := time.Now()
 		if err := e.frr.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
 		e.waitKernel(vip4, 45*time.Second, all...)
 		e.waitKernel(vip6, 45*time.Second, all...)
+		t.Logf("all paths back %v after FRR started again", time.Since(start).Round(time.Millisecond))
 		// BFD comes back too (FRR creates its sessions once BGP is up).
 		ok := poll(15*time.Second, func() bool {
 			peers, err := e.frr.BFDPeers(ctx)
