@@ -37,6 +37,7 @@ func (h *harness) staticPool(name string, ips ...string) *unstructured.Unstructu
 
 func TestProviderErrorsAndRecovery(t *testing.T) {
 	h := newHarness(t)
+	t.Parallel() // after the serial setup in newHarness
 	na := h.node("a", 201, "198.51.100.21")
 	nb := h.node("b", 202, "198.51.100.22")
 	// Two assign attempts fail with 500, reads keep working.
@@ -124,6 +125,7 @@ func TestProviderErrorsAndRecovery(t *testing.T) {
 
 func TestOnlyTheLeaderActs(t *testing.T) {
 	h := newHarness(t)
+	t.Parallel() // after the serial setup in newHarness
 	na := h.node("a", 301, "198.51.100.31")
 	h.apply(h.staticPool("static", "192.0.2.31", "192.0.2.32"))
 	first := h.start("first")
@@ -189,6 +191,7 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 
 func TestBadObjectsGetStatusErrors(t *testing.T) {
 	h := newHarness(t)
+	t.Parallel() // after the serial setup in newHarness
 	h.node("a", 401, "198.51.100.41")
 	mk := func(name string, edit func(spec map[string]any)) {
 		u := h.staticPool(name, "192.0.2.41")
@@ -245,6 +248,7 @@ func TestBadObjectsGetStatusErrors(t *testing.T) {
 
 func TestNodeDNSRecordSet(t *testing.T) {
 	h := newHarness(t)
+	t.Parallel() // after the serial setup in newHarness
 	na := h.node("a", 501, "198.51.100.51")
 	nb := h.node("b", 502, "198.51.100.52")
 	h.pod("ingress-a", na, true)

@@ -122,7 +122,7 @@ func newHarness(t *testing.T) *harness {
 	t.Cleanup(h.cf.Close)
 	h.cfZ = h.cf.AddZone("example.com")
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("VIPD_TEST_LOGS") != "" {
 			t.Logf("controller logs:\n%s", h.logs.String())
 		}
 	})
@@ -175,7 +175,8 @@ func (h *harness) installOnce() {
 // controller is one running Run call.
 type controller struct {
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{} // closed when Run returned
+	err    error         // Run's result, set before done is closed
 	reg    *prometheus.Registry
 	id     string
 }
@@ -184,9 +185,9 @@ func (c *controller) stop(t *testing.T) {
 	t.Helper()
 	c.cancel()
 	select {
-	case err := <-c.done:
-		if err != nil {
-			t.Errorf("controller %s returned %v", c.id, err)
+	case <-c.done:
+		if c.err != nil {
+			t.Errorf("controller %s returned %v", c.id, c.err)
 		}
 	case <-time.After(20 * time.Second):
 		t.Errorf("controller %s did not stop within 20s", c.id)
@@ -200,7 +201,7 @@ func (h *harness) start(identity string, controllers ...string) *controller {
 		controllers = []string{ControllerFloatingIPPool, ControllerNodeDNSRecordSet}
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
-	c := &controller{cancel: cancel, done: make(chan error, 1), reg: prometheus.NewPedanticRegistry(), id: identity}
+	c := &controller{cancel: cancel, done: make(chan struct{}), reg: prometheus.NewPedanticRegistry(), id: identity}
 	cfg := Config{
 		RESTConfig:       h.srv.UserConfig(),
 		Controllers:      controllers,
@@ -220,7 +221,7 @@ func (h *harness) start(identity string, controllers ...string) *controller {
 		ProviderTimeout:  5 * time.Second,
 	}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", identity)
-	go func() { c.done <- Run(ctx, cfg, log, c.reg) }()
+	go func() { c.err = Run(ctx, cfg, log, c.reg); close(c.done) }()
 	h.t.Cleanup(func() {
 		cancel()
 		select {

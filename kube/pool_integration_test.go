@@ -27,6 +27,7 @@ func activeNodes(p *FloatingIPPool) map[string]string {
 // unready moves the IP, and a controller restart makes no assign call.
 func TestFloatingIPPoolLifecycle(t *testing.T) {
 	h := newHarness(t)
+	t.Parallel() // after the serial setup in newHarness
 	// Created out of name order on purpose.
 	nc := h.node("c", 103, "198.51.100.3")
 	na := h.node("a", 101, "198.51.100.1")
