@@ -245,6 +245,23 @@ func TestSpeakerAgainstRouter(t *testing.T) {
 		t.Errorf("flaps = %d after a reset, want >= 1", st.Peers[0].Flaps)
 	}
 
+	// Disable keeps the session down (a reset would reconnect after the 1 s
+	// idle hold); Enable brings it back.
+	if err := sp.DisablePeer(ctx, peers[0].Address, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "session down after disable", 5*time.Second, func() bool { return !established(sp, p4) })
+	waitFor(t, "router drops the path of a disabled session", 10*time.Second, func() bool { return len(rt.nextHops(t, other)) == 0 })
+	time.Sleep(2500 * time.Millisecond)
+	if established(sp, p4) {
+		t.Fatal("disabled peer reconnected")
+	}
+	if err := sp.EnablePeer(ctx, peers[0].Address); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "session back after enable", 15*time.Second, func() bool { return established(sp, p4) })
+	waitFor(t, "VIP re-advertised after enable", 10*time.Second, func() bool { return len(rt.nextHops(t, other)) == 1 })
+
 	if v6 {
 		vip6 := netip.MustParsePrefix("2001:db8:ffff::10/128")
 		if !waitOK(20*time.Second, func() bool { return established(sp, peers[1].String()) }) {

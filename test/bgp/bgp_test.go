@@ -144,6 +144,13 @@ func TestECMPFailuresAndRecovery(t *testing.T) {
 		// BFD 300 ms x 3 is 0.9 s; the BGP hold timer alone would take 9 s.
 		e.waitKernel(vip4, 4*time.Second, n1, n2)
 		t.Logf("silent node's path gone from the router's FIB after %v", time.Since(start).Round(time.Millisecond))
+		// The node's own BFD saw the router go quiet and reset the BGP session.
+		if !poll(5*time.Second, func() bool {
+			out := n3.vipd.Output()
+			return strings.Contains(out, "bgp peer reset") && strings.Contains(out, "BFD down: control-detection-time-expired")
+		}) {
+			t.Errorf("silenced node's vipd did not reset its BGP session on BFD Down:\n%s", tail(n3.vipd.Output(), 20))
+		}
 		if err := silence(ctx, n3.h, false); err != nil {
 			t.Fatal(err)
 		}
