@@ -23,7 +23,7 @@ const (
 	BurstCount     = 5 // announcements in the burst, the first sent at once
 	RefreshEvery   = 30 * time.Second
 	RetryMin       = 500 * time.Millisecond
-	RetryMax       = 5 * time.Second
+	RetryMax       = 2 * time.Second
 	ReconcileEvery = time.Second
 )
 

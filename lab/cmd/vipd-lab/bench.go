@@ -2,14 +2,413 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vipd/vipd/lab"
 )
 
-func bench(ctx context.Context, args []string) error {
+// window is the part of a run drawn in the timeline.
+type window struct {
+	Scenario string        `json:"scenario"`
+	Fault    time.Time     `json:"fault"`
+	Answers  []lab.Answer  `json:"-"`
+	Outage   time.Duration `json:"-"`
+}
+
+// scenarioResult is one row of the table.
+type scenarioResult struct {
+	Name     string    `json:"name"`
+	Target   string    `json:"target"`
+	LimitMS  float64   `json:"limit_ms"`
+	RunsMS   []float64 `json:"runs_ms"`
+	MedianMS float64   `json:"median_ms"`
+	MaxMS    float64   `json:"max_ms"`
+	Met      bool      `json:"target_met"`
+	Note     string    `json:"note,omitempty"`
+}
+
+type benchReport struct {
+	When      time.Time        `json:"when"`
+	Runs      int              `json:"runs"`
+	Scenarios []scenarioResult `json:"scenarios"`
+	Idle      *idleResult      `json:"idle,omitempty"`
+}
+
+func bench(ctx context.Context, args []string) (err error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	out := fs.String("out", "out", "directory for bench.json and timeline.svg")
+	runs := fs.Int("runs", 5, "runs per scenario")
+	only := fs.String("scenarios", "", "comma list of scenarios to run (default all): "+scenarioNames())
+	logs := fs.String("logs", "", "directory to write every vipd's log into")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	return fmt.Errorf("not yet")
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		if s != "" {
+			want[s] = true
+		}
+	}
+	rep := benchReport{When: time.Now().UTC(), Runs: *runs}
+	var windows []window
+	for _, f := range faults {
+		if len(want) > 0 && !want[f.name] {
+			continue
+		}
+		res, ws, err := runScenario(ctx, f, *runs, *logs)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+		rep.Scenarios = append(rep.Scenarios, res)
+		windows = append(windows, ws...)
+	}
+	if len(want) == 0 || want["first-node-bind"] {
+		res, err := firstNodeBind(ctx, *runs)
+		if err != nil {
+			return fmt.Errorf("first-node-bind: %w", err)
+		}
+		rep.Scenarios = append(rep.Scenarios, res)
+	}
+	if len(want) == 0 || want["idle"] {
+		idle, err := measureIdle(ctx)
+		if err != nil {
+			return fmt.Errorf("idle: %w", err)
+		}
+		rep.Idle = idle
+	}
+	printReport(rep)
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	jsonPath := filepath.Join(*out, "bench.json")
+	if err := os.WriteFile(jsonPath, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	svgPath := filepath.Join(*out, "timeline.svg")
+	if err := os.WriteFile(svgPath, []byte(timelineSVG(windows)), 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote %s and %s\n", jsonPath, svgPath)
+	return nil
+}
+
+func scenarioNames() string {
+	var n []string
+	for _, f := range faults {
+		n = append(n, f.name)
+	}
+	return strings.Join(append(n, "first-node-bind", "idle"), ",")
+}
+
+// runScenario measures one fault runs times on a fresh 3-node lab.
+func runScenario(ctx context.Context, f fault, runs int, logs string) (res scenarioResult, windows []window, err error) {
+	t := &tb{}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+		t.close()
+	}()
+	res = scenarioResult{Name: f.name, Target: f.target, LimitMS: ms(f.limit)}
+	fmt.Fprintf(os.Stderr, "== %s (%d runs)\n", f.name, runs)
+	c, err := newCluster(ctx, t, 3, f.env...)
+	if err != nil {
+		return res, nil, err
+	}
+	if err := c.start(); err != nil {
+		return res, nil, err
+	}
+	defer c.dumpLogs(logs, f.name)
+	prober := c.Client.StartProber(c.vip.String()+":6443", 10*time.Millisecond, 500*time.Millisecond)
+	defer prober.Stop()
+	for i := 0; i < runs; i++ {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		holder, err := c.stableHolder(sctx, 1500*time.Millisecond)
+		cancel()
+		if err != nil {
+			return res, nil, err
+		}
+		faultAt := time.Now()
+		if err := f.apply(ctx, c, holder); err != nil {
+			return res, nil, err
+		}
+		// Wait until the VIP settled again (on any node: after a vipd
+		// restart it may come back to the same one).
+		time.Sleep(500 * time.Millisecond)
+		sctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		_, err = c.stableHolder(sctx, time.Second)
+		cancel()
+		if err != nil {
+			return res, nil, fmt.Errorf("run %d: %w", i+1, err)
+		}
+		gap, before, after := lab.Outage(prober.Answers(), faultAt.Add(-100*time.Millisecond), time.Now())
+		res.RunsMS = append(res.RunsMS, ms(gap))
+		fmt.Fprintf(os.Stderr, "   run %d: %s -> %s, client outage %v\n", i+1, before, after, gap.Round(time.Millisecond))
+		if i == 0 {
+			var ans []lab.Answer
+			for _, a := range prober.Answers() {
+				if a.Sent.After(faultAt.Add(-time.Second)) && a.Sent.Before(faultAt.Add(5*time.Second)) {
+					ans = append(ans, a)
+				}
+			}
+			windows = append(windows, window{Scenario: f.name, Fault: faultAt, Answers: ans, Outage: gap})
+		}
+		if err := c.restore(ctx); err != nil {
+			return res, nil, err
+		}
+	}
+	res.MedianMS, res.MaxMS = median(res.RunsMS), maxOf(res.RunsMS)
+	res.Met = res.MaxMS <= res.LimitMS
+	return res, windows, nil
+}
+
+// firstNodeBind measures, on a lone node, the time from the fake
+// apiserver's first healthy answer to the first gratuitous ARP the client
+// captures.
+func firstNodeBind(ctx context.Context, runs int) (res scenarioResult, err error) {
+	res = scenarioResult{Name: "first-node-bind", Target: "<= 200 ms from first healthy answer to first GARP at the client", LimitMS: 200}
+	fmt.Fprintf(os.Stderr, "== first-node-bind (%d runs)\n", runs)
+	for i := 0; i < runs; i++ {
+		d, err := firstNodeBindOnce(ctx, i)
+		if err != nil {
+			return res, err
+		}
+		res.RunsMS = append(res.RunsMS, ms(d))
+		fmt.Fprintf(os.Stderr, "   run %d: %v\n", i+1, d.Round(100*time.Microsecond))
+	}
+	res.MedianMS, res.MaxMS = median(res.RunsMS), maxOf(res.RunsMS)
+	res.Met = res.MaxMS <= res.LimitMS
+	return res, nil
+}
+
+func firstNodeBindOnce(ctx context.Context, i int) (d time.Duration, err error) {
+	t := &tb{}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+		t.close()
+	}()
+	c, err := newCluster(ctx, t, 1)
+	if err != nil {
+		return 0, err
+	}
+	n := c.Nodes[0]
+	api := c.apis[n.Name]
+	if err := api.SetMode(lab.Down); err != nil {
+		return 0, err
+	}
+	capt, err := c.Client.StartCapture(ctx, "arp")
+	if err != nil {
+		return 0, err
+	}
+	p, err := n.StartVipd(c.bin, "VIPD_ADDRESS="+c.vip.String()+"/32", "VIPD_LOG_LEVEL=info")
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(1500 * time.Millisecond) // running, apiserver down
+	if err := api.SetMode(lab.OK); err != nil {
+		return 0, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	frames, err := capt.WaitFrames(wctx, 1, "Reply "+c.vip.String()+" is-at")
+	if err != nil {
+		return 0, fmt.Errorf("%w\nvipd:\n%s", err, p.Output())
+	}
+	first := api.FirstOK()
+	if first.IsZero() {
+		return 0, fmt.Errorf("apiserver never answered 200")
+	}
+	_ = i
+	return frames[0].At.Sub(first), nil
+}
+
+type idleResult struct {
+	Seconds    float64 `json:"seconds"`
+	RSSMB      float64 `json:"rss_mb"`
+	CPUPercent float64 `json:"cpu_percent_of_one_core"`
+	VIPs       string  `json:"vips"`
+}
+
+// measureIdle runs a lone node holding one IPv4 and one IPv6 VIP and reads
+// its resident memory and CPU time from /proc over 10 s.
+func measureIdle(ctx context.Context) (res *idleResult, err error) {
+	t := &tb{}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+		t.close()
+	}()
+	fmt.Fprintf(os.Stderr, "== idle (lone node, one v4 and one v6 VIP, 10 s)\n")
+	c, err := newCluster(ctx, t, 1)
+	if err != nil {
+		return nil, err
+	}
+	n := c.Nodes[0]
+	vips := c.vip.String() + "/32," + c.VIP6(50).String() + "/128"
+	p, err := n.StartVipd(c.bin, "VIPD_ADDRESS="+vips, "VIPD_LOG_LEVEL=info")
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := n.WaitAddr(wctx, c.VIP6(50), true); err != nil {
+		return nil, err
+	}
+	time.Sleep(6 * time.Second) // past the announce burst
+	cpu0, err := cpuTicks(p.Pid())
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	time.Sleep(10 * time.Second)
+	cpu1, err := cpuTicks(p.Pid())
+	if err != nil {
+		return nil, err
+	}
+	el := time.Since(start).Seconds()
+	rss, err := rssMB(p.Pid())
+	if err != nil {
+		return nil, err
+	}
+	return &idleResult{Seconds: el, RSSMB: rss, CPUPercent: float64(cpu1-cpu0) / 100 / el * 100, VIPs: vips}, nil
+}
+
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return ut + st, nil
+}
+
+func rssMB(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS")
+}
+
+func printReport(r benchReport) {
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tRUNS\tMEDIAN\tMAX\tTARGET\tMET")
+	for _, s := range r.Scenarios {
+		met := "yes"
+		if !s.Met {
+			met = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f ms\t%.0f ms\t%s\t%s\n", s.Name, len(s.RunsMS), s.MedianMS, s.MaxMS, s.Target, met)
+	}
+	_ = tw.Flush()
+	if r.Idle != nil {
+		fmt.Printf("\nidle (%s): RSS %.1f MB, CPU %.2f%% of one core over %.0f s\n", r.Idle.VIPs, r.Idle.RSSMB, r.Idle.CPUPercent, r.Idle.Seconds)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func maxOf(v []float64) float64 {
+	m := 0.0
+	for _, x := range v {
+		if x > m {
+			m = x
+		}
+	}
+	return m
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// timelineSVG draws, for the first run of each scenario, which node
+// answered each client probe around the fault (red line).
+func timelineSVG(ws []window) string {
+	const (
+		left, right = 180.0, 20.0
+		width       = 1000.0
+		rowH        = 70.0
+		before      = time.Second
+		span        = 6 * time.Second
+	)
+	colors := map[string]string{"n1": "#1f77b4", "n2": "#2ca02c", "n3": "#9467bd", "": "#d62728"}
+	h := 60 + rowH*float64(len(ws)) + 40
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", width, h)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="20" font-size="15">vipd failover: who answered each client probe (every 10 ms) around the fault</text>`+"\n")
+	plotW := width - left - right
+	x := func(d time.Duration) float64 { return left + plotW*float64(d+before)/float64(span) }
+	for s := 0; s <= 6; s++ {
+		d := time.Duration(s)*time.Second - before
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="35" x2="%.1f" y2="%.0f" stroke="#ddd"/><text x="%.1f" y="%.0f" text-anchor="middle">%+ds</text>`+"\n",
+			x(d), x(d), h-35, x(d), h-20, s-1)
+	}
+	for i, w := range ws {
+		y := 50 + rowH*float64(i)
+		fmt.Fprintf(&b, `<text x="10" y="%.0f">%s</text><text x="10" y="%.0f" fill="#666">outage %v</text>`+"\n", y+20, w.Scenario, y+36, w.Outage.Round(time.Millisecond))
+		for _, a := range w.Answers {
+			d := a.Sent.Sub(w.Fault)
+			if d < -before || d > span-before {
+				continue
+			}
+			row := 0.0
+			if a.Node != "" {
+				n, _ := strconv.Atoi(strings.TrimPrefix(a.Node, "n"))
+				row = float64(n)
+			}
+			col, ok := colors[a.Node]
+			if !ok {
+				col = "#888"
+			}
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="1.6" height="10" fill="%s"/>`+"\n", x(d), y+row*12, col)
+		}
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="red" stroke-width="2"/>`+"\n", x(0), y-5, x(0), y+55)
+	}
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#d62728">row 0 red: no answer</text><text x="%.0f" y="%.0f">rows 1-3: answered by n1 (blue), n2 (green), n3 (purple); red line: fault</text>`+"\n", left, h-5, left+160, h-5)
+	b.WriteString("</svg>\n")
+	return b.String()
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ type cluster struct {
 	env  []string
 	apis map[string]*lab.APIServer
 	vipd map[string]*lab.Proc
+	logs map[string]string // output of replaced (restarted) vipd processes
 	mon  *lab.Monitor
 }
 
@@ -41,7 +43,7 @@ func newCluster(ctx context.Context, t *tb, nodes int, env ...string) (*cluster,
 		return nil, err
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	c := &cluster{Lab: l, bin: bin, vip: l.VIP4(50), env: env, apis: map[string]*lab.APIServer{}, vipd: map[string]*lab.Proc{}}
+	c := &cluster{Lab: l, bin: bin, vip: l.VIP4(50), env: env, apis: map[string]*lab.APIServer{}, vipd: map[string]*lab.Proc{}, logs: map[string]string{}}
 	for _, n := range l.Nodes {
 		api, err := n.StartAPIServer("0.0.0.0:6443", lab.OK)
 		if err != nil {
@@ -64,6 +66,17 @@ func (c *cluster) node(name string) *lab.Host {
 	return nil
 }
 
+// dumpLogs writes every vipd's output into dir (for -logs).
+func (c *cluster) dumpLogs(dir, prefix string) {
+	if dir == "" {
+		return
+	}
+	_ = os.MkdirAll(dir, 0o755)
+	for name, p := range c.vipd {
+		_ = os.WriteFile(filepath.Join(dir, prefix+"-"+name+".log"), []byte(c.logs[name]+p.Output()), 0o644)
+	}
+}
+
 func (c *cluster) start(names ...string) error {
 	if len(names) == 0 {
 		for _, n := range c.Nodes {
@@ -79,6 +92,9 @@ func (c *cluster) start(names ...string) error {
 			}
 		}
 		env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + strings.Join(peers, ","), "VIPD_LOG_LEVEL=info"}, c.env...)
+		if old := c.vipd[name]; old != nil {
+			c.logs[name] += old.Output()
+		}
 		p, err := n.StartVipd(c.bin, env...)
 		if err != nil {
 			return err
@@ -145,14 +161,24 @@ var faults = []fault{
 		apply: func(_ context.Context, c *cluster, h string) error { return c.apis[h].SetMode(lab.Failing) }},
 	{name: "link-down", target: "<= 1.5 s", limit: 1500 * time.Millisecond,
 		apply: func(ctx context.Context, c *cluster, h string) error { return c.node(h).SetLink(ctx, false, false) }},
-	{name: "vipd-sigkill", target: "<= 2 s", limit: 2 * time.Second,
+	{name: "vipd-sigkill", target: "<= 2 s (systemd restarts vipd after 1 s)", limit: 2 * time.Second,
 		apply: func(_ context.Context, c *cluster, h string) error {
-			// The node dies with its vipd: nothing answers on it any more.
+			// vipd crashes; its VIP stays bound and the apiserver keeps
+			// answering. systemd (Restart=always, RestartSec=1) restarts it.
 			if err := c.vipd[h].Signal(syscall.SIGKILL); err != nil {
 				return err
 			}
-			return c.apis[h].SetMode(lab.Down)
+			time.Sleep(time.Second)
+			return c.start(h)
 		}},
 	{name: "vipd-sigterm", target: "<= 300 ms", limit: 300 * time.Millisecond,
-		apply: func(_ context.Context, c *cluster, h string) error { return c.vipd[h].Signal(syscall.SIGTERM) }},
+		apply: func(_ context.Context, c *cluster, h string) error {
+			if err := c.vipd[h].Signal(syscall.SIGTERM); err != nil {
+				return err
+			}
+			if code, err := c.vipd[h].Wait(3 * time.Second); err != nil || code != 0 {
+				return fmt.Errorf("vipd on %s after SIGTERM: exit %d, %v", h, code, err)
+			}
+			return nil
+		}},
 }
