@@ -368,9 +368,14 @@ func (d *DigitalOcean) Assign(ctx context.Context, ip netip.Addr) error {
 
 // waitUnlocked handles a 422 to an assign. If the IP is locked by an action
 // in progress it waits until the lock is gone and reports done when the IP
-// ended up here (no new assign needed). Any other 422 is final.
+// ended up here (no new assign needed). If the action that held the lock
+// moved the IP to another droplet, it does not move it back: that is most
+// likely another node's assign, and the election decides who holds the IP;
+// it returns an error and the driver's next acquire, if this node is still
+// elected then, assigns. Any other 422 is final.
 func (d *DigitalOcean) waitUnlocked(ctx context.Context, ip netip.Addr, refusal error) (bool, error) {
 	logged := false
+	before := ""
 	for {
 		h, err := d.Holder(ctx, ip)
 		if err != nil && ctx.Err() != nil && logged {
@@ -383,14 +388,17 @@ func (d *DigitalOcean) waitUnlocked(ctx context.Context, ip netip.Addr, refusal 
 			if h.Self {
 				return true, nil
 			}
+			if logged && h.Holder != before {
+				return false, fmt.Errorf("reserved IP %s was moved to droplet %s by the action that held its lock; not moving it back at once: %w", ip, h.Holder, refusal)
+			}
 			if logged {
-				return false, nil // the lock is gone: assign again
+				return false, nil // the lock is gone and nothing moved: assign again
 			}
 			return false, fmt.Errorf("DigitalOcean refused to assign reserved IP %s to droplet %d (held by %q): %w", ip, d.droplet, h.Holder, refusal)
 		}
 		if !logged {
 			d.log.Info("reserved IP locked by another action in progress; waiting to retry the assign", "ip", ip, "holder", h.Holder)
-			logged = true
+			logged, before = true, h.Holder
 		}
 		if err := sleep(ctx, d.cfg.LockWait); err != nil {
 			return false, fmt.Errorf("reserved IP %s is still locked by another action: %w (%w)", ip, err, refusal)

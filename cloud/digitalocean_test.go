@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -298,6 +299,32 @@ func TestLockedByAnotherActionIsRetried(t *testing.T) {
 	}
 }
 
+// When the action holding the lock moves the IP to another droplet (most
+// likely another node's assign), Assign does not move it straight back.
+func TestLockHolderMovedTheIP(t *testing.T) {
+	e := newEnv(t, 0, fakedo.Options{ActionDuration: 300 * time.Millisecond}, nil)
+	if err := startAssign(e, other); err != nil {
+		t.Fatal(err)
+	}
+	err := e.do.Assign(ctxT(t, 5*time.Second), ip10)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "moved to droplet 102") {
+		t.Fatalf("err = %v", err)
+	}
+	if holder, _ := e.fake.Holder(testIP); holder != 102 {
+		t.Fatalf("holder = %d, want 102 (not moved back)", holder)
+	}
+	if n := e.fake.Count(http.MethodPost, actionsPath); n != 2 {
+		t.Fatalf("%d POSTs, want 2 (the other's assign and our 422)", n)
+	}
+	// The next acquire (still elected) assigns.
+	if err := e.do.Assign(ctxT(t, 5*time.Second), ip10); err != nil {
+		t.Fatal(err)
+	}
+	if holder, _ := e.fake.Holder(testIP); holder != self {
+		t.Fatalf("holder = %d", holder)
+	}
+}
+
 func TestLockedUntilDeadlineIsAClearError(t *testing.T) {
 	e := newEnv(t, other, fakedo.Options{}, nil)
 	if _, err := e.fake.LockIP(testIP, time.Minute); err != nil {
@@ -448,4 +475,23 @@ func TestHeldLocally(t *testing.T) {
 	if held, err := e2.do.HeldLocally(ctxT(t, time.Second), ip10); err != nil || held {
 		t.Fatalf("held by other = %v, %v", held, err)
 	}
+}
+
+// startAssign starts an assign to droplet id as another client would.
+func startAssign(e *env, id int) error {
+	req, err := http.NewRequest(http.MethodPost, e.fake.URL()+"v2/reserved_ips/"+testIP+"/actions", strings.NewReader(fmt.Sprintf(`{"type":"assign","droplet_id":%d}`, id)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("assign: HTTP %d", resp.StatusCode)
+	}
+	return nil
 }
