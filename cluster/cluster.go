@@ -91,6 +91,7 @@ type Node struct {
 	decisions map[string]Decision
 	wake      chan struct{}
 	started   time.Time
+	keyErrAt  time.Time // last gossip rejected for a key mismatch
 
 	mMembers *prometheus.GaugeVec
 	mQuorum  prometheus.Gauge
@@ -147,7 +148,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	mc.DeadNodeReclaimTime = 5 * time.Second // a restarted node may rejoin under its name at once
 	mc.Delegate = (*delegate)(n)
 	mc.Events = (*events)(n)
-	mc.Logger = log2slog(n.log)
+	mc.Logger = log2slog(n.log, n.keyMismatch)
 	if cfg.KeyFile != "" {
 		key, err := readKey(cfg.KeyFile)
 		if err != nil {
@@ -274,6 +275,7 @@ func (n *Node) join() {
 	if err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "decrypt") || strings.Contains(msg, "encrypt") || strings.Contains(msg, "No installed keys") {
+			n.keyMismatch()
 			n.log.Error("gossip peers rejected: encryption key mismatch (check VIPD_GOSSIP_KEY_FILE on every node)", "joined", joined, "err", err)
 			return
 		}
@@ -293,6 +295,14 @@ func withPort(p string) string {
 	return net.JoinHostPort(strings.Trim(p, "[]"), strconv.Itoa(DefaultPort))
 }
 
+// keyMismatch records that gossip failed for a key mismatch.
+func (n *Node) keyMismatch() {
+	n.mu.Lock()
+	n.keyErrAt = time.Now()
+	n.mu.Unlock()
+	n.poke()
+}
+
 // evaluate recomputes quorum, eligibility and every decision, and reports
 // the decisions that changed.
 func (n *Node) evaluate(decide func(vip string, holder bool, reason string)) {
@@ -305,6 +315,12 @@ func (n *Node) evaluate(decide func(vip string, holder bool, reason string)) {
 		// a moment to answer before holding alone, or each would bootstrap.
 		q.OK = false
 		q.Reason = fmt.Sprintf("bootstrap: waiting up to %v for the configured peers", BootstrapGrace)
+	}
+	if q.Bootstrap && !n.keyErrAt.IsZero() && time.Since(n.keyErrAt) < time.Minute {
+		// Alone because the peers reject our key (or we theirs): holding
+		// alone would be a split brain with the real cluster.
+		q.OK = false
+		q.Reason = "gossip key mismatch with peers (VIPD_GOSSIP_KEY_FILE): not holding alone"
 	}
 	eligible := n.healthy && q.OK
 	metaChanged := eligible != n.meta.Eligible || n.healthy != n.meta.Healthy
@@ -502,7 +518,7 @@ func (e *events) NotifyUpdate(*memberlist.Node) { (*Node)(e).poke() }
 
 // log2slog routes memberlist's log lines ("[LEVEL] memberlist: ...") into
 // slog at the matching level.
-func log2slog(l *slog.Logger) *log.Logger {
+func log2slog(l *slog.Logger, keyMismatch func()) *log.Logger {
 	return log.New(writerFunc(func(p []byte) (int, error) {
 		s := strings.TrimSpace(string(p))
 		lvl := slog.LevelDebug
@@ -517,6 +533,7 @@ func log2slog(l *slog.Logger) *log.Logger {
 		}
 		if strings.Contains(s, "No installed keys could decrypt") || strings.Contains(s, "Encryption is configured but remote state is not encrypted") {
 			lvl = slog.LevelError
+			keyMismatch()
 			s = "gossip from a node with another key or no key rejected (check VIPD_GOSSIP_KEY_FILE): " + s
 		}
 		l.Log(context.Background(), lvl, s)

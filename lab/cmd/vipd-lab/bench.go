@@ -145,9 +145,11 @@ func runScenario(ctx context.Context, f fault, runs int, logs string) (res scena
 		if err := f.apply(ctx, c, holder); err != nil {
 			return res, nil, err
 		}
-		// Wait until the VIP settled again (on any node: after a vipd
-		// restart it may come back to the same one).
-		time.Sleep(500 * time.Millisecond)
+		// Wait until the VIP left the old holder (after a vipd restart it
+		// may come back to it later), then until it settled.
+		if err := c.waitMoved(ctx, holder, faultAt, 30*time.Second); err != nil {
+			return res, nil, fmt.Errorf("run %d: %w", i+1, err)
+		}
 		sctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		_, err = c.stableHolder(sctx, time.Second)
 		cancel()

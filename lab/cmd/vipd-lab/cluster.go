@@ -126,6 +126,25 @@ func (c *cluster) stableHolder(ctx context.Context, settle time.Duration) (strin
 	}
 }
 
+// waitMoved waits until, after since, the VIP was at least once not held
+// by old alone.
+func (c *cluster) waitMoved(ctx context.Context, old string, since time.Time, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, s := range c.mon.Samples() {
+			if s.At.After(since) && !(len(s.Holders) == 1 && s.Holders[0] == old) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("the VIP never left %s", old)
+}
+
 // restore undoes every fault: apiservers OK, links up, vipd running.
 func (c *cluster) restore(ctx context.Context) error {
 	for _, n := range c.Nodes {
