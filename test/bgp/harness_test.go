@@ -110,7 +110,7 @@ func newEnv(t testing.TB, s setup) *env {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			e.dumpLogs()
+			e.dumpLogs(t)
 		}
 	})
 	for _, h := range l.Nodes {
@@ -167,13 +167,13 @@ func (e *env) startAll() {
 	}
 }
 
-func (e *env) dumpLogs() {
+func (e *env) dumpLogs(t testing.TB) {
 	for _, n := range e.nodes {
 		if n.vipd != nil {
-			e.t.Logf("=== vipd %s\n%s", n.h.Name, tail(n.vipd.Output(), 80))
+			t.Logf("=== vipd %s\n%s", n.h.Name, tail(n.vipd.Output(), 80))
 		}
 	}
-	e.t.Logf("=== frr\n%s", tail(e.frr.Logs(), 120))
+	t.Logf("=== frr\n%s", tail(e.frr.Logs(), 120))
 }
 
 func tail(s string, lines int) string {
