@@ -34,13 +34,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	st := c.s.Status(ctx)
+	known := c.s.knownVIPs()
 	for _, p := range st.Peers {
 		ch <- prometheus.MustNewConstMetric(c.peerUp, prometheus.GaugeValue, b2f(p.Established), p.Peer)
 		sent := map[string]bool{}
 		for _, v := range p.Advertised {
 			sent[v] = true
 		}
-		for _, v := range st.VIPs {
+		for _, v := range known {
 			ch <- prometheus.MustNewConstMetric(c.advertised, prometheus.GaugeValue, b2f(sent[v]), v, p.Peer)
 		}
 	}

@@ -45,7 +45,7 @@ type Speaker struct {
 
 	mu       sync.Mutex
 	peers    map[netip.Addr]*peerInfo
-	held     map[netip.Prefix]bool // VIPs Acquire advertised and Release has not withdrawn
+	held     map[netip.Prefix]bool // true: acquired; false: released since (kept so metrics show 0)
 	closed   bool
 	closeErr error
 }
@@ -346,7 +346,7 @@ func (s *Speaker) Release(ctx context.Context, vip netip.Prefix) error {
 		errs = append(errs, fmt.Errorf("bgp: unbind %s from %s: %w", vip, s.cfg.Interface, err))
 	}
 	s.mu.Lock()
-	delete(s.held, vip)
+	s.held[vip] = false
 	s.mu.Unlock()
 	return errors.Join(errs...)
 }
@@ -472,8 +472,10 @@ func (s *Speaker) Status(ctx context.Context) Status {
 	s.mu.Lock()
 	st := Status{LocalAS: s.cfg.LocalAS, RouterID: s.cfg.RouterID.String()}
 	held := make([]netip.Prefix, 0, len(s.held))
-	for v := range s.held {
-		held = append(held, v)
+	for v, ok := range s.held {
+		if ok {
+			held = append(held, v)
+		}
 	}
 	type snap struct {
 		addr netip.Addr
@@ -504,6 +506,22 @@ func (s *Speaker) Status(ctx context.Context) Status {
 		st.Peers = append(st.Peers, p.ps)
 	}
 	return st
+}
+
+// knownVIPs lists every VIP acquired at least once, sorted.
+func (s *Speaker) knownVIPs() []string {
+	s.mu.Lock()
+	vs := make([]netip.Prefix, 0, len(s.held))
+	for v := range s.held {
+		vs = append(vs, v)
+	}
+	s.mu.Unlock()
+	sort.Slice(vs, func(i, j int) bool { return vs[i].Addr().Less(vs[j].Addr()) })
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.String()
+	}
+	return out
 }
 
 func (s *Speaker) inAdjOut(ctx context.Context, peer netip.Addr, vip netip.Prefix) bool {

@@ -219,6 +219,9 @@ func TestSpeakerAgainstRouter(t *testing.T) {
 		}
 	}
 	waitFor(t, "router drops the VIP", 10*time.Second, func() bool { return len(rt.nextHops(t, vip)) == 0 })
+	if got := testutil.ToFloat64(gaugeVec(t, reg, "vipd_bgp_advertised", map[string]string{"vip": vip.String(), "peer": p4})); got != 0 {
+		t.Errorf("vipd_bgp_advertised after Release = %v, want 0", got)
+	}
 	if hops := rt.nextHops(t, other); len(hops) != 1 {
 		t.Errorf("releasing %s also removed %s (hops %v)", vip, other, hops)
 	}
