@@ -7,6 +7,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -24,12 +25,14 @@ const (
 )
 
 func main() {
-	os.Exit(execute(os.Args[1:]))
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func execute(args []string) int {
+func execute(args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd()
 	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	err := root.Execute()
 	if err == nil {
 		return exitOK
@@ -38,13 +41,13 @@ func execute(args []string) int {
 	var ue usageError
 	switch {
 	case errors.As(err, &ce):
-		fmt.Fprintln(os.Stderr, "vipd: "+err.Error())
+		fmt.Fprintln(stderr, "vipd: "+err.Error())
 		return exitConfig
 	case errors.As(err, &ue):
-		fmt.Fprintln(os.Stderr, "vipd: "+err.Error())
+		fmt.Fprintln(stderr, "vipd: "+err.Error())
 		return exitConfig
 	default:
-		fmt.Fprintln(os.Stderr, "vipd: "+err.Error())
+		fmt.Fprintln(stderr, "vipd: "+err.Error())
 		return exitFailure
 	}
 }
