@@ -90,7 +90,7 @@ func TestPrintStatus(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 10, 0, time.UTC)
 	s := Status{Node: "n1", Version: "v1", Mode: "l2", Interface: "eth0", Started: now.Add(-10 * time.Second),
 		Health: &HealthStatus{Healthy: false, Reason: "http_5xx", Error: "HTTP 500", Checked: now.Add(-time.Second), Since: now.Add(-3 * time.Second)},
-		VIPs: []VIPStatus{{VIP: "10.0.0.1/32", Held: false, LastTransition: &Transition{Held: false, At: now.Add(-3 * time.Second), Cause: "apiserver unhealthy: http_5xx"}}}}
+		VIPs:   []VIPStatus{{VIP: "10.0.0.1/32", Held: false, LastTransition: &Transition{Held: false, At: now.Add(-3 * time.Second), Cause: "apiserver unhealthy: http_5xx"}}}}
 	var b bytes.Buffer
 	if err := printStatus(&b, s, now); err != nil {
 		t.Fatal(err)
