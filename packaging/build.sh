@@ -2,11 +2,13 @@
 # Build the vipd deb and rpm into dist/ (or $DIST).
 #
 #   packaging/build.sh [GIT_DESCRIBE]
+#   packaging/build.sh --print-version GIT_DESCRIBE
 #
 # GIT_DESCRIBE defaults to `git describe --tags --always --dirty`; it is
 # turned into a version deb and rpm both order correctly:
 #   v1.2.3                 -> 1.2.3
 #   v1.2.3-4-gabc1234      -> 1.2.3+git4.abc1234
+#   v1.3.0-rc1             -> 1.3.0~rc1
 #   abc1234 (no tag yet)   -> 0.0.0~git<commits>.abc1234
 #   ...-dirty              -> ....dirty
 # Environment: ARCH (GOARCH, default the host's), DIST (output directory),
@@ -23,27 +25,35 @@ version_of() {
 	d=$1
 	dirty=""
 	case "$d" in *-dirty) dirty=".dirty"; d=${d%-dirty} ;; esac
-	if printf '%s' "$d" | grep -Eq '^v?[0-9]+(\.[0-9]+)*(-[0-9]+-g[0-9a-f]+)?$'; then
+	# Commits since the tag: <tag>-N-g<sha>.
+	since=""
+	if printf '%s' "$d" | grep -Eq -- '-[0-9]+-g[0-9a-f]+$'; then
+		sha=${d##*-g}
+		d=${d%-g*}
+		n=${d##*-}
+		d=${d%-*}
+		since="+git${n}.${sha}"
+	fi
+	# A release tag v1.2.3, or a pre-release v1.2.3-rc1 (sorts before 1.2.3).
+	if printf '%s' "$d" | grep -Eq '^v?[0-9]+(\.[0-9]+)*(-[A-Za-z][A-Za-z0-9.]*)?$'; then
 		d=${d#v}
-		case "$d" in
-		*-g*)
-			base=${d%%-*}
-			rest=${d#*-}
-			n=${rest%%-*}
-			sha=${rest#*-g}
-			echo "${base}+git${n}.${sha}${dirty}"
-			;;
-		*) echo "${d}${dirty}" ;;
-		esac
+		echo "$d${since}${dirty}" | sed 's/-/~/'
 		return
 	fi
-	if printf '%s' "$d" | grep -Eq '^[0-9a-f]{4,40}$'; then
+	# No tag yet: just an abbreviated commit.
+	if [ -z "$since" ] && printf '%s' "$d" | grep -Eq '^[0-9a-f]{4,40}$'; then
 		n=$(git rev-list --count HEAD 2>/dev/null || echo 0)
 		echo "0.0.0~git${n}.${d}${dirty}"
 		return
 	fi
-	echo "0.0.0~${d}${dirty}" | tr -c 'A-Za-z0-9.+~\n' '.'
+	echo "0.0.0~${d}${since}${dirty}" | tr -c 'A-Za-z0-9.+~\n' '.'
 }
+
+if [ "${1:-}" = "--print-version" ]; then
+	# For tests: packaging/build.sh --print-version GIT_DESCRIBE
+	version_of "${2:?--print-version needs a git describe string}"
+	exit 0
+fi
 
 VERSION=$(version_of "$describe")
 case "$VERSION" in [0-9]*) ;; *) echo "build.sh: bad version $VERSION from $describe" >&2; exit 1 ;; esac

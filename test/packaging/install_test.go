@@ -505,11 +505,24 @@ func installAndRun(ctx context.Context, t *testing.T, repo, deb string) {
 			t.Errorf("%s still exists after purge", p)
 		}
 	}
+
+	// A configuration written before the package is installed (config
+	// management) is kept, and vipd starts at install.
+	c.must(ctx, t, "sh", "-c", "mkdir -p /etc/vipd && cat > /etc/vipd/vipd.env <<'EOF'\n"+env+"EOF")
+	c.must(ctx, t, "dpkg", "-i", "--force-confold", "/root/vipd.deb")
+	if st := c.show(ctx, t, "vipd", "ActiveState"); st != "active" {
+		t.Errorf("vipd %s after installing with a configured env file, want active\n%s", st, c.journal(ctx, "vipd"))
+	}
+	n.waitVIP(ctx, t, true, 10*time.Second)
+	c.must(ctx, t, "dpkg", "--purge", "vipd")
+	if n.hasVIP(ctx, t) {
+		t.Error("VIP still bound after the second purge")
+	}
 	t.Logf("install test total %v", time.Since(start).Round(time.Millisecond))
 }
 
 // checkSandbox looks at the running vipd from inside: only the three
-// network capabilities, a read-only system, writable state and net conf.
+// network capabilities, a read-only system and /proc/sys, writable state.
 func checkSandbox(ctx context.Context, t *testing.T, c *container) {
 	t.Helper()
 	pid := c.show(ctx, t, "vipd", "MainPID")
@@ -530,8 +543,11 @@ func checkSandbox(ctx context.Context, t *testing.T, c *container) {
 	if err := in("touch /var/lib/vipd/.probe && rm /var/lib/vipd/.probe"); err != nil {
 		t.Errorf("state directory not writable in the sandbox: %v", err)
 	}
-	if err := in("cat /proc/sys/net/ipv4/conf/lo/arp_ignore > /proc/sys/net/ipv4/conf/lo/arp_ignore"); err != nil {
-		t.Errorf("/proc/sys/net/ipv4/conf not writable in the sandbox: %v", err)
+	if err := in("cat /proc/sys/net/ipv4/conf/lo/arp_ignore > /proc/sys/net/ipv4/conf/lo/arp_ignore"); err == nil {
+		t.Error("/proc/sys/net is writable in the sandbox (ProtectKernelTunables)")
+	}
+	if err := in("cat /proc/sys/net/ipv4/conf/lo/arp_ignore"); err != nil {
+		t.Errorf("/proc/sys is not readable in the sandbox: %v", err)
 	}
 	if err := in("touch /usr/bin/.probe"); err == nil {
 		_ = in("rm -f /usr/bin/.probe")

@@ -1,0 +1,103 @@
+package packaging
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vipd/vipd/internal/testenv"
+)
+
+// TestVersionFromGit checks build.sh's conversion of `git describe` into a
+// package version, and that the versions sort as releases should for dpkg.
+func TestVersionFromGit(t *testing.T) {
+	testenv.RequireCommands(t, "dpkg")
+	build := filepath.Join(repoRoot(t), "packaging", "build.sh")
+	version := func(describe string) string {
+		out, err := exec.Command(build, "--print-version", describe).CombinedOutput()
+		if err != nil {
+			t.Fatalf("build.sh --print-version %s: %v\n%s", describe, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	for describe, want := range map[string]string{
+		"v1.2.3":                  "1.2.3",
+		"v1.2.3-dirty":            "1.2.3.dirty",
+		"v1.2.3-4-gabc1234":       "1.2.3+git4.abc1234",
+		"v1.2.3-4-gabc1234-dirty": "1.2.3+git4.abc1234.dirty",
+		"v1.3.0-rc1":              "1.3.0~rc1",
+		"v1.3.0-rc1-2-gdef5678":   "1.3.0~rc1+git2.def5678",
+		"2.0":                     "2.0",
+	} {
+		if got := version(describe); got != want {
+			t.Errorf("%s -> %s, want %s", describe, got, want)
+		}
+	}
+	if got := version("abc1234"); !strings.HasPrefix(got, "0.0.0~git") || !strings.HasSuffix(got, ".abc1234") {
+		t.Errorf("untagged commit -> %s, want 0.0.0~gitN.abc1234", got)
+	}
+	// Each version must sort strictly before the next one.
+	order := []string{"abc1234", "v0.1.0-rc1", "v0.1.0-rc1-3-gaaaaaaa", "v0.1.0", "v0.1.0-1-gbbbbbbb", "v0.1.0-12-gccccccc", "v0.2.0"}
+	for i := 1; i < len(order); i++ {
+		a, b := version(order[i-1]), version(order[i])
+		if err := exec.Command("dpkg", "--compare-versions", a, "lt", b).Run(); err != nil {
+			t.Errorf("dpkg does not sort %s (%s) before %s (%s)", a, order[i-1], b, order[i])
+		}
+	}
+}
+
+// TestUnitFileVerifies runs systemd-analyze verify on vipd.service (with
+// ExecStart pointed at a stand-in, since vipd is not installed on the
+// host); any warning fails the test.
+func TestUnitFileVerifies(t *testing.T) {
+	testenv.RequireCommands(t, "systemd-analyze")
+	unit, err := os.ReadFile(filepath.Join(repoRoot(t), "packaging", "vipd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(unit), "\nExecStart=/usr/bin/vipd run\n") {
+		t.Fatal("ExecStart is not /usr/bin/vipd run")
+	}
+	dir := t.TempDir()
+	stub := filepath.Join(dir, "vipd")
+	if err := os.WriteFile(stub, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "vipd.service")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(unit), "/usr/bin/vipd", stub)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(context.Background(), "systemd-analyze", "verify", "--man=no", path).CombinedOutput()
+	if err != nil || len(out) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"Type=notify", "Restart=always", "RestartSec=1", "RestartPreventExitStatus=2",
+		"After=network-online.target", "Wants=network-online.target", "Before=kubelet.service",
+		"EnvironmentFile=/etc/vipd/vipd.env", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE",
+		"AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE", "NoNewPrivileges=yes", "ProtectSystem=strict",
+		"StateDirectory=vipd", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
+		"KillSignal=SIGTERM", "TimeoutStopSec=5",
+	} {
+		if !strings.Contains(string(unit), "\n"+want+"\n") {
+			t.Errorf("vipd.service lacks %q", want)
+		}
+	}
+}
+
+// TestMaintainerScriptsParse checks the scripts with sh -n (dash on
+// Debian, the shell dpkg and rpm run them with).
+func TestMaintainerScriptsParse(t *testing.T) {
+	scripts, _ := filepath.Glob(filepath.Join(repoRoot(t), "packaging", "scripts", "*.sh"))
+	if len(scripts) != 3 {
+		t.Fatalf("scripts: %v", scripts)
+	}
+	for _, s := range append(scripts, filepath.Join(repoRoot(t), "packaging", "build.sh")) {
+		if out, err := exec.Command("sh", "-n", s).CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", s, err, out)
+		}
+	}
+}
