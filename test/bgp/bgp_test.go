@@ -122,6 +122,9 @@ func TestECMPFailuresAndRecovery(t *testing.T) {
 		e.waitKernel(vip6, 10*time.Second, n1, n3)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		if m, err := metrics(ctx, n2.h); err != nil || !strings.Contains(m, fmt.Sprintf(`vipd_bgp_advertised{peer="%s",vip="%s"} 0`, e.r.IPv4, vip4)) {
+			t.Errorf("unhealthy node's metrics do not show the VIP withdrawn (%v)", err)
+		}
 		// The node no longer accepts the VIP's traffic either.
 		if out, _ := n2.h.Output(ctx, "ip", "addr", "show", "dev", "lo"); strings.Contains(string(out), vip4.Addr().String()) {
 			t.Errorf("unhealthy node still has the VIP on lo:\n%s", out)
