@@ -230,7 +230,8 @@ func TestMD5(t *testing.T) {
 	peers := func(pw string) string {
 		return fmt.Sprintf("VIPD_BGP_PEERS=%s:%d:password=%s,[%s]:%d:password=%s", e.r.IPv4, routerAS, pw, e.r.IPv6, routerAS, pw)
 	}
-	e.startVipd(n1, peers("s3cret-pw"))
+	// n1 also leaves VIPD_BGP_ROUTER_ID unset: it defaults to the node's address.
+	e.startVipd(n1, peers("s3cret-pw"), "VIPD_BGP_ROUTER_ID=")
 	e.startVipd(n2, peers("wrong-pw"))
 	e.waitBGP(vip4, 30*time.Second, n1)
 	e.waitBGP(vip6, 30*time.Second, n1)
@@ -258,6 +259,19 @@ func TestMD5(t *testing.T) {
 	}
 	if p := sum.IPv4.Peers[n1.h.IPv4.String()]; p.State != "Established" {
 		t.Errorf("node with the right MD5 password: state %q", p.State)
+	}
+	out, err = e.frr.Vtysh(ctx, "show bgp neighbors "+n1.h.IPv4.String()+" json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nb map[string]struct {
+		RemoteRouterID string `json:"remoteRouterId"`
+	}
+	if err := json.Unmarshal(out, &nb); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := nb[n1.h.IPv4.String()].RemoteRouterID; got != n1.h.IPv4.String() {
+		t.Errorf("default router ID = %q, want the node's address %s", got, n1.h.IPv4)
 	}
 }
 
