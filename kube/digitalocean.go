@@ -31,6 +31,9 @@ type pendingAction struct {
 // forgotten and the reserved IP is read directly.
 const actionTTL = time.Hour
 
+// doDefaultTTL is the TTL DigitalOcean gives a record created without one.
+const doDefaultTTL = 1800
+
 // DefaultDOAPIURL is DigitalOcean's API base URL.
 const DefaultDOAPIURL = "https://api.digitalocean.com/"
 
@@ -210,6 +213,11 @@ func (d *digitalOcean) RecordNameAndZoneToFQDN(zone, recordName string) string {
 // EnsureDNSARecordSet makes the A records named recordName (relative, as
 // DigitalOcean stores them) in the domain zone exactly ips.
 func (d *digitalOcean) EnsureDNSARecordSet(ctx context.Context, zone, recordName string, ips []string, ttl int) error {
+	if ttl <= 0 {
+		// DigitalOcean stores an omitted TTL as 1800; compare with that,
+		// or every pass would "fix" the TTL.
+		ttl = doDefaultTTL
+	}
 	fqdn := d.RecordNameAndZoneToFQDN(zone, recordName)
 	var existing []dnsRecord
 	opt := &godo.ListOptions{Page: 1, PerPage: 200}

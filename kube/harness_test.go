@@ -44,7 +44,7 @@ const (
 
 // harness is one test's view of the shared apiserver plus its own fakes.
 type harness struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	srv  *kubetest.Server
 	kc   kubernetes.Interface
@@ -83,7 +83,7 @@ func repoPath(t testing.TB, rel string) string {
 	return filepath.Join(root, rel)
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	srv := env.Require(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -181,7 +181,7 @@ type controller struct {
 	id     string
 }
 
-func (c *controller) stop(t *testing.T) {
+func (c *controller) stop(t testing.TB) {
 	t.Helper()
 	c.cancel()
 	select {
@@ -197,9 +197,17 @@ func (c *controller) stop(t *testing.T) {
 // start runs kube.Run as the RBAC-restricted test user.
 func (h *harness) start(identity string, controllers ...string) *controller {
 	h.t.Helper()
-	if len(controllers) == 0 {
-		controllers = []string{ControllerFloatingIPPool, ControllerNodeDNSRecordSet}
-	}
+	return h.startWith(identity, func(c *Config) {
+		if len(controllers) > 0 {
+			c.Controllers = controllers
+		}
+	})
+}
+
+// startWith is start with a chance to edit the configuration.
+func (h *harness) startWith(identity string, edit func(*Config)) *controller {
+	h.t.Helper()
+	controllers := []string{ControllerFloatingIPPool, ControllerNodeDNSRecordSet}
 	ctx, cancel := context.WithCancel(h.ctx)
 	c := &controller{cancel: cancel, done: make(chan struct{}), reg: prometheus.NewPedanticRegistry(), id: identity}
 	cfg := Config{
@@ -220,6 +228,9 @@ func (h *harness) start(identity string, controllers ...string) *controller {
 		DNSMaxDelay:      2 * time.Second,
 		ProviderTimeout:  5 * time.Second,
 	}
+	if edit != nil {
+		edit(&cfg)
+	}
 	log := slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", identity)
 	go func() { c.err = Run(ctx, cfg, log, c.reg); close(c.done) }()
 	h.t.Cleanup(func() {
@@ -236,9 +247,19 @@ func (h *harness) start(identity string, controllers ...string) *controller {
 // "work" pool label, and registers the droplet with the DO fake.
 func (h *harness) node(name string, droplet int, external string) string {
 	h.t.Helper()
+	return h.nodeIn(name, droplet, external, "")
+}
+
+// nodeIn is node with a bench/group label (when group is not empty).
+func (h *harness) nodeIn(name string, droplet int, external, group string) string {
+	h.t.Helper()
 	full := h.id + "-" + name
+	labels := map[string]string{caseLabel: h.id, workLabel: "work"}
+	if group != "" {
+		labels["bench/group"] = group
+	}
 	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: full, Labels: map[string]string{caseLabel: h.id, workLabel: "work"}},
+		ObjectMeta: metav1.ObjectMeta{Name: full, Labels: labels},
 		Spec:       corev1.NodeSpec{ProviderID: fmt.Sprintf("digitalocean://%d", droplet)},
 	}
 	if _, err := h.kc.CoreV1().Nodes().Create(h.ctx, n, metav1.CreateOptions{}); err != nil {
@@ -441,7 +462,7 @@ func (h *harness) assignCalls() int {
 }
 
 // eventually polls f until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var err error
@@ -457,7 +478,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, f func() error
 }
 
 // never checks that f keeps returning nil for the duration.
-func never(t *testing.T, d time.Duration, what string, f func() error) {
+func never(t testing.TB, d time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {

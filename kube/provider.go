@@ -238,10 +238,6 @@ type recordPlan struct {
 	Delete []string    // record IDs to delete
 }
 
-func (p recordPlan) empty() bool {
-	return len(p.Update) == 0 && len(p.Create) == 0 && len(p.Delete) == 0
-}
-
 // planRecords compares existing records with the wanted IPs. A record for a
 // wanted IP is kept when its TTL is right and it is not proxied, otherwise
 // updated; duplicates and records of unwanted IPs are reused for missing IPs

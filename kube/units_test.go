@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 )
 
 func TestDNSSyncDebounceResyncAndRetry(t *testing.T) {
@@ -220,5 +221,29 @@ func TestNodeAddresses(t *testing.T) {
 		if got := nodeAddresses(n, tt.at); !slices.Equal(got, tt.want) {
 			t.Errorf("addressType %q: %v, want %v", tt.at, got, tt.want)
 		}
+	}
+}
+
+func TestRunConfigErrors(t *testing.T) {
+	ctx := t.Context()
+	if err := Run(ctx, Config{}, nil, nil); err != nil {
+		t.Fatalf("no controllers: %v, want nil (nothing to do)", err)
+	}
+	err := Run(ctx, Config{Controllers: []string{"floatingippool"}, Kubeconfig: "/nonexistent/kubeconfig", DOToken: "x"}, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "VIPD_KUBECONFIG") {
+		t.Fatalf("bad kubeconfig: %v", err)
+	}
+	err = Run(ctx, Config{Controllers: []string{"floatingippool"}, RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}}, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "DIGITALOCEAN_ACCESS_TOKEN") {
+		t.Fatalf("no provider token: %v", err)
+	}
+	err = Run(ctx, Config{Controllers: []string{"dns"}, RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, DOToken: "x"}, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "VIPD_CONTROLLERS") {
+		t.Fatalf("unknown controller: %v", err)
+	}
+	err = Run(ctx, Config{Controllers: []string{"nodednsrecordset"}, RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"},
+		CloudflareToken: "x", CloudflareAPIURL: "ftp://example.com"}, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "cloudflare API URL") {
+		t.Fatalf("bad Cloudflare URL: %v", err)
 	}
 }
