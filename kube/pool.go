@@ -39,7 +39,8 @@ type ipInfo struct {
 	owner      string // provider ID holding it ("" = unassigned), as last read or assigned
 	known      bool   // owner was read from the provider at least once
 	inProgress bool   // an assignment was issued and is not verified yet
-	failed     bool   // the last call about this IP failed; re-read before use
+	failed     bool   // an assignment failed or the IP vanished: owner unknown, re-read before use
+	readErr    bool   // the last read failed: owner is the last known one, not reassigned meanwhile
 	errMsg     string
 	check      backoff   // when to read it from the provider next
 	freedAt    time.Time // when it last stopped being active (reuse order)
@@ -150,17 +151,19 @@ func (c *poolCore) observe(ip, owner string, err error, now time.Time) {
 	}
 	switch {
 	case err == nil:
-		in.owner, in.known, in.inProgress, in.failed, in.errMsg = owner, true, false, false, ""
+		in.owner, in.known, in.inProgress, in.failed, in.readErr, in.errMsg = owner, true, false, false, false, ""
 		in.check = backoff{next: now.Add(healthyRecheck)}
 	case errors.Is(err, ErrInProgress):
 		in.inProgress = true
 		in.check.fail(retryFast, now)
 	case errors.Is(err, ErrNotFound):
-		in.owner, in.known, in.inProgress, in.failed = "", false, false, true
+		in.owner, in.known, in.inProgress, in.failed, in.readErr = "", false, false, true, false
 		in.errMsg = fmt.Sprintf("ip not found at provider: %.1000s", err.Error())
 		in.check.fail(retrySlow, now)
 	default:
-		in.inProgress, in.failed = false, true
+		// Keep the last known owner: a transient read error must not make
+		// its node look empty-handed (and get a second IP).
+		in.readErr = true
 		in.errMsg = fmt.Sprintf("retrieving IPs current provider ID: %.1000s", err.Error())
 		in.check.fail(retrySchedule(err), now)
 	}
@@ -230,7 +233,7 @@ func (c *poolCore) free(enabled map[string]bool) []string {
 	var out []string
 	for _, ip := range c.ips {
 		in := c.info[ip]
-		if !in.known || in.inProgress || in.failed || enabled[in.owner] {
+		if !in.known || in.inProgress || in.failed || in.readErr || enabled[in.owner] {
 			continue
 		}
 		out = append(out, ip)
@@ -282,7 +285,7 @@ func (c *poolCore) assigned(a assignment, err error, now time.Time) {
 		return
 	}
 	if err == nil || errors.Is(err, ErrInProgress) {
-		in.owner, in.known, in.inProgress, in.failed, in.errMsg = a.Node.ProviderID, true, true, false, ""
+		in.owner, in.known, in.inProgress, in.failed, in.readErr, in.errMsg = a.Node.ProviderID, true, true, false, false, ""
 		in.check = backoff{next: now.Add(retryFast.after(0))}
 		in.freedAt = time.Time{}
 		c.lastAssign = now
@@ -383,7 +386,7 @@ func (c *poolCore) status(nodes []poolNode) FloatingIPPoolStatus {
 		in := c.info[ip]
 		s := IPStatus{ProviderID: in.owner}
 		switch {
-		case in.failed:
+		case in.failed || in.readErr:
 			s.State, s.Error = IPStateError, in.errMsg
 		case in.inProgress || !in.known:
 			s.State = IPStateInProgress

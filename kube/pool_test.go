@@ -309,3 +309,35 @@ func TestRetrySchedule(t *testing.T) {
 		t.Fatalf("fast ladder %v", waits)
 	}
 }
+
+func TestPoolReadErrorKeepsHolder(t *testing.T) {
+	c := newPoolCore()
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, t0)
+	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "", "2.2.2.2": ""}}
+	nodes := nodesOf("a")
+	f.pass(c, nodes, t0)
+	f.pass(c, nodes, t0.Add(time.Second))
+	if !slices.Equal(c.activeIPs(nodes), []string{"1.1.1.1"}) {
+		t.Fatalf("active %v", c.activeIPs(nodes))
+	}
+	// The periodic re-read of a's IP fails with a 500.
+	c.observe("1.1.1.1", "", &apiError{Provider: "digitalocean", Status: 500, Message: "boom"}, t0.Add(healthyRecheck))
+	if a, _, ok := c.nextAssignment(nodes, t0.Add(healthyRecheck)); ok {
+		t.Fatalf("a read error made a look empty-handed: would assign %+v", a)
+	}
+	st := c.status(nodes)
+	if st.IPs["1.1.1.1"].State != IPStateError || len(st.AssignableNodes) != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	if ann := c.annotations(nodes); ann["a"] != "1.1.1.1" {
+		t.Fatalf("annotation dropped on a read error: %v", ann)
+	}
+	// The read recovers (fast retry).
+	if due := c.dueChecks(t0.Add(healthyRecheck + time.Second)); !slices.Contains(due, "1.1.1.1") {
+		t.Fatalf("not re-read after 1s: %v", due)
+	}
+	c.observe("1.1.1.1", "do://a", nil, t0.Add(healthyRecheck+time.Second))
+	if st := c.status(nodes); st.IPs["1.1.1.1"].State != IPStateActive {
+		t.Fatalf("status after recovery %+v", st.IPs["1.1.1.1"])
+	}
+}
