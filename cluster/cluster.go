@@ -62,7 +62,7 @@ func DefaultTimings() Timings {
 		ProbeTimeout:            150 * time.Millisecond,
 		SuspicionMult:           2,
 		SuspicionMaxTimeoutMult: 3,
-		GossipInterval:          100 * time.Millisecond,
+		GossipInterval:          50 * time.Millisecond,
 		PushPullInterval:        10 * time.Second,
 		IndirectChecks:          2,
 		RetransmitMult:          3,

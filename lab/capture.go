@@ -44,7 +44,7 @@ func (h *Host) StartCapture(ctx context.Context, filter string) (*Capture, error
 		return nil, err
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := h.lab.startProcess(cmd); err != nil {
 		return nil, fmt.Errorf("tcpdump in %s: %w", h.NS, err)
 	}
 	c := &Capture{cmd: cmd, done: make(chan struct{})}

@@ -66,6 +66,7 @@ type Lab struct {
 	hosts    []*Host
 	closed   bool
 	closeErr error
+	spawn    chan func()
 }
 
 // TB is the part of testing.TB the lab uses; demo and bench pass their own.
@@ -104,7 +105,8 @@ func Create(opts Options) (*Lab, error) {
 	// 10.<200+b0%50>.<b1>.0/24 and fd00:<b0b1>:<b2>::/64 keep parallel labs apart.
 	p4 := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 200 + b[0]%50, b[1], 0}), 24)
 	p6 := netip.MustParsePrefix(fmt.Sprintf("fd00:%02x%02x:%02x::/64", b[0], b[1], b[2]))
-	l := &Lab{ID: id, BridgeNS: "vl" + id + "br", Prefix4: p4, Prefix6: p6, Extra: map[string]*Host{}}
+	l := &Lab{ID: id, BridgeNS: "vl" + id + "br", Prefix4: p4, Prefix6: p6, Extra: map[string]*Host{}, spawn: make(chan func())}
+	go l.spawner()
 	if err := l.build(opts); err != nil {
 		_ = l.Close()
 		return nil, err
@@ -260,6 +262,7 @@ func (l *Lab) Close() error {
 	if err := ip(ctx, "netns", "del", l.BridgeNS); err != nil && !strings.Contains(err.Error(), "No such file") {
 		errs = append(errs, err)
 	}
+	close(l.spawn)
 	l.closeErr = errors.Join(errs...)
 	return l.closeErr
 }
@@ -351,6 +354,25 @@ func (h *Host) Listen(network, addr string) (net.Listener, error) {
 		return err
 	})
 	return ln, err
+}
+
+// spawner starts child processes from one OS thread that lives as long as
+// the lab. Children get SIGKILL when the thread that forked them exits
+// (Pdeathsig); Go ends threads whose goroutine exits while locked (as
+// RunInNS does), so forking from an arbitrary thread would kill children
+// at random. This thread ends only when the lab closes.
+func (l *Lab) spawner() {
+	runtime.LockOSThread()
+	for f := range l.spawn {
+		f()
+	}
+}
+
+// startProcess starts cmd from the spawner thread.
+func (l *Lab) startProcess(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	l.spawn <- func() { errc <- cmd.Start() }
+	return <-errc
 }
 
 // OnClose registers fn to run when the lab closes, before its namespaces

@@ -34,7 +34,7 @@ func (h *Host) Start(label string, env []string, name string, args ...string) (*
 	// Own process group so a kill reaches the program, not only `ip`
 	// (ip netns exec execs the program, so the pid is the program's).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := h.lab.startProcess(cmd); err != nil {
 		return nil, fmt.Errorf("start %s in %s: %w", label, h.NS, err)
 	}
 	p := &Proc{Name: label, cmd: cmd, out: buf, done: make(chan struct{})}

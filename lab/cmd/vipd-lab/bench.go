@@ -145,6 +145,7 @@ func runScenario(ctx context.Context, f fault, runs int, logs string) (res scena
 		holder, err := c.stableHolder(sctx, 1500*time.Millisecond)
 		cancel()
 		if err != nil {
+			c.quit() // goroutine dumps into the logs
 			return res, nil, err
 		}
 		faultAt := time.Now()

@@ -66,6 +66,17 @@ func (c *cluster) node(name string) *lab.Host {
 	return nil
 }
 
+// quit asks every running vipd for a goroutine dump (SIGQUIT), for
+// diagnosing a stuck lab.
+func (c *cluster) quit() {
+	for _, p := range c.vipd {
+		if !p.Exited() {
+			_ = p.Signal(syscall.SIGQUIT)
+			_, _ = p.Wait(2 * time.Second)
+		}
+	}
+}
+
 // dumpLogs writes every vipd's output into dir (for -logs).
 func (c *cluster) dumpLogs(dir, prefix string) {
 	if dir == "" {
