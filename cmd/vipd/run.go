@@ -104,7 +104,6 @@ type daemon struct {
 	status   *statusServer
 	elector  elector
 	extra    map[string]func() any // more /status sections, by name
-	cleanups []func()
 }
 
 // elector is a running election (cluster mode) as the daemon needs it.
