@@ -93,17 +93,17 @@ func newLogger(c *config.Config) *slog.Logger {
 
 // daemon is one running vipd: its parts and how they are wired.
 type daemon struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	checker  *health.Checker
-	driver   *vip.Driver
-	ann      vip.Announcer
-	iface    string
-	started  time.Time
-	status   *statusServer
-	elector  elector
-	extra    map[string]func() any // more /status sections, by name
+	cfg     *config.Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	checker *health.Checker
+	driver  *vip.Driver
+	ann     vip.Announcer
+	iface   string
+	started time.Time
+	status  *statusServer
+	elector elector
+	extra   map[string]func() any // more /status sections, by name
 }
 
 // elector is a running election (cluster mode) as the daemon needs it.
