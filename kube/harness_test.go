@@ -28,6 +28,7 @@ import (
 	"github.com/vipd/vipd/internal/fakecf"
 	"github.com/vipd/vipd/internal/fakedo"
 	"github.com/vipd/vipd/internal/kubetest"
+	"github.com/vipd/vipd/internal/testenv"
 )
 
 var env kubetest.Env
@@ -85,6 +86,7 @@ func repoPath(t testing.TB, rel string) string {
 
 func newHarness(t testing.TB) *harness {
 	t.Helper()
+	testenv.Short(t)
 	srv := env.Require(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

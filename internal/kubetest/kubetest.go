@@ -452,9 +452,11 @@ func (e *Env) Main(m *testing.M) int {
 
 // Require returns the shared server, starting it on first use. When the
 // binaries are missing it skips the test (fails with CI=true); when the
-// server fails to start it fails the test.
+// server fails to start it fails the test. With -short (outside CI) it
+// skips: these are integration tests.
 func (e *Env) Require(t testing.TB) *Server {
 	t.Helper()
+	testenv.Short(t)
 	if !e.main {
 		t.Fatal("kubetest.Env used without Env.Main in TestMain")
 	}
