@@ -329,9 +329,12 @@ func (k *kv) addresses() (string, bool) {
 			s := strings.TrimSpace(subnets[min(i, len(subnets)-1)])
 			if s != "" && s != "auto" {
 				n, err := strconv.Atoi(s)
-				if err != nil || n < 0 || n > 128 {
+				switch {
+				case err != nil || n < 0 || n > 128:
 					k.b.warn("vip_subnet %q is not a prefix length; using /%d", s, host)
-				} else {
+				case len(subnets) == 1 && ip.Is6() && n <= 32:
+					// One value for a dual-stack list is meant for IPv4.
+				default:
 					bits = n
 				}
 			}
