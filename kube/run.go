@@ -34,8 +34,8 @@ const DefaultLeaseName = "floating-ip-pool-controller-leader-election"
 
 // Config configures Run. Zero values take the documented defaults.
 type Config struct {
-	// Kubeconfig is a kubeconfig path (VIPD_KUBECONFIG). Empty: $KUBECONFIG,
-	// ~/.kube/config, then the in-cluster service account.
+	// Kubeconfig is a kubeconfig path (VIPD_KUBECONFIG). Empty: the
+	// in-cluster service account (vipd running in a pod).
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig.
 	RESTConfig *rest.Config
@@ -137,24 +137,36 @@ func (c Config) withDefaults() Config {
 }
 
 // restConfig loads the client configuration and the namespace of the
-// kubeconfig context (or of the pod, in-cluster).
+// kubeconfig context (in a pod: the pod's namespace).
 func (c Config) restConfig() (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = c.Kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-	ns, _, err := cc.Namespace()
-	if err != nil || ns == "" {
-		ns = "default"
-	}
 	if c.RESTConfig != nil {
-		return rest.CopyConfig(c.RESTConfig), ns, nil
+		return rest.CopyConfig(c.RESTConfig), "default", nil
 	}
-	rc, err := cc.ClientConfig()
-	if err != nil {
-		if c.Kubeconfig != "" {
+	if c.Kubeconfig != "" {
+		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig}, &clientcmd.ConfigOverrides{})
+		rc, err := cc.ClientConfig()
+		if err != nil {
 			return nil, "", fmt.Errorf("VIPD_KUBECONFIG=%q: %w", c.Kubeconfig, err)
 		}
-		return nil, "", fmt.Errorf("no Kubernetes client configuration (set VIPD_KUBECONFIG to a kubeconfig file, or run in a pod): %w", err)
+		ns, _, err := cc.Namespace()
+		if err != nil || ns == "" {
+			ns = "default"
+		}
+		return rc, ns, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("VIPD_KUBECONFIG is empty and vipd is not running in a pod (%w): set VIPD_KUBECONFIG to a kubeconfig file", err)
+	}
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+			ns = strings.TrimSpace(string(b))
+		}
+	}
+	if ns == "" {
+		ns = "default"
 	}
 	return rc, ns, nil
 }

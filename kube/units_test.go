@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -245,5 +246,27 @@ func TestRunConfigErrors(t *testing.T) {
 		CloudflareToken: "x", CloudflareAPIURL: "ftp://example.com"}, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "cloudflare API URL") {
 		t.Fatalf("bad Cloudflare URL: %v", err)
+	}
+}
+
+func TestKubeconfigNamespace(t *testing.T) {
+	dir := t.TempDir()
+	p := dir + "/kubeconfig"
+	cfg := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: flipop}}]
+current-context: x
+`
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, ns, err := Config{Kubeconfig: p}.restConfig()
+	if err != nil || ns != "flipop" || rc.Host != "https://127.0.0.1:6443" {
+		t.Fatalf("restConfig: %v %q %v", rc, ns, err)
+	}
+	if _, _, err := (Config{}).restConfig(); err == nil || !strings.Contains(err.Error(), "VIPD_KUBECONFIG") {
+		t.Fatalf("outside a pod without kubeconfig: %v", err)
 	}
 }
