@@ -20,6 +20,12 @@ type AnnouncerOptions struct {
 	Refresh time.Duration
 	// RefreshTimeout bounds one background refresh (default 10s).
 	RefreshTimeout time.Duration
+	// CoolOff is the least time between two assigns by this node (default
+	// 5s; negative disables). An Acquire that would assign sooner fails at
+	// once without an API call, and the driver retries it. This bounds a
+	// ping-pong of assigns between nodes when the election or the health
+	// check flaps, like FLIPOP's assignmentCoolOffSeconds.
+	CoolOff time.Duration
 	// Binder, when set, also binds the VIP locally on Acquire and removes
 	// it on Release (opt-in; see docs/cloud.md).
 	Binder LocalBinder
@@ -53,7 +59,8 @@ type ipState struct {
 	held       bool      // this instance holds the IP per the last answer
 	checked    time.Time // when held was last learned
 	refreshing bool
-	failing    bool // the last refresh failed (log once per outage)
+	failing    bool      // the last refresh failed (log once per outage)
+	assigned   time.Time // when this node's last successful assign ended
 }
 
 // NewAnnouncer returns an Announcer for p. Call Close when done.
@@ -63,6 +70,9 @@ func NewAnnouncer(p Provider, opts AnnouncerOptions) *Announcer {
 	}
 	if opts.RefreshTimeout <= 0 {
 		opts.RefreshTimeout = 10 * time.Second
+	}
+	if opts.CoolOff == 0 {
+		opts.CoolOff = 5 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -144,6 +154,15 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 	}
 	if !heldFresh {
 		start := a.now()
+		a.mu.Lock()
+		since := start.Sub(s.assigned)
+		cool := a.opts.CoolOff > 0 && !s.assigned.IsZero() && since < a.opts.CoolOff
+		a.mu.Unlock()
+		if cool {
+			a.setWanted(ip, false)
+			return fmt.Errorf("reserved IP %s: this node assigned it %v ago; waiting %v between assigns so a flapping election cannot bounce the IP: %w",
+				ip, since.Round(time.Millisecond), a.opts.CoolOff, ErrCoolOff)
+		}
 		if err := a.p.Assign(ctx, ip); err != nil {
 			a.setWanted(ip, false)
 			return fmt.Errorf("assign reserved IP %s to this instance (%s %s): %w", ip, a.p.Name(), a.p.Instance(), err)
@@ -151,6 +170,9 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 		a.log.Info("reserved IP assigned to this instance", "ip", ip, "took", a.now().Sub(start).Round(time.Millisecond))
 	}
 	a.mu.Lock()
+	if !heldFresh {
+		s.assigned = a.now()
+	}
 	s.known, s.held, s.checked, s.wanted = true, true, a.now(), true
 	a.mu.Unlock()
 	if b := a.opts.Binder; b != nil {

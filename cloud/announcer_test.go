@@ -334,3 +334,54 @@ func TestRestartMakesNoAssign(t *testing.T) {
 		t.Fatalf("restart made %d API calls, want 1 (the start-up check)", n)
 	}
 }
+
+// A flapping election makes nodes acquire and release in turn; each node
+// assigns at most once per CoolOff, and the refusal costs no API call.
+func TestCoolOffBoundsPingPong(t *testing.T) {
+	p := &memProvider{holder: "other", local: boolp(false)}
+	a, clk := newAnn(t, p)
+	ctx := context.Background()
+	if err := a.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	flip := func() error {
+		if err := a.Release(ctx, vip10); err != nil {
+			t.Fatal(err)
+		}
+		p.set(func(m *memProvider) { m.holder = "other" }) // another node took it
+		clk.Advance(time.Second)
+		return a.Acquire(ctx, vip10)
+	}
+	for i := 0; i < 4; i++ { // 1s, 2s, 3s, 4s after the assign
+		if err := flip(); !errors.Is(err, ErrCoolOff) {
+			t.Fatalf("flip %d: %v, want ErrCoolOff", i, err)
+		}
+		if ok, _ := a.Present(ctx, vip10); ok {
+			t.Fatal("Present true after a refused Acquire")
+		}
+	}
+	if _, as, _ := p.counts(); as != 1 {
+		t.Fatalf("%d assigns during the cool-off, want 1", as)
+	}
+	if err := flip(); err != nil { // 5s after: allowed again
+		t.Fatal(err)
+	}
+	if _, as, _ := p.counts(); as != 2 {
+		t.Fatalf("%d assigns, want 2", as)
+	}
+
+	// Disabled with a negative CoolOff.
+	p2 := &memProvider{holder: "other", local: boolp(false)}
+	a2 := NewAnnouncer(p2, AnnouncerOptions{CoolOff: -1})
+	defer a2.Close()
+	for i := 0; i < 3; i++ {
+		p2.set(func(m *memProvider) { m.holder = "other" })
+		_ = a2.Release(ctx, vip10)
+		if err := a2.Acquire(ctx, vip10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, as, _ := p2.counts(); as != 3 {
+		t.Fatalf("%d assigns without cool-off, want 3", as)
+	}
+}

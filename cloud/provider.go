@@ -73,6 +73,9 @@ var (
 	ErrUnavailable = errors.New("API unavailable")
 	// ErrActionFailed: the provider reported the assign action errored.
 	ErrActionFailed = errors.New("action failed")
+	// ErrCoolOff: the announcer refused to assign again so soon after its
+	// last assign (see AnnouncerOptions.CoolOff).
+	ErrCoolOff = errors.New("assign cool-off")
 )
 
 // SettingError is a configuration problem found by a backend (a missing
