@@ -40,8 +40,9 @@ func TestProviderErrorsAndRecovery(t *testing.T) {
 	t.Parallel() // after the serial setup in newHarness
 	na := h.node("a", 201, "198.51.100.21")
 	nb := h.node("b", 202, "198.51.100.22")
-	// Two assign attempts fail with 500, reads keep working.
-	h.do.AddFault(fakedo.Fault{Method: "POST", Path: "/v2/reserved_ips/192.0.2.21/actions", Status: 500, Count: 2})
+	// Three assign attempts fail with 500 (retried after 1s, 1s, 5s);
+	// reads keep working.
+	h.do.AddFault(fakedo.Fault{Method: "POST", Path: "/v2/reserved_ips/192.0.2.21/actions", Status: 500, Count: 3})
 	h.apply(h.staticPool("static", "192.0.2.21", "192.0.2.22"))
 	ctl := h.start("one")
 
@@ -71,17 +72,17 @@ func TestProviderErrorsAndRecovery(t *testing.T) {
 		}
 		return nil
 	})
-	if n := h.assignCalls(); n != 4 {
-		t.Errorf("assign calls = %d, want 4 (2 failed + 2 good)", n)
+	if n := h.assignCalls(); n != 5 {
+		t.Errorf("assign calls = %d, want 5 (3 failed + 2 good)", n)
 	}
 	v, err := metricValue(ctl.reg, "flipop_providers_calls_total",
 		map[string]string{"provider": "digitalocean", "call": "AssignIP", "outcome": "error"})
-	if err != nil || v != 2 {
-		t.Errorf("AssignIP error calls metric = %v (%v), want 2", v, err)
+	if err != nil || v != 3 {
+		t.Errorf("AssignIP error calls metric = %v (%v), want 3", v, err)
 	}
 	v, err = metricValue(ctl.reg, "flipop_floatingippoolcontroller_ip_assignment_errors", map[string]string{"ip": "192.0.2.21"})
-	if err != nil || v != 2 {
-		t.Errorf("ip_assignment_errors = %v (%v), want 2", v, err)
+	if err != nil || v != 3 {
+		t.Errorf("ip_assignment_errors = %v (%v), want 3", v, err)
 	}
 
 	// DNS errors: a record write failing is reported and retried.

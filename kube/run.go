@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"runtime"
@@ -143,6 +144,9 @@ func (c Config) restConfig() (*rest.Config, string, error) {
 		return rest.CopyConfig(c.RESTConfig), "default", nil
 	}
 	if c.Kubeconfig != "" {
+		if _, err := os.Stat(c.Kubeconfig); err != nil {
+			return nil, "", fmt.Errorf("VIPD_KUBECONFIG=%q: %w", c.Kubeconfig, err)
+		}
 		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 			&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig}, &clientcmd.ConfigOverrides{})
 		rc, err := cc.ClientConfig()
@@ -175,7 +179,10 @@ func (c Config) restConfig() (*rest.Config, string, error) {
 // instance holds the Lease; after losing it, it stands by and competes
 // again. Metrics (FLIPOP's flipop_* names) are registered on reg when it is
 // not nil. It returns nil when ctx ends, and an error for bad configuration
-// (no usable provider, no kubeconfig, CRDs not installed).
+// (no usable provider, an unreadable kubeconfig, not in a pod without one).
+// A kubeconfig file that does not exist yet, an unreachable API and
+// missing CRDs are waited for (logged), since vipd on a control-plane node
+// starts before the cluster does.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Registerer) error {
 	if len(cfg.Controllers) == 0 {
 		return nil
@@ -192,7 +199,18 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 		}
 		enabled[c] = true
 	}
+	// On a control-plane node vipd starts before the cluster exists: wait
+	// for the kubeconfig file (kubeadm writes it) and for the API.
 	rc, ns, err := cfg.restConfig()
+	for wait := time.Second; err != nil && errors.Is(err, fs.ErrNotExist); wait = min(2*wait, 30*time.Second) {
+		log.Warn("kube controllers waiting for the kubeconfig file", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		rc, ns, err = cfg.restConfig()
+	}
 	if err != nil {
 		return err
 	}
@@ -224,8 +242,19 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 		defer reg.Unregister(pm)
 		defer reg.Unregister(col)
 	}
-	if err := checkCRDs(kc, enabled); err != nil {
-		return err
+	// Wait for the API and the CRDs (a definitive "not installed" is
+	// logged with the fix; the CRDs may be applied after vipd starts).
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		err := checkCRDs(kc, enabled)
+		if err == nil {
+			break
+		}
+		log.Warn("kube controllers waiting for the API and the CRDs", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
 	}
 
 	lock := &resourcelock.LeaseLock{

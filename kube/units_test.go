@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"os"
 	"slices"
 	"strings"
@@ -230,9 +231,25 @@ func TestRunConfigErrors(t *testing.T) {
 	if err := Run(ctx, Config{}, nil, nil); err != nil {
 		t.Fatalf("no controllers: %v, want nil (nothing to do)", err)
 	}
-	err := Run(ctx, Config{Controllers: []string{"floatingippool"}, Kubeconfig: "/nonexistent/kubeconfig", DOToken: "x"}, nil, nil)
+	bad := t.TempDir() + "/kubeconfig"
+	if err := os.WriteFile(bad, []byte("{not yaml"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := Run(ctx, Config{Controllers: []string{"floatingippool"}, Kubeconfig: bad, DOToken: "x"}, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "VIPD_KUBECONFIG") {
 		t.Fatalf("bad kubeconfig: %v", err)
+	}
+	// A kubeconfig that does not exist yet is waited for until ctx ends.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := Run(short, Config{Controllers: []string{"floatingippool"}, Kubeconfig: t.TempDir() + "/later", DOToken: "x"}, nil, nil); err != nil {
+		t.Fatalf("missing kubeconfig: %v, want a wait then nil", err)
+	}
+	// So is an API that does not answer yet.
+	short2, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	if err := Run(short2, Config{Controllers: []string{"floatingippool"}, RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}, DOToken: "x"}, nil, nil); err != nil {
+		t.Fatalf("unreachable API: %v, want a wait then nil", err)
 	}
 	err = Run(ctx, Config{Controllers: []string{"floatingippool"}, RESTConfig: &rest.Config{Host: "https://127.0.0.1:1"}}, nil, nil)
 	if err == nil || !strings.Contains(err.Error(), "DIGITALOCEAN_ACCESS_TOKEN") {
