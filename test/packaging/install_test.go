@@ -480,6 +480,12 @@ func installAndRun(ctx context.Context, t *testing.T, repo, deb string) {
 		t.Errorf("vipd stop result %q, want success\n%s", r, c.journal(ctx, "vipd"))
 	}
 
+	// bgp mode with BFD under the same sandbox: GoBGP and the BFD sockets
+	// must work with the unit's capabilities and system call filter. The
+	// peer does not speak BGP; vipd must keep running, bind the VIP on lo
+	// and log no permission error.
+	checkBGPSandbox(ctx, t, c, n)
+
 	// Reinstall (the upgrade path) restarts a running vipd; the
 	// configuration is kept.
 	c.must(ctx, t, "systemctl", "start", "vipd")
@@ -560,4 +566,54 @@ func checkSandbox(ctx context.Context, t *testing.T, c *container) {
 		_ = in("rm -f /etc/vipd/.probe")
 		t.Error("/etc is writable in the sandbox")
 	}
+}
+
+func checkBGPSandbox(ctx context.Context, t *testing.T, c *container, n *network) {
+	t.Helper()
+	c.must(ctx, t, "cp", "/etc/vipd/vipd.env", "/etc/vipd/vipd.env.l2")
+	bgpEnv := fmt.Sprintf("VIPD_ADDRESS=%s/32\nVIPD_MODE=bgp\nVIPD_BGP_LOCAL_AS=65010\nVIPD_BGP_PEERS=%s:65000:hold=3s\nVIPD_BFD_ENABLED=true\nVIPD_LOG_LEVEL=debug\n", n.vip, n.peerIP)
+	c.must(ctx, t, "sh", "-c", "cat > /etc/vipd/vipd.env <<'EOF'\n"+bgpEnv+"EOF")
+	c.must(ctx, t, "systemctl", "reset-failed", "vipd")
+	c.must(ctx, t, "journalctl", "--rotate", "--vacuum-time=1s")
+	if out, err := c.exec(ctx, "systemctl", "start", "vipd"); err != nil {
+		t.Fatalf("systemctl start vipd (bgp): %v\n%s\n%s", err, out, c.journal(ctx, "vipd"))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out := run(ctx, t, "ip", "-n", n.container, "-o", "addr", "show", "dev", "lo")
+		if strings.Contains(out, " "+n.vip+"/32 ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bgp mode: VIP not bound on lo within 10 s:\n%s\n%s", out, c.journal(ctx, "vipd"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // a few connection attempts to the peer
+	if st := c.show(ctx, t, "vipd", "ActiveState"); st != "active" {
+		t.Errorf("vipd %s in bgp mode\n%s", st, c.journal(ctx, "vipd"))
+	}
+	journal := c.journal(ctx, "vipd")
+	if testing.Verbose() {
+		t.Logf("vipd in bgp mode:\n%s", lastLines(journal, 25))
+	}
+	j := strings.ToLower(journal)
+	for _, bad := range []string{"operation not permitted", "permission denied", "bad system call"} {
+		if strings.Contains(j, bad) {
+			t.Errorf("bgp mode hit the sandbox (%q):\n%s", bad, c.journal(ctx, "vipd"))
+		}
+	}
+	c.must(ctx, t, "systemctl", "stop", "vipd")
+	if out := run(ctx, t, "ip", "-n", n.container, "-o", "addr", "show", "dev", "lo"); strings.Contains(out, " "+n.vip+"/32 ") {
+		t.Errorf("bgp mode: VIP still on lo after stop")
+	}
+	c.must(ctx, t, "mv", "/etc/vipd/vipd.env.l2", "/etc/vipd/vipd.env")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
