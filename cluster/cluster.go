@@ -40,9 +40,9 @@ type Config struct {
 // probes one peer every ProbeInterval, gives it ProbeTimeout to answer
 // (then asks IndirectChecks others to try), and a peer that stays silent is
 // suspect for SuspicionMult x max(1, log10(N)) x ProbeInterval before it is
-// declared dead. For 3 to 9 nodes that is 2 x 300 ms = 600 ms of suspicion,
+// declared dead. For 3 to 9 nodes that is 2 x 250 ms = 500 ms of suspicion,
 // after up to ~2 probe rounds to notice: a crashed node is declared dead
-// after about 1 to 1.5 s. memberlist's own LAN defaults (1 s, 500 ms, x4)
+// after about 1 to 1.3 s. memberlist's own LAN defaults (1 s, 500 ms, x4)
 // give 5 to 7 s.
 type Timings struct {
 	ProbeInterval           time.Duration
@@ -58,8 +58,8 @@ type Timings struct {
 // DefaultTimings returns the tuned defaults described on Timings.
 func DefaultTimings() Timings {
 	return Timings{
-		ProbeInterval:           300 * time.Millisecond,
-		ProbeTimeout:            150 * time.Millisecond,
+		ProbeInterval:           250 * time.Millisecond,
+		ProbeTimeout:            125 * time.Millisecond,
 		SuspicionMult:           2,
 		SuspicionMaxTimeoutMult: 3,
 		GossipInterval:          50 * time.Millisecond,

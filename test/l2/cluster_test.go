@@ -236,7 +236,7 @@ func TestClusterElectsOneHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), h+" holds it") || !strings.Contains(string(out), `"quorum"`) {
+	if !strings.Contains(string(out), h+" holds it") || !strings.Contains(string(out), "quorum true") {
 		t.Fatalf("status on %s:\n%s", other.Name, out)
 	}
 }
