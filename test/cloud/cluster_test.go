@@ -3,6 +3,7 @@ package cloud
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -159,8 +160,14 @@ func TestFailoverToNewHolder(t *testing.T) {
 	if took > 8*time.Second {
 		t.Fatalf("failover took %v", took)
 	}
-	if got := c.postsFrom(next); len(got) != 1 || !strings.Contains(got[0].Body, `"droplet_id":`) {
-		t.Fatalf("assigns from the new holder: %+v", got)
+	var moved []fakedo.Request
+	for _, r := range c.postsFrom(next) {
+		if !r.Time.Before(fault) {
+			moved = append(moved, r)
+		}
+	}
+	if len(moved) != 1 || !strings.Contains(moved[0].Body, fmt.Sprintf(`"droplet_id":%d`, droplet(next))) {
+		t.Fatalf("assigns from the new holder since the fault: %+v", moved)
 	}
 	time.Sleep(time.Second)
 	oldIP := c.Nodes[old].IPv4.String()
