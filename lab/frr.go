@@ -173,7 +173,11 @@ func (f *FRR) cleanup() {
 func (f *FRR) Logs() string {
 	var b strings.Builder
 	for _, p := range f.procs {
-		fmt.Fprintf(&b, "--- %s\n%s", p.Name, p.Output())
+		state := "running"
+		if p.Exited() {
+			state = "exited"
+		}
+		fmt.Fprintf(&b, "--- %s (%s)\n%s", p.Name, state, p.Output())
 	}
 	return b.String()
 }

@@ -102,6 +102,19 @@ func newEnv(t testing.TB, s setup) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The fake apiservers open their listeners through lab.Host.Run, whose
+	// OS thread exits afterwards; start them before any lab process (FRR,
+	// vipd), which the kernel would SIGKILL (Pdeathsig) if the thread that
+	// forked it exited.
+	for _, h := range l.Nodes {
+		api, err := h.StartAPIServer("0.0.0.0:6443", lab.OK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &node{h: h, api: api}
+		n.env = append(e.baseEnv(h), s.vipdEnv...)
+		e.nodes = append(e.nodes, n)
+	}
 	if err := e.r.Sysctl(ctx, "net.ipv4.ip_forward", "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -113,15 +126,6 @@ func newEnv(t testing.TB, s setup) *env {
 			e.dumpLogs(t)
 		}
 	})
-	for _, h := range l.Nodes {
-		api, err := h.StartAPIServer("0.0.0.0:6443", lab.OK)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := &node{h: h, api: api}
-		n.env = append(e.baseEnv(h), s.vipdEnv...)
-		e.nodes = append(e.nodes, n)
-	}
 	return e
 }
 
@@ -170,7 +174,7 @@ func (e *env) startAll() {
 func (e *env) dumpLogs(t testing.TB) {
 	for _, n := range e.nodes {
 		if n.vipd != nil {
-			t.Logf("=== vipd %s\n%s", n.h.Name, tail(n.vipd.Output(), 80))
+			t.Logf("=== vipd %s (exited: %v)\n%s", n.h.Name, n.vipd.Exited(), tail(n.vipd.Output(), 80))
 		}
 	}
 	t.Logf("=== frr\n%s", tail(e.frr.Logs(), 120))
