@@ -102,10 +102,9 @@ func newEnv(t testing.TB, s setup) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The fake apiservers open their listeners through lab.Host.Run, whose
-	// OS thread exits afterwards; start them before any lab process (FRR,
-	// vipd), which the kernel would SIGKILL (Pdeathsig) if the thread that
-	// forked it exited.
+	// Fake apiservers first: their listeners are opened through
+	// lab.Host.Run, whose OS thread exits afterwards (before lab 6c7081f
+	// that could SIGKILL, through Pdeathsig, processes forked from it).
 	for _, h := range l.Nodes {
 		api, err := h.StartAPIServer("0.0.0.0:6443", lab.OK)
 		if err != nil {
@@ -299,10 +298,7 @@ func testenvShort(t testing.TB) {
 }
 
 // probeVIP asks whoever answers on vip:6443 for its name, from inside h's
-// namespace. It runs curl rather than lab.Host.Probe: Probe runs on an OS
-// thread that dies afterwards, and lab processes are started with
-// Pdeathsig, which the kernel fires when the *thread* that forked them
-// exits, so a probe could kill a running vipd.
+// namespace, with curl (a fresh process and connection each time).
 func probeVIP(ctx context.Context, h *lab.Host, vip netip.Prefix) (string, error) {
 	host := vip.Addr().String()
 	if vip.Addr().Is6() {
