@@ -127,7 +127,7 @@ func TestFailoverToNewHolder(t *testing.T) {
 	c := newCloudLab(t, 3, fakedo.Options{ActionDuration: action, Latency: latency})
 	defer c.dumpAPI()
 	ctx := ctxT(t, 120*time.Second)
-	c.startAll(ctx)
+	ps := c.startAll(ctx)
 	old := c.stableHolder(ctx)
 	settled := posts(c.fake)
 	t.Logf("%d assign requests until the first holder n%d settled", settled, old+1)
@@ -138,7 +138,16 @@ func TestFailoverToNewHolder(t *testing.T) {
 	// background refresh (one GET per 10 s) reaches the API, even if the
 	// election re-decides (each re-acquire asks the metadata service).
 	quiet := time.Now()
+	flips := func() int {
+		n := 0
+		for _, p := range ps {
+			n += strings.Count(p.Output(), `msg="VIP held"`) + strings.Count(p.Output(), `msg="VIP released"`)
+		}
+		return n
+	}
+	flipsBefore := flips()
 	time.Sleep(3 * time.Second)
+	t.Logf("holder transitions logged by all nodes in 3 s of a settled cluster: %d", flips()-flipsBefore)
 	if n := posts(c.fake); n != settled {
 		t.Fatalf("%d more assign requests in a settled cluster", n-settled)
 	}
