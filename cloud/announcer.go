@@ -61,6 +61,7 @@ type ipState struct {
 	refreshing bool
 	failing    bool      // the last refresh failed (log once per outage)
 	assigned   time.Time // when this node's last successful assign ended
+	gen        int       // bumped by Acquire and Release: stale refreshes are dropped
 }
 
 // NewAnnouncer returns an Announcer for p. Call Close when done.
@@ -173,6 +174,7 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 	if !heldFresh {
 		s.assigned = a.now()
 	}
+	s.gen++
 	s.known, s.held, s.checked, s.wanted = true, true, a.now(), true
 	a.mu.Unlock()
 	if b := a.opts.Binder; b != nil {
@@ -224,6 +226,7 @@ func (a *Announcer) Release(ctx context.Context, vip netip.Prefix) error {
 	// Once released, another node may take the IP at any moment: forget
 	// the cached answer so a later Acquire checks again.
 	s.wanted, s.known = false, false
+	s.gen++
 	a.mu.Unlock()
 	a.log.Info("released: the reserved IP stays assigned until another node assigns it to itself", "ip", ip)
 	if b := a.opts.Binder; b != nil {
@@ -256,7 +259,7 @@ func (a *Announcer) Present(_ context.Context, vip netip.Prefix) (bool, error) {
 	if !s.refreshing && a.now().Sub(s.checked) >= a.opts.Refresh && a.ctx.Err() == nil {
 		s.refreshing = true
 		a.wg.Add(1)
-		go a.refresh(ip)
+		go a.refresh(ip, s.gen)
 	}
 	held := s.held
 	a.mu.Unlock()
@@ -266,8 +269,9 @@ func (a *Announcer) Present(_ context.Context, vip netip.Prefix) (bool, error) {
 	return held, nil
 }
 
-// refresh asks the provider who holds ip and updates the cache.
-func (a *Announcer) refresh(ip netip.Addr) {
+// refresh asks the provider who holds ip and updates the cache, unless an
+// Acquire or Release (gen changed) made the answer stale meanwhile.
+func (a *Announcer) refresh(ip netip.Addr, gen int) {
 	defer a.wg.Done()
 	ctx, cancel := context.WithTimeout(a.ctx, a.opts.RefreshTimeout)
 	defer cancel()
@@ -276,6 +280,9 @@ func (a *Announcer) refresh(ip netip.Addr) {
 	defer a.mu.Unlock()
 	s := a.st(ip)
 	s.refreshing = false
+	if s.gen != gen {
+		return
+	}
 	s.checked = a.now()
 	if err != nil {
 		if !s.failing {

@@ -25,6 +25,7 @@ type memProvider struct {
 	holderCalls int
 	assignCalls int
 	localCalls  int
+	block       chan struct{} // when set, Holder waits for it (after reading the answer)
 }
 
 func (m *memProvider) Name() string     { return "mem" }
@@ -32,12 +33,16 @@ func (m *memProvider) Instance() string { return "me" }
 
 func (m *memProvider) Holder(context.Context, netip.Addr) (Holding, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.holderCalls++
-	if m.holderErr != nil {
-		return Holding{}, m.holderErr
+	h, err, block := Holding{Holder: m.holder, Self: m.holder == "me"}, m.holderErr, m.block
+	m.mu.Unlock()
+	if block != nil {
+		<-block
 	}
-	return Holding{Holder: m.holder, Self: m.holder == "me"}, nil
+	if err != nil {
+		return Holding{}, err
+	}
+	return h, nil
 }
 
 func (m *memProvider) Assign(context.Context, netip.Addr) error {
@@ -383,5 +388,41 @@ func TestCoolOffBoundsPingPong(t *testing.T) {
 	}
 	if _, as, _ := p2.counts(); as != 3 {
 		t.Fatalf("%d assigns without cool-off, want 3", as)
+	}
+}
+
+// A refresh that was in flight across a Release and a new Acquire must not
+// overwrite what the Acquire learned.
+func TestStaleRefreshIsDropped(t *testing.T) {
+	p := &memProvider{holder: "me", local: boolp(true)}
+	a, clk := newAnn(t, p)
+	ctx := context.Background()
+	if err := a.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	block := make(chan struct{})
+	p.set(func(m *memProvider) { m.holder, m.block = "other", block })
+	clk.Advance(11 * time.Second)
+	if ok, _ := a.Present(ctx, vip10); !ok { // starts a refresh that will answer "other"
+		t.Fatal("Present false before the refresh")
+	}
+	for {
+		if h, _, _ := p.counts(); h == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Meanwhile: released, the IP comes back here, acquired again.
+	if err := a.Release(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	p.set(func(m *memProvider) { m.holder, m.block = "me", nil })
+	if err := a.Acquire(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	close(block)
+	settle(t, a)
+	if ok, _ := a.Present(ctx, vip10); !ok {
+		t.Fatal("a stale refresh answer overwrote the fresh Acquire")
 	}
 }
