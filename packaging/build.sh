@@ -34,16 +34,16 @@ version_of() {
 		d=${d%-*}
 		since="+git${n}.${sha}"
 	fi
+	# No tag yet: just an abbreviated commit (checked first: a hash may be all digits).
+	if [ -z "$since" ] && printf '%s' "$d" | grep -Eq '^[0-9a-f]{7,40}$'; then
+		n=$(git rev-list --count HEAD 2>/dev/null || echo 0)
+		echo "0.0.0~git${n}.${d}${dirty}"
+		return
+	fi
 	# A release tag v1.2.3, or a pre-release v1.2.3-rc1 (sorts before 1.2.3).
 	if printf '%s' "$d" | grep -Eq '^v?[0-9]+(\.[0-9]+)*(-[A-Za-z][A-Za-z0-9.]*)?$'; then
 		d=${d#v}
 		echo "$d${since}${dirty}" | sed 's/-/~/'
-		return
-	fi
-	# No tag yet: just an abbreviated commit.
-	if [ -z "$since" ] && printf '%s' "$d" | grep -Eq '^[0-9a-f]{4,40}$'; then
-		n=$(git rev-list --count HEAD 2>/dev/null || echo 0)
-		echo "0.0.0~git${n}.${d}${dirty}"
 		return
 	fi
 	echo "0.0.0~${d}${since}${dirty}" | tr -c 'A-Za-z0-9.+~\n' '.'
@@ -83,6 +83,10 @@ $GO run ./packaging/genman -version "$VERSION" -date "$date" | gzip -9n >"$BUILD
 for d in install kubeadm migration; do
 	[ -f "docs/$d.md" ] && cp "docs/$d.md" "$BUILD/doc/"
 done
+
+cp packaging/vipd.service packaging/vipd.env "$BUILD/"
+# Every file gets the commit's time, so the packages are reproducible.
+find "$BUILD" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 
 # nfpm expands ${VAR} in version and arch but not in content paths.
 sed "s|\${VIPD_BUILD}|$BUILD|g" nfpm.yaml >"$BUILD/nfpm.yaml"

@@ -349,6 +349,7 @@ func TestPackages(t *testing.T) {
 	repo := repoRoot(t)
 	deb, rpm := buildPackages(ctx, t, repo)
 
+	t.Run("reproducible", func(t *testing.T) { checkReproducible(ctx, t, repo) })
 	t.Run("rpm", func(t *testing.T) { checkRPM(ctx, t, rpm) })
 	t.Run("deb-contents", func(t *testing.T) { checkDebContents(ctx, t, deb) })
 	t.Run("install", func(t *testing.T) { installAndRun(ctx, t, repo, deb) })
@@ -616,4 +617,29 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// checkReproducible builds the packages twice from the same tree, version
+// and SOURCE_DATE_EPOCH and expects identical bytes.
+func checkReproducible(ctx context.Context, t *testing.T, repo string) {
+	sums := map[string][]byte{}
+	for i := 0; i < 2; i++ {
+		dist := t.TempDir()
+		cmd := exec.CommandContext(ctx, filepath.Join(repo, "packaging", "build.sh"), "v1.2.3")
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "DIST="+dist, "ARCH=amd64", "SOURCE_DATE_EPOCH=1790000000")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build.sh: %v\n%s", err, out)
+		}
+		for _, name := range []string{"vipd_1.2.3-1_amd64.deb", "vipd-1.2.3-1.x86_64.rpm"} {
+			b, err := os.ReadFile(filepath.Join(dist, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 1 && !bytes.Equal(b, sums[name]) {
+				t.Errorf("%s differs between two builds of the same tree", name)
+			}
+			sums[name] = b
+		}
+	}
 }

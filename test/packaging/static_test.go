@@ -36,8 +36,10 @@ func TestVersionFromGit(t *testing.T) {
 			t.Errorf("%s -> %s, want %s", describe, got, want)
 		}
 	}
-	if got := version("abc1234"); !strings.HasPrefix(got, "0.0.0~git") || !strings.HasSuffix(got, ".abc1234") {
-		t.Errorf("untagged commit -> %s, want 0.0.0~gitN.abc1234", got)
+	for _, sha := range []string{"abc1234", "4712855", "4712855-dirty"} {
+		if got := version(sha); !strings.HasPrefix(got, "0.0.0~git") || !strings.Contains(got, "."+strings.TrimSuffix(sha, "-dirty")) {
+			t.Errorf("untagged commit %s -> %s, want 0.0.0~gitN.%s", sha, got, sha)
+		}
 	}
 	// Each version must sort strictly before the next one.
 	order := []string{"abc1234", "v0.1.0-rc1", "v0.1.0-rc1-3-gaaaaaaa", "v0.1.0", "v0.1.0-1-gbbbbbbb", "v0.1.0-12-gccccccc", "v0.2.0"}
