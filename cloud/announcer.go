@@ -18,7 +18,8 @@ type AnnouncerOptions struct {
 	// Only a node that wants the IP (Acquire called, no Release since)
 	// asks, so the API sees one GET per Refresh per VIP, not per node.
 	Refresh time.Duration
-	// RefreshTimeout bounds one background refresh (default 10s).
+	// RefreshTimeout bounds one background refresh, retries included
+	// (default 3s); a failed refresh is tried again after Refresh.
 	RefreshTimeout time.Duration
 	// CoolOff is the least time between two assigns by this node (default
 	// 5s; negative disables). An Acquire that would assign sooner fails at
@@ -70,7 +71,7 @@ func NewAnnouncer(p Provider, opts AnnouncerOptions) *Announcer {
 		opts.Refresh = 10 * time.Second
 	}
 	if opts.RefreshTimeout <= 0 {
-		opts.RefreshTimeout = 10 * time.Second
+		opts.RefreshTimeout = 3 * time.Second
 	}
 	if opts.CoolOff == 0 {
 		opts.CoolOff = 5 * time.Second

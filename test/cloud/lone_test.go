@@ -219,3 +219,45 @@ func TestLockedIPIsRetried(t *testing.T) {
 		t.Fatalf("assign statuses %v, want [422 201]", statuses)
 	}
 }
+
+// The API goes down while a node holds the reserved IP: the holder keeps
+// the VIP (no release, no re-acquire), logs and counts the failed refresh,
+// and notices by itself when the API is back, without any assign.
+func TestHolderKeepsStateWhileAPIDown(t *testing.T) {
+	c := newCloudLab(t, 1, fakedo.Options{ActionDuration: 100 * time.Millisecond})
+	defer c.dumpAPI()
+	ctx := ctxT(t, 90*time.Second)
+	p := c.start(0)
+	if _, err := c.waitHolder(ctx, droplet(0)); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, ctx, p, "VIP held")
+	c.fake.Down()
+	// The holder refreshes every 10 s; wait for a failed refresh.
+	waitOutput(t, ctx, p, "cannot refresh the reserved IP's holder; keeping the last known state")
+	time.Sleep(2 * time.Second)
+	if !c.holds(ctx, 0) {
+		t.Fatal("the holder gave up the VIP while the API was down")
+	}
+	if n := strings.Count(p.Output(), `msg="VIP released"`); n != 0 {
+		t.Fatalf("%d releases while the API was down", n)
+	}
+	if got := c.metric(ctx, 0, series("get_reserved_ip", "transport_error")); got < 1 {
+		t.Fatalf("get_reserved_ip transport_error = %v", got)
+	}
+	st := c.cloudStatus(ctx, 0)
+	vips, _ := st["vips"].([]any)
+	if len(vips) != 1 || vips[0].(map[string]any)["api_failing"] != true {
+		t.Fatalf("/status cloud = %v, want api_failing", st)
+	}
+	if err := c.fake.Up(); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, ctx, p, "reserved IP holder check works again")
+	if n := posts(c.fake); n != 1 {
+		t.Fatalf("%d assigns in total, want 1", n)
+	}
+	if !c.holds(ctx, 0) {
+		t.Fatal("not holding after the API came back")
+	}
+}
