@@ -11,6 +11,7 @@ GO          ?= go
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -s -w -X main.version=$(VERSION)
 BIN         := bin/vipd
+CTRL_BIN    := bin/vipd-controllers
 CACHE       := .cache
 APT_PKGS    := frr etcd-server iproute2 tcpdump arping ndisc6 nftables iputils-ping curl \
                debootstrap systemd-container rpm
@@ -43,11 +44,19 @@ ifeq ($(shell id -u),0)
 
 all: build
 
-build: $(BIN)
+build: $(BIN) $(CTRL_BIN)
 
-$(BIN): $(shell find . -name '*.go' -not -path './.cache/*' 2>/dev/null) go.mod go.sum
+GO_SOURCES := $(shell find . -name '*.go' -not -path './.cache/*' 2>/dev/null) go.mod go.sum
+
+$(BIN): $(GO_SOURCES)
 	@mkdir -p bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/vipd
+
+# The Kubernetes controllers are a separate binary that vipd starts when
+# VIPD_CONTROLLERS is set: client-go would double vipd's resident memory.
+$(CTRL_BIN): $(GO_SOURCES)
+	@mkdir -p bin
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CTRL_BIN) ./cmd/vipd-controllers
 
 ## deps: the Debian packages and Go modules the tests use
 deps:
@@ -85,6 +94,7 @@ demo: deps build
 bench: deps build
 	@mkdir -p out
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab bench -out out
+	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) VIPD_BENCH_BGP_JSON=$(CURDIR)/out/bench-bgp.json VIPD_BENCH_RUNS=5 $(GOTEST) -timeout 20m -run '^TestBenchBGP$$' -v ./test/bgp/
 
 package:
 	packaging/build.sh $(VERSION)

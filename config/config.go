@@ -66,9 +66,10 @@ type Config struct {
 	LogLevel       string
 	LogFormat      string
 
-	Kubeconfig      string
-	Controllers     string // raw VIPD_CONTROLLERS; parsed by the kube package
-	CloudflareToken string
+	Kubeconfig       string
+	Controllers      string // raw VIPD_CONTROLLERS; parsed by the kube package
+	CloudflareToken  string
+	CloudflareAPIURL string
 }
 
 // Quorum is VIPD_QUORUM: auto (majority of known members), off, or a fixed N.
@@ -194,6 +195,17 @@ func (c *Config) Effective() []string {
 			v = "<redacted>"
 		}
 		out = append(out, s.Env+"="+v)
+	}
+	return out
+}
+
+// Environ returns every setting as NAME=value with its effective value,
+// secrets included: the environment that makes a child process load the
+// same configuration (flags given to the parent included).
+func (c *Config) Environ() []string {
+	out := make([]string, 0, len(table))
+	for _, s := range table {
+		out = append(out, s.Env+"="+s.format(c))
 	}
 	return out
 }

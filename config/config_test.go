@@ -36,7 +36,7 @@ func TestDefaults(t *testing.T) {
 		GossipBind: netip.MustParseAddrPort("0.0.0.0:7950"), StateDir: "/var/lib/vipd",
 		BFDDetectMult: 3, BFDTxInterval: 300 * time.Millisecond, BFDRxInterval: 300 * time.Millisecond,
 		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",
-		MetricsAddress: "127.0.0.1:9469", LogLevel: "info", LogFormat: "text",
+		MetricsAddress: "127.0.0.1:9469", LogLevel: "info", LogFormat: "text", CloudflareAPIURL: "https://api.cloudflare.com/client/v4/",
 	}
 	if got := strings.Join(c.Effective(), "\n"); got != strings.Join(want.Effective(), "\n") {
 		t.Fatalf("defaults differ:\n got %s\nwant %s", got, strings.Join(want.Effective(), "\n"))
@@ -192,5 +192,24 @@ func TestEnvFileListsEverySetting(t *testing.T) {
 	}
 	if !strings.Contains(out, "\nVIPD_ADDRESS=10.0.0.100/32\n") || !strings.Contains(out, "\n#VIPD_MODE=l2\n") {
 		t.Fatalf("env file:\n%s", out)
+	}
+}
+
+func TestEnvironRoundTrips(t *testing.T) {
+	c, err := load(t, "VIPD_PRIORITY", "5", "DIGITALOCEAN_ACCESS_TOKEN", "tok", "VIPD_ADDRESS", "10.0.0.1/32,fd00::1/128", "VIPD_QUORUM", "off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, kv := range c.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	c2, err := Load(mapSource(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.Environ(), "\n") != strings.Join(c2.Environ(), "\n") || c2.DOToken != "tok" {
+		t.Fatalf("round trip differs:\n%v\n%v", c.Environ(), c2.Environ())
 	}
 }

@@ -281,6 +281,8 @@ var table = []Setting{
 			c.Controllers = v
 			return nil
 		}, format: func(c *Config) string { return c.Controllers }},
+	urlSetting("VIPD_CLOUDFLARE_API_URL", "cloudflare-api-url", "https://api.cloudflare.com/client/v4/", SecKube, "Cloudflare API base URL.",
+		func(c *Config) *string { return &c.CloudflareAPIURL }),
 	{Env: "CLOUDFLARE_API_TOKEN", Flag: "cloudflare-token", Section: SecKube, Secret: true,
 		Doc:      "Cloudflare API token for DNS records of the controllers.",
 		Accepted: "a token without spaces",

@@ -139,13 +139,13 @@ func VipdBinary(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "vipd")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/vipd")
+	// vipd-controllers is built next to vipd, where vipd looks for it.
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/vipd", "./cmd/vipd-controllers")
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/vipd: %w: %s", err, b)
+		return "", fmt.Errorf("go build ./cmd/vipd ./cmd/vipd-controllers: %w: %s", err, b)
 	}
-	return out, nil
+	return filepath.Join(dir, "vipd"), nil
 }
 
 func moduleRoot() (string, error) {

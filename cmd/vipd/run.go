@@ -103,6 +103,7 @@ type daemon struct {
 	started time.Time
 	status  *statusServer
 	elector elector
+	ctrl    *controllers          // the vipd-controllers child, when VIPD_CONTROLLERS is set
 	extra   map[string]func() any // more /status sections, by name
 }
 
@@ -123,11 +124,17 @@ type elector interface {
 
 func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon, error) {
 	d := &daemon{cfg: c, log: log, reg: prometheus.NewRegistry(), started: time.Now(), extra: map[string]func() any{}}
+	var err error
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_build_info", Help: "Build information; always 1."}, []string{"version", "mode"})
 	build.WithLabelValues(version, c.Mode).Set(1)
 	d.reg.MustRegister(build)
 
+	if c.Controllers != "" {
+		if d.ctrl, err = newControllers(c, log); err != nil {
+			return nil, err
+		}
+	}
 	if len(c.Addresses) == 0 {
 		return d, nil // controllers only
 	}
@@ -257,11 +264,11 @@ func (d *daemon) run(ctx context.Context) error {
 	} else {
 		notify("READY=1")
 	}
-	if d.cfg.Controllers != "" {
+	if d.ctrl != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := runControllers(ctx, d.cfg, d.log, d.reg); err != nil && !errors.Is(err, context.Canceled) {
+			if err := d.ctrl.Run(ctx); err != nil {
 				errc <- fmt.Errorf("controllers: %w", err)
 			}
 		}()

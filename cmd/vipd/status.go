@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/cluster"
@@ -101,7 +102,11 @@ func startStatusServer(addr string, d *daemon) (*statusServer, error) {
 		return nil, fmt.Errorf("VIPD_METRICS_ADDRESS %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}))
+	var g prometheus.Gatherer = d.reg
+	if d.ctrl != nil {
+		g = prometheus.Gatherers{d.reg, d.ctrl}
+	}
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

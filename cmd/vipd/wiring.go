@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
 
@@ -16,11 +15,6 @@ import (
 // extraCommands are subcommands added by other parts (manifest, migrate,
 // forget), each in its own file.
 func extraCommands() []*cobra.Command { return []*cobra.Command{newForgetCmd()} }
-
-// runControllers runs the optional Kubernetes controllers.
-func runControllers(ctx context.Context, c *config.Config, log *slog.Logger, reg prometheus.Registerer) error {
-	return fmt.Errorf("VIPD_CONTROLLERS: %w", errNotImplemented)
-}
 
 // checkModeSettings validates settings that other packages parse (BGP
 // peers, controllers) so that check-config and run fail the same way.

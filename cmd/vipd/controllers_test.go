@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/config"
+)
+
+func TestControllersChildGetsConfigAndStopsOnConfigError(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "env")
+	script := filepath.Join(dir, "vipd-controllers")
+	// A stand-in child: records what it was given, then rejects it (exit 2).
+	body := "#!/bin/sh\necho \"$VIPD_CONTROLLERS|$VIPD_PRIORITY|$DIGITALOCEAN_ACCESS_TOKEN|$VIPD_CONTROLLERS_METRICS_SOCKET\" >> " + out + "\nexit 2\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VIPD_CONTROLLERS_BINARY", script)
+	c, err := config.Load(func(s *config.Setting) (string, bool) {
+		v, ok := map[string]string{"VIPD_CONTROLLERS": "floatingippool", "VIPD_PRIORITY": "9", "DIGITALOCEAN_ACCESS_TOKEN": "tok", "VIPD_NODE_NAME": "n"}[s.Env]
+		return v, ok
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := newControllers(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = k.Run(ctx)
+	var ue usageError
+	if !errors.As(err, &ue) {
+		t.Fatalf("want a configuration error, got %v", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.TrimSpace(string(b))
+	if strings.Count(got, "\n") != 0 || !strings.HasPrefix(got, "floatingippool|9|tok|@vipd-controllers-") {
+		t.Fatalf("child ran with %q (want once, with the effective settings)", got)
+	}
+	// Nothing to gather from a child that is not running.
+	if fams, err := k.Gather(); err != nil || len(fams) != 0 {
+		t.Fatalf("gather: %v %v", fams, err)
+	}
+}
+
+func TestControllersBinaryMissing(t *testing.T) {
+	t.Setenv("VIPD_CONTROLLERS_BINARY", "")
+	if _, err := os.Stat("/usr/lib/vipd/vipd-controllers"); err == nil {
+		t.Skip("installed system-wide")
+	}
+	c := &config.Config{Controllers: "floatingippool"}
+	_, err := newControllers(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "vipd-controllers was not found") {
+		t.Fatalf("got %v", err)
+	}
+}
