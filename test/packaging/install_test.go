@@ -501,11 +501,23 @@ func installAndRun(ctx context.Context, t *testing.T, repo, deb string) {
 	}
 	n.waitVIP(ctx, t, true, 10*time.Second)
 
-	// Purge: prerm stops vipd (VIP released), state and config removed.
-	c.must(ctx, t, "dpkg", "--purge", "vipd")
+	// Remove: prerm stops vipd (VIP released); configuration and state
+	// stay. Purge then removes them.
+	state, _ := filepath.Glob(filepath.Join(root, "var/lib/vipd/*"))
+	c.must(ctx, t, "dpkg", "--remove", "vipd")
 	if n.hasVIP(ctx, t) {
-		t.Error("VIP still bound after dpkg --purge")
+		t.Error("VIP still bound after dpkg --remove")
 	}
+	// dpkg removes the packaged state directory only when it is empty.
+	for _, p := range append(state, filepath.Join(root, "etc/vipd/vipd.env")) {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s gone after dpkg --remove (only purge may delete it): %v", p, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(root, "usr/bin/vipd")); err == nil {
+		t.Error("/usr/bin/vipd still there after dpkg --remove")
+	}
+	c.must(ctx, t, "dpkg", "--purge", "vipd")
 	for _, p := range []string{"/var/lib/vipd", "/etc/vipd", "/lib/systemd/system/vipd.service", "/usr/bin/vipd",
 		"/etc/systemd/system/multi-user.target.wants/vipd.service"} {
 		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
