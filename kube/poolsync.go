@@ -8,7 +8,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 // poolConfig is a validated FloatingIPPool spec.
@@ -183,7 +182,7 @@ func (o *operator) syncPool(ctx context.Context, key string) (time.Time, error) 
 	}
 
 	// 4. Annotations: set on holders, removed from nodes that lost the IP.
-	if err := o.syncAnnotations(ctx, key, core, pn); err != nil {
+	if err := o.syncAnnotations(ctx, key, core, pn, pc.match); err != nil {
 		o.log.Warn("annotating nodes failed, will retry", "pool", key, "err", err)
 		retrySoon = earliest(retrySoon, o.now().Add(5*time.Second))
 	}
@@ -249,12 +248,13 @@ func (o *operator) persistIPs(ctx context.Context, u *unstructured.Unstructured,
 	return nil
 }
 
-// syncAnnotations makes every node's reserved-IP annotation agree with the
-// pool: holders carry their IP; other nodes lose an annotation naming one
-// of the pool's IPs. Nodes already right are not patched.
-func (o *operator) syncAnnotations(ctx context.Context, key string, core *poolCore, pn []poolNode) error {
+// syncAnnotations makes the reserved-IP annotation of the nodes the pool's
+// nodeLabel selects agree with the pool: holders carry their IP; the others
+// lose an annotation naming one of the pool's IPs (like FLIPOP, nodes outside
+// the selector are never touched). Nodes already right are not patched.
+func (o *operator) syncAnnotations(ctx context.Context, key string, core *poolCore, pn []poolNode, m *matcher) error {
 	want := core.annotations(pn)
-	all, err := o.nodes.List(labels.Everything())
+	all, err := o.nodes.List(m.nodeSel)
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
