@@ -69,6 +69,9 @@ date=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%d)
 
 echo "build.sh: vipd $VERSION for linux/$ARCH"
 CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$BUILD/vipd" ./cmd/vipd
+# The optional Kubernetes controllers: a separate binary vipd starts when
+# VIPD_CONTROLLERS is set (it looks in /usr/lib/vipd/).
+CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$BUILD/vipd-controllers" ./cmd/vipd-controllers
 
 # Completions come from the binary's cobra commands: use a host build when
 # cross-building.

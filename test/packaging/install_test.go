@@ -358,7 +358,7 @@ func TestPackages(t *testing.T) {
 func checkRPM(ctx context.Context, t *testing.T, rpm string) {
 	out := run(ctx, t, "rpm", "-qlp", "--scripts", rpm)
 	for _, want := range []string{
-		"/usr/bin/vipd", "/usr/lib/systemd/system/vipd.service", "/etc/vipd/vipd.env", "/var/lib/vipd",
+		"/usr/bin/vipd", "/usr/lib/vipd/vipd-controllers", "/usr/lib/systemd/system/vipd.service", "/etc/vipd/vipd.env", "/var/lib/vipd",
 		"/usr/share/man/man8/vipd.8.gz", "/usr/share/bash-completion/completions/vipd", "/usr/share/zsh/site-functions/_vipd",
 		"postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet",
 		"systemctl enable vipd.service", "systemctl stop vipd.service", "systemctl try-restart vipd.service",
@@ -381,6 +381,7 @@ func checkDebContents(ctx context.Context, t *testing.T, deb string) {
 	list := run(ctx, t, "dpkg-deb", "-c", deb)
 	for _, re := range []string{
 		`-rwxr-xr-x root/root +\d+ .* \./usr/bin/vipd\n`,
+		`-rwxr-xr-x root/root +\d+ .* \./usr/lib/vipd/vipd-controllers\n`,
 		`-rw-r--r-- root/root +\d+ .* \./lib/systemd/system/vipd.service\n`,
 		`-rw-r----- root/root +\d+ .* \./etc/vipd/vipd.env\n`,
 		`drwxr-x--- root/root +0 .* \./var/lib/vipd/\n`,
@@ -486,6 +487,7 @@ func installAndRun(ctx context.Context, t *testing.T, repo, deb string) {
 	// peer does not speak BGP; vipd must keep running, bind the VIP on lo
 	// and log no permission error.
 	checkBGPSandbox(ctx, t, c, n)
+	checkControllersStart(ctx, t, c)
 
 	// Reinstall (the upgrade path) restarts a running vipd; the
 	// configuration is kept.
@@ -518,7 +520,7 @@ func installAndRun(ctx context.Context, t *testing.T, repo, deb string) {
 		t.Error("/usr/bin/vipd still there after dpkg --remove")
 	}
 	c.must(ctx, t, "dpkg", "--purge", "vipd")
-	for _, p := range []string{"/var/lib/vipd", "/etc/vipd", "/lib/systemd/system/vipd.service", "/usr/bin/vipd",
+	for _, p := range []string{"/var/lib/vipd", "/etc/vipd", "/lib/systemd/system/vipd.service", "/usr/bin/vipd", "/usr/lib/vipd",
 		"/etc/systemd/system/multi-user.target.wants/vipd.service"} {
 		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
 			t.Errorf("%s still exists after purge", p)
@@ -654,4 +656,55 @@ func checkReproducible(ctx context.Context, t *testing.T, repo string) {
 			sums[name] = b
 		}
 	}
+}
+
+// checkControllersStart runs vipd with a controller enabled: vipd must find
+// the packaged /usr/lib/vipd/vipd-controllers and start it inside the
+// unit's sandbox. The apiserver of the kubeconfig does not exist; only the
+// start is checked.
+func checkControllersStart(ctx context.Context, t *testing.T, c *container) {
+	t.Helper()
+	kubeconfig := `apiVersion: v1
+kind: Config
+clusters:
+- name: none
+  cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}
+users:
+- name: none
+  user: {token: none}
+contexts:
+- name: none
+  context: {cluster: none, user: none}
+current-context: none
+`
+	c.must(ctx, t, "cp", "/etc/vipd/vipd.env", "/etc/vipd/vipd.env.l2")
+	c.must(ctx, t, "sh", "-c", "cat > /etc/vipd/kubeconfig <<'EOF'\n"+kubeconfig+"EOF")
+	c.must(ctx, t, "sh", "-c", "echo dummy-token > /etc/vipd/do-token && chmod 600 /etc/vipd/do-token")
+	c.must(ctx, t, "sh", "-c", "printf 'VIPD_CONTROLLERS=floatingippool\\nVIPD_KUBECONFIG=/etc/vipd/kubeconfig\\nVIPD_DO_TOKEN_FILE=/etc/vipd/do-token\\nVIPD_DO_API_URL=http://127.0.0.1:1/\\n' >> /etc/vipd/vipd.env")
+	c.must(ctx, t, "journalctl", "--rotate", "--vacuum-time=1s")
+	out, err := c.exec(ctx, "systemctl", "start", "vipd")
+	time.Sleep(2 * time.Second)
+	journal := c.journal(ctx, "vipd")
+	if testing.Verbose() {
+		t.Logf("vipd with controllers (start: %v %s):\n%s", err, out, lastLines(journal, 20))
+	}
+	if !strings.Contains(journal, "binary=/usr/lib/vipd/vipd-controllers") {
+		t.Errorf("vipd did not start the packaged vipd-controllers:\n%s", journal)
+	}
+	if strings.Contains(journal, "controllers stopped") {
+		t.Errorf("vipd-controllers exited under the sandbox:\n%s", journal)
+	}
+	procs, _ := c.exec(ctx, "sh", "-c", `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done`)
+	if !regexp.MustCompile(`(?m)^/usr/lib/vipd/vipd-controllers`).MatchString(procs) {
+		t.Errorf("vipd-controllers is not running:\n%s", procs)
+	}
+	for _, bad := range []string{"operation not permitted", "permission denied", "bad system call", "exec format error"} {
+		if strings.Contains(strings.ToLower(journal), bad) {
+			t.Errorf("the controllers hit the sandbox (%q):\n%s", bad, journal)
+		}
+	}
+	_, _ = c.exec(ctx, "systemctl", "stop", "vipd")
+	_, _ = c.exec(ctx, "systemctl", "reset-failed", "vipd")
+	c.must(ctx, t, "mv", "/etc/vipd/vipd.env.l2", "/etc/vipd/vipd.env")
+	c.must(ctx, t, "rm", "/etc/vipd/kubeconfig", "/etc/vipd/do-token")
 }
