@@ -38,11 +38,18 @@ func kubeVIPSource(data []byte) (*source, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Prefer containers that carry kube-vip settings; a container that is
+	// only named kube-vip comes next (settings in args). The cloud provider
+	// (kube-vip-cloud-provider) is not kube-vip.
 	var found []*source
+	var scores []int
+	best := 0
 	for _, w := range workloads {
 		for _, c := range w.spec.Containers {
-			if isKubeVIPContainer(c) {
+			if sc := kubeVIPScore(c); sc > 0 {
 				found = append(found, containerSource(w, c))
+				scores = append(scores, sc)
+				best = max(best, sc)
 			}
 		}
 	}
@@ -56,9 +63,16 @@ func kubeVIPSource(data []byte) (*source, error) {
 		}
 		return nil, fmt.Errorf("%s found in the input", what)
 	}
-	src := found[0]
-	for _, other := range found[1:] {
-		src.Notes = append(src.Notes, fmt.Sprintf("the input also holds %s; only the first kube-vip container was migrated", other.Describe))
+	var src *source
+	for i, f := range found {
+		if src == nil && scores[i] == best {
+			src = f
+		}
+	}
+	for _, other := range found {
+		if other != src {
+			src.Notes = append(src.Notes, fmt.Sprintf("the input also holds %s; only %s was migrated", other.Describe, src.Describe))
+		}
 	}
 	if err := applyKubeVIPArgs(src); err != nil {
 		return nil, err
@@ -66,16 +80,21 @@ func kubeVIPSource(data []byte) (*source, error) {
 	return src, nil
 }
 
-func isKubeVIPContainer(c corev1.Container) bool {
-	if strings.Contains(c.Image, "kube-vip") || strings.Contains(c.Name, "kube-vip") {
-		return true
+// kubeVIPScore rates how surely c is kube-vip: 2 with kube-vip settings in
+// its env, 1 when only its image or name says so, 0 otherwise.
+func kubeVIPScore(c corev1.Container) int {
+	if strings.Contains(c.Image, "kube-vip-cloud-provider") || strings.Contains(c.Name, "cloud-provider") {
+		return 0
 	}
 	for _, e := range c.Env {
 		if slices.Contains(kubeVIPEnvHints, e.Name) {
-			return true
+			return 2
 		}
 	}
-	return false
+	if strings.Contains(c.Image, "kube-vip") || strings.Contains(c.Name, "kube-vip") {
+		return 1
+	}
+	return 0
 }
 
 // applyKubeVIPArgs turns the container's kube-vip flags into variables

@@ -143,6 +143,51 @@ func TestKubeVIPErrorsNameTheLine(t *testing.T) {
 	}
 }
 
+func TestKubeVIPPicksTheKubeVIPContainer(t *testing.T) {
+	in := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: kube-vip-cloud-provider, namespace: kube-system}
+spec:
+  template:
+    spec:
+      containers:
+      - name: kube-vip-cloud-provider
+        image: ghcr.io/kube-vip/kube-vip-cloud-provider:v0.0.10
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: sidecar}
+spec:
+  containers:
+  - name: kube-vip
+    image: ghcr.io/kube-vip/kube-vip:v0.8.0
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: kube-vip-ds, namespace: kube-system}
+spec:
+  template:
+    spec:
+      containers:
+      - name: vip
+        image: registry.local/mirror/kvip:v0.8.0
+        env:
+        - {name: vip_arp, value: "true"}
+        - {name: cp_enable, value: "true"}
+        - {name: address, value: 10.9.9.9}
+`
+	res := kubeVIP(t, in)
+	if v, _ := res.Lookup("VIPD_ADDRESS"); v != "10.9.9.9/32" {
+		t.Errorf("VIPD_ADDRESS = %q: the container with kube-vip settings was not chosen", v)
+	}
+	if !hasWarning(res, `the input also holds Pod "sidecar" container "kube-vip"`) {
+		t.Errorf("the other kube-vip container is not mentioned: %q", res.Warnings)
+	}
+	if hasWarning(res, "cloud-provider") {
+		t.Errorf("the cloud provider was taken for kube-vip: %q", res.Warnings)
+	}
+}
+
 func TestNovaEdgeErrors(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"NOVAEDGE_CP_VIP_ADDRESS=10.0.0.1/32\nnonsense\n", "line 2:"},
