@@ -201,6 +201,8 @@ func boot(ctx context.Context, t *testing.T, root, netns string) *container {
 		"--machine=vipdpkg-"+randHex(3))
 	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
 	c.cmd.Stdin = nil
+	// If the test binary dies, the container is halted too.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := c.cmd.Start(); err != nil {
 		t.Fatalf("systemd-nspawn: %v", err)
 	}
