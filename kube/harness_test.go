@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/vipd/vipd/internal/fakecf"
 	"github.com/vipd/vipd/internal/fakedo"
@@ -33,7 +35,12 @@ import (
 
 var env kubetest.Env
 
-func TestMain(m *testing.M) { os.Exit(env.Main(m)) }
+func TestMain(m *testing.M) {
+	// client-go logs through klog (leader election, reflectors); the
+	// controllers' own logs are captured per test.
+	klog.SetLogger(logr.Discard())
+	os.Exit(env.Main(m))
+}
 
 const (
 	doToken = "do-test-token"
