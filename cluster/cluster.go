@@ -32,6 +32,11 @@ type Config struct {
 	StateDir string
 	VIPs     []string
 	Timings  Timings
+	// ClaimSettle is how long a claim is gossiped before this node acts
+	// on it. Zero for l2, where acquiring is quick and a probe guards it;
+	// cloud mode waits a couple of gossip rounds, because two nodes
+	// assigning the same reserved IP at once each cost an API action.
+	ClaimSettle time.Duration
 }
 
 // Timings are the memberlist failure-detector settings.
@@ -40,9 +45,9 @@ type Config struct {
 // probes one peer every ProbeInterval, gives it ProbeTimeout to answer
 // (then asks IndirectChecks others to try), and a peer that stays silent is
 // suspect for SuspicionMult x max(1, log10(N)) x ProbeInterval before it is
-// declared dead. For 3 to 9 nodes that is 2 x 250 ms = 500 ms of suspicion,
+// declared dead. For 3 to 9 nodes that is 2 x 200 ms = 400 ms of suspicion,
 // after up to ~2 probe rounds to notice: a crashed node is declared dead
-// after about 1 to 1.3 s. memberlist's own LAN defaults (1 s, 500 ms, x4)
+// after about 0.8 to 1.2 s. memberlist's own LAN defaults (1 s, 500 ms, x4)
 // give 5 to 7 s.
 type Timings struct {
 	ProbeInterval           time.Duration
@@ -58,8 +63,8 @@ type Timings struct {
 // DefaultTimings returns the tuned defaults described on Timings.
 func DefaultTimings() Timings {
 	return Timings{
-		ProbeInterval:           250 * time.Millisecond,
-		ProbeTimeout:            125 * time.Millisecond,
+		ProbeInterval:           200 * time.Millisecond,
+		ProbeTimeout:            100 * time.Millisecond,
 		SuspicionMult:           2,
 		SuspicionMaxTimeoutMult: 3,
 		GossipInterval:          50 * time.Millisecond,
@@ -82,16 +87,18 @@ type Node struct {
 	log *slog.Logger
 	ml  *memberlist.Memberlist
 
-	mu        sync.Mutex
-	meta      Meta
-	healthy   bool
-	known     Known
-	knownMod  time.Time
-	quorum    QuorumResult
-	decisions map[string]Decision
-	wake      chan struct{}
-	started   time.Time
-	keyErrAt  time.Time // last gossip rejected for a key mismatch
+	mu          sync.Mutex
+	meta        Meta
+	healthy     bool
+	known       Known
+	knownMod    time.Time
+	quorum      QuorumResult
+	decisions   map[string]Decision
+	wake        chan struct{}
+	started     time.Time
+	keyErrAt    time.Time            // last gossip rejected for a key mismatch
+	claimedAt   map[string]time.Time // when we claimed each VIP
+	pausedUntil map[string]time.Time // no claim before this (after a release)
 
 	mMembers *prometheus.GaugeVec
 	mQuorum  prometheus.Gauge
@@ -113,8 +120,9 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 		known:     known,
 		knownMod:  mod,
 		decisions: map[string]Decision{},
-		wake:      make(chan struct{}, 1),
-		started:   time.Now(),
+		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{},
+		wake:    make(chan struct{}, 1),
+		started: time.Now(),
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Gossip members by state (alive, suspect, dead, left).",
 		}, []string{"state"}),
@@ -198,32 +206,71 @@ func (n *Node) SetHealthy(healthy bool) {
 	n.poke()
 }
 
-// SetHolding publishes whether this node holds vip. An acquire raises the
-// term above every term seen, so the newest claim wins a healed partition.
+// SetHolding reports the core's holding state for vip. The cluster claims
+// a VIP itself, before the core acquires it (see evaluate); a release by the
+// core (health lost, shutdown, failed acquire) withdraws the claim at once
+// and keeps the node from claiming it again for ReclaimPause, so another
+// node gets its chance.
 func (n *Node) SetHolding(vip string, holding bool) {
 	n.mu.Lock()
-	h := n.meta.Holding[:0:0]
+	changed := false
+	if holding {
+		// Only confirm a claim the election stands behind: an acquire that
+		// finished after the decision changed must not make a new claim.
+		if n.decisions[vip].Holder {
+			changed = n.claimLocked(vip)
+		}
+	} else {
+		changed = n.unclaimLocked(vip)
+		n.pausedUntil[vip] = time.Now().Add(ReclaimPause)
+		time.AfterFunc(ReclaimPause, n.poke)
+	}
+	n.mu.Unlock()
+	if changed {
+		n.publish()
+	}
+	n.poke()
+}
+
+// ReclaimPause is how long a node does not claim a VIP again after its core
+// released it.
+const ReclaimPause = 2 * time.Second
+
+// claimLocked adds vip to our claims with a term above every term seen, so
+// the newest claim wins a healed partition. It reports whether the claim is
+// new.
+func (n *Node) claimLocked(vip string) bool {
+	if n.meta.Holds(vip) {
+		return false
+	}
+	term := n.meta.Term
+	if n.ml != nil {
+		for _, m := range n.ml.Members() {
+			if mm, err := decodeMeta(m.Meta); err == nil && mm.Term > term {
+				term = mm.Term
+			}
+		}
+	}
+	n.meta.Term = term + 1
+	n.meta.Holding = append(append([]string(nil), n.meta.Holding...), vip)
+	n.claimedAt[vip] = time.Now()
+	return true
+}
+
+// unclaimLocked removes vip from our claims; it reports whether it was there.
+func (n *Node) unclaimLocked(vip string) bool {
+	if !n.meta.Holds(vip) {
+		return false
+	}
+	h := make([]string, 0, len(n.meta.Holding))
 	for _, v := range n.meta.Holding {
 		if v != vip {
 			h = append(h, v)
 		}
 	}
-	if holding {
-		h = append(h, vip)
-		term := n.meta.Term
-		if n.ml != nil {
-			for _, m := range n.ml.Members() {
-				if mm, err := decodeMeta(m.Meta); err == nil && mm.Term > term {
-					term = mm.Term
-				}
-			}
-		}
-		n.meta.Term = term + 1
-	}
 	n.meta.Holding = h
-	n.mu.Unlock()
-	n.publish()
-	n.poke()
+	delete(n.claimedAt, vip)
+	return true
 }
 
 func (n *Node) poke() {
@@ -345,8 +392,26 @@ func (n *Node) evaluate(decide func(vip string, holder bool, reason string)) {
 	}
 	var changes []change
 	n.mu.Lock()
+	claimed := false
 	for _, v := range n.cfg.VIPs {
 		d := Decide(view, v)
+		switch {
+		case d.Holder && !n.meta.Holds(v) && time.Now().Before(n.pausedUntil[v]):
+			d = Decision{Reason: "released moments ago: letting another node take it"}
+		case d.Holder && !n.meta.Holds(v):
+			// Claim first, act after: the claim is gossiped before (l2: as)
+			// the VIP is acquired, so nodes elected at the same moment from
+			// different views settle on one (highest term, then name).
+			claimed = n.claimLocked(v) || claimed
+			if n.cfg.ClaimSettle > 0 {
+				time.AfterFunc(n.cfg.ClaimSettle, n.poke)
+				d = Decision{Leader: n.cfg.Name, Reason: "claimed; letting the claim settle"}
+			}
+		case d.Holder && time.Since(n.claimedAt[v]) < n.cfg.ClaimSettle:
+			d = Decision{Leader: n.cfg.Name, Reason: "claimed; letting the claim settle"}
+		case !d.Holder && n.meta.Holds(v):
+			claimed = n.unclaimLocked(v) || claimed
+		}
 		old, seen := n.decisions[v]
 		if !seen || old.Holder != d.Holder || old.Leader != d.Leader {
 			changes = append(changes, change{v, d})
@@ -354,6 +419,9 @@ func (n *Node) evaluate(decide func(vip string, holder bool, reason string)) {
 		n.decisions[v] = d
 	}
 	n.mu.Unlock()
+	if claimed {
+		n.publish()
+	}
 	for _, c := range changes {
 		n.log.Info("election", "vip", c.vip, "holder", c.d.Holder, "leader", c.d.Leader, "reason", c.d.Reason)
 		decide(c.vip, c.d.Holder, c.d.Reason)

@@ -194,3 +194,21 @@ func TestCoreBurstStartsWhenBound(t *testing.T) {
 		t.Fatalf("next announcement at %v, want %v", out.Next.Sub(t0), want.Sub(t0))
 	}
 }
+
+func TestCoalesce(t *testing.T) {
+	q := make(chan Event, 10)
+	q <- Elected{VIP: v4, Holder: false}
+	q <- HealthChanged{Healthy: false}
+	q <- Elected{VIP: v6, Holder: true}
+	q <- Elected{VIP: v4, Holder: true}
+	q <- Shutdown{}
+	q <- HealthChanged{Healthy: true}
+	got := coalesce(Elected{VIP: v4, Holder: true}, q)
+	want := []Event{Elected{VIP: v6, Holder: true}, Elected{VIP: v4, Holder: true}, Shutdown{}, HealthChanged{Healthy: true}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v\nwant %v", got, want)
+	}
+	if len(q) != 0 {
+		t.Fatal("queue not drained")
+	}
+}

@@ -96,7 +96,9 @@ func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
 			d.shutdown(releaseTimeout)
 			return
 		case ev := <-d.events:
-			d.apply(ctx, ev, timer)
+			for _, e := range coalesce(ev, d.events) {
+				d.apply(ctx, e, timer)
+			}
 		case <-timer.C:
 			d.apply(ctx, Tick{}, timer)
 		case <-reconcile.C:
@@ -104,6 +106,50 @@ func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
 			d.apply(ctx, Tick{}, timer)
 		}
 	}
+}
+
+// coalesce returns first plus every event already queued, keeping only
+// the last HealthChanged and the last Elected per VIP: the core keeps the
+// latest values anyway, and replaying stale decisions one by one after a
+// slow action (a cloud assign) made holding flip back and forth.
+func coalesce(first Event, queue <-chan Event) []Event {
+	evs := []Event{first}
+	for more := true; more; {
+		select {
+		case e := <-queue:
+			evs = append(evs, e)
+		default:
+			more = false
+		}
+	}
+	if len(evs) == 1 {
+		return evs
+	}
+	lastHealth := -1
+	lastElected := map[netip.Prefix]int{}
+	for i, e := range evs {
+		switch e := e.(type) {
+		case HealthChanged:
+			lastHealth = i
+		case Elected:
+			lastElected[e.VIP] = i
+		}
+	}
+	out := evs[:0:0]
+	for i, e := range evs {
+		switch e := e.(type) {
+		case HealthChanged:
+			if i != lastHealth {
+				continue
+			}
+		case Elected:
+			if i != lastElected[e.VIP] {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 func (d *Driver) reconcile(ctx context.Context) {
@@ -132,14 +178,21 @@ func (d *Driver) apply(ctx context.Context, ev Event, timer *time.Timer) {
 func (d *Driver) perform(ctx context.Context, out Output) time.Time {
 	for {
 		var failed []Failed
+		acquireFailed := map[netip.Prefix]bool{}
 		for _, a := range out.Actions {
 			if err := d.do(ctx, a); err != nil {
 				failed = append(failed, Failed{Action: a, Err: err})
+				if a.Kind == Acquire {
+					acquireFailed[a.VIP] = true
+				}
 			} else if a.Kind == Acquire {
 				out.Next = d.core.Step(Done{Action: a}, time.Now()).Next
 			}
 		}
 		for _, t := range out.Transitions {
+			if t.Held && acquireFailed[t.VIP] {
+				continue // never announce a hold that did not happen
+			}
 			d.transition(t)
 		}
 		if len(failed) == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -36,11 +37,21 @@ func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (
 	n, err := cluster.New(cluster.Config{
 		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Priority: c.Priority,
 		Quorum: cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
+		ClaimSettle: claimSettle(c.Mode),
 	}, log, reg)
 	if err != nil {
 		return nil, err
 	}
 	return clusterElector{n}, nil
+}
+
+// claimSettle is how long a claim is gossiped before acting on it: in cloud
+// mode an acquire is a slow API action that two nodes must not both start.
+func claimSettle(mode string) time.Duration {
+	if mode == config.ModeCloud {
+		return 200 * time.Millisecond
+	}
+	return 0
 }
 
 // clusterElector adapts cluster.Node to the daemon's elector.
