@@ -61,6 +61,8 @@ type Config struct {
 	DOAPIURL      string
 	DOMetadataURL string
 	DODropletID   int
+	// CloudBindInterface also binds the reserved IP locally (cloud mode).
+	CloudBindInterface string
 
 	MetricsAddress string
 	LogLevel       string
@@ -143,6 +145,9 @@ func (c *Config) check() error {
 		if strings.TrimSpace(c.BGPPeers) == "" {
 			return &Error{Name: "VIPD_BGP_PEERS", Value: "", Accepted: "at least one peer as address:as[:option=value...] (required in bgp mode)"}
 		}
+	}
+	if c.Mode == ModeCloud && len(c.Addresses) > 1 {
+		return &Error{Name: "VIPD_ADDRESS", Value: joinPrefixes(c.Addresses), Accepted: "one reserved IPv4 address in cloud mode (a droplet holds one reserved IP)"}
 	}
 	if c.Mode == ModeCloud && len(c.Addresses) > 0 {
 		for _, p := range c.Addresses {

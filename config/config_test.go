@@ -117,6 +117,7 @@ func TestInvalid(t *testing.T) {
 		{"VIPD_LOG_LEVEL", "verbose", "verbose", "debug, info, warn, error"},
 		{"VIPD_LOG_FORMAT", "xml", "xml", "text, json"},
 		{"VIPD_CONTROLLERS", "floatingippool,dns", "dns", "floatingippool, nodednsrecordset"},
+		{"VIPD_CLOUD_BIND_INTERFACE", "a/b", "a/b", "interface name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env+"="+tt.value, func(t *testing.T) {
@@ -143,6 +144,7 @@ func TestCombinations(t *testing.T) {
 		{"bgp needs peers", []string{"VIPD_MODE", "bgp", "VIPD_BGP_LOCAL_AS", "65001"}, "VIPD_BGP_PEERS"},
 		{"bgp complete", []string{"VIPD_MODE", "bgp", "VIPD_BGP_LOCAL_AS", "65001", "VIPD_BGP_PEERS", "10.0.0.1:65000"}, ""},
 		{"cloud is IPv4 only", []string{"VIPD_MODE", "cloud", "VIPD_ADDRESS", "fd00::1/128"}, "IPv4 addresses only"},
+		{"cloud holds one reserved IP", []string{"VIPD_MODE", "cloud", "VIPD_ADDRESS", "10.0.0.1/32,10.0.0.2/32"}, "one reserved IPv4 address"},
 		{"controllers only", []string{"VIPD_ADDRESS", "", "VIPD_CONTROLLERS", "floatingippool"}, ""},
 	}
 	for _, tt := range tests {

@@ -234,6 +234,16 @@ var table = []Setting{
 		func(c *Config) *string { return &c.DOAPIURL }),
 	urlSetting("VIPD_DO_METADATA_URL", "do-metadata-url", "http://169.254.169.254/metadata/v1", SecCloud, "Droplet metadata service base URL.",
 		func(c *Config) *string { return &c.DOMetadataURL }),
+	{Env: "VIPD_CLOUD_BIND_INTERFACE", Flag: "cloud-bind-interface", Section: SecCloud,
+		Doc:      "Also bind the reserved IP on this interface (e.g. lo) while holding it, for services that must listen on it. Empty: not bound.",
+		Accepted: "an interface name of at most 15 characters",
+		parse: func(c *Config, v string) error {
+			if len(v) > 15 || strings.ContainsAny(v, "/ \t") {
+				return errInvalid
+			}
+			c.CloudBindInterface = v
+			return nil
+		}, format: func(c *Config) string { return c.CloudBindInterface }},
 	{Env: "VIPD_DO_DROPLET_ID", Flag: "do-droplet-id", Section: SecCloud,
 		Doc:      "This node's droplet ID. Empty: read from the metadata service.",
 		Accepted: "a positive droplet ID",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,7 +53,18 @@ func newCloudAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, 
 	if err != nil {
 		return nil, fmt.Errorf("cloud mode: %w", err)
 	}
-	ann := cloud.NewAnnouncer(do, cloud.AnnouncerOptions{Logger: clog})
+	opts := cloud.AnnouncerOptions{Logger: clog}
+	if c.CloudBindInterface != "" {
+		if _, err := net.InterfaceByName(c.CloudBindInterface); err != nil {
+			return nil, &config.Error{Name: "VIPD_CLOUD_BIND_INTERFACE", Value: c.CloudBindInterface, Accepted: "an existing interface (" + err.Error() + ")"}
+		}
+		b, err := cloud.NewLinkBinder(c.CloudBindInterface)
+		if err != nil {
+			return nil, fmt.Errorf("VIPD_CLOUD_BIND_INTERFACE: %w", err)
+		}
+		opts.Binder = b
+	}
+	ann := cloud.NewAnnouncer(do, opts)
 	pctx, cancel := context.WithTimeout(ctx, cloudPrimeTimeout)
 	defer cancel()
 	if err := ann.Prime(pctx, c.Addresses); err != nil {

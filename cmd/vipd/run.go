@@ -192,7 +192,9 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 // actionTimeout bounds one acquire: a cloud assign includes API polling.
 func actionTimeout(c *config.Config) time.Duration {
 	if c.Mode == config.ModeCloud {
-		return 60 * time.Second
+		// The assign resumes its pending action on the next attempt, so a
+		// short bound only keeps the driver responsive (a 429 wait can be long).
+		return 15 * time.Second
 	}
 	return 5 * time.Second
 }

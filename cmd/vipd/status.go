@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -245,8 +244,6 @@ func ago(now, t time.Time) string {
 	}
 	return d.String() + " ago"
 }
-
-var errNotImplemented = errors.New("not available in this build")
 
 // printCluster renders the cluster section as tables.
 func printCluster(w io.Writer, v any) error {
