@@ -25,9 +25,6 @@ and nothing is contacted.`,
 		if err != nil {
 			return err
 		}
-		if err := checkModeSettings(c); err != nil {
-			return err
-		}
 		for _, w := range warnUnknownEnv() {
 			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 		}

@@ -30,14 +30,23 @@ func settingsFlags(fs *pflag.FlagSet) *viper.Viper {
 	return v
 }
 
-// loadConfig resolves every setting through v and validates the result.
+// loadConfig resolves every setting through v and validates the result,
+// including the settings other packages parse (BGP peers), so that
+// check-config and run fail the same way.
 func loadConfig(v *viper.Viper) (*config.Config, error) {
-	return config.Load(func(s *config.Setting) (string, bool) {
+	c, err := config.Load(func(s *config.Setting) (string, bool) {
 		if !v.IsSet(s.Env) {
 			return "", false
 		}
 		return v.GetString(s.Env), true
 	})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkModeSettings(c); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // warnUnknownEnv reports VIPD_* variables that are not settings.

@@ -44,9 +44,6 @@ variable, the value and the accepted form; nothing is bound.`,
 		if err != nil {
 			return err
 		}
-		if err := checkModeSettings(c); err != nil {
-			return err
-		}
 		return runDaemon(c)
 	}
 	return cmd
