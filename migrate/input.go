@@ -30,6 +30,8 @@ type variable struct {
 	External string
 	// Line is the 1-based line of the variable in an env list, 0 for YAML.
 	Line int
+	// Flag is the command-line flag the value came from, if any.
+	Flag string
 }
 
 // source is the configuration found in the input, whatever its format.

@@ -199,12 +199,60 @@ func TestNovaEdgeErrors(t *testing.T) {
 		{"NOVAEDGE_CP_VIP_MODE=bgp\nNOVAEDGE_BGP_PEER_ADDRESS=router\nNOVAEDGE_BGP_PEER_AS=1\n", "NOVAEDGE_BGP_PEER_ADDRESS"},
 		{"NOVAEDGE_CP_VIP_MODE=bgp\nNOVAEDGE_BGP_ROUTER_ID=::1\n", "NOVAEDGE_BGP_ROUTER_ID"},
 		{"apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: x\n    env: [{name: FOO, value: bar}]\n", "no container with NOVAEDGE_CP_VIP_"},
+		{"[Unit]\nDescription=x\n[Service]\nExecStart=/bin/agent \"--cp-vip-address=1.2.3.4/32\n", "line 4: ExecStart: unterminated"},
+		{"[Service]\nExecStart=/bin/agent\nthis is no key\n", "line 3: expected Key=value"},
+		{"[Unit]\n[Service\nExecStart=/bin/agent\n", "line 2: unterminated section"},
+		{"[Service]\nEnvironment=NOVAEDGE_CP_VIP_MODE\n", "line 2: Environment"},
+		{"[Service]\nExecStart=/bin/agent --control-plane-vip --cp-vip-address\n", "--cp-vip-address needs a value"},
 	}
 	for _, tc := range tests {
 		_, err := NovaEdge(strings.NewReader(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NovaEdge(%q): err = %v, want one containing %q", tc.in, err, tc.want)
 		}
+	}
+}
+
+func TestUnitWords(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{`/bin/a --x=1  --y "two words" 'single q' esc\ aped`, []string{"/bin/a", "--x=1", "--y", "two words", "single q", "esc aped"}},
+		{`"A=1" B=2`, []string{"A=1", "B=2"}},
+		{`--flag=pre"quoted part"post`, []string{"--flag=prequoted partpost"}},
+		{``, nil},
+	}
+	for _, tc := range tests {
+		got, err := unitWords(tc.in)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.in, err)
+		}
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+			t.Errorf("unitWords(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestNovaEdgeUnitNotes(t *testing.T) {
+	in := "[Service]\nEnvironmentFile=/etc/novaedge/cpvip.env\nExecStart=-/usr/local/bin/novaedge-agent --control-plane-vip --cp-vip-address 10.0.0.7/32 --log-level=dpanic --metrics-port 9999\n"
+	res, err := NovaEdge(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := res.Lookup("VIPD_ADDRESS"); v != "10.0.0.7/32" {
+		t.Errorf("VIPD_ADDRESS = %q", v)
+	}
+	if v, _ := res.Lookup("VIPD_LOG_LEVEL"); v != "error" {
+		t.Errorf("VIPD_LOG_LEVEL = %q", v)
+	}
+	for _, w := range []string{"EnvironmentFile=/etc/novaedge/cpvip.env: migrate that file too", `flag "--metrics-port" has no vipd equivalent`} {
+		if !hasWarning(res, w) {
+			t.Errorf("no warning %q in %q", w, res.Warnings)
+		}
+	}
+	if hasWarning(res, "9999") {
+		t.Errorf("the value of an ignored flag was taken as an argument: %q", res.Warnings)
 	}
 }
 

@@ -10,45 +10,109 @@ import (
 )
 
 // NovaEdge translates a NovaEdge control-plane VIP configuration
-// (NOVAEDGE_CP_VIP_*, NOVAEDGE_BGP_*, NOVAEDGE_BFD_* variables) into a vipd
-// env file. The input is an env file or a Pod/DaemonSet manifest whose
-// container carries those variables.
+// (NOVAEDGE_CP_VIP_*, NOVAEDGE_BGP_*, NOVAEDGE_BFD_* variables, or the
+// agent's --cp-vip-* flags) into a vipd env file. The input is an env file,
+// the systemd unit `novactl generate systemd-unit` writes, or a
+// Pod/DaemonSet manifest (`novactl generate static-pod`).
 func NovaEdge(r io.Reader) (Result, error) {
 	data, err := readAll(r)
 	if err != nil {
 		return Result{}, err
 	}
 	var src *source
-	if looksLikeEnvList(data) {
+	switch {
+	case looksLikeEnvList(data):
 		src, err = parseEnvList(data)
-		if err != nil {
-			return Result{}, err
-		}
-	} else {
-		workloads, skipped, err := parseManifests(data)
-		if err != nil {
-			return Result{}, err
-		}
-	find:
-		for _, w := range workloads {
-			for _, c := range w.spec.Containers {
-				for _, e := range c.Env {
-					if strings.HasPrefix(e.Name, "NOVAEDGE_CP_VIP_") {
-						src = containerSource(w, c)
-						break find
-					}
+	case looksLikeUnit(data):
+		src, err = parseUnit(data)
+	default:
+		src, err = novaEdgeManifest(data)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if err := applyNovaEdgeArgs(src); err != nil {
+		return Result{}, err
+	}
+	return translateNovaEdge(src)
+}
+
+func novaEdgeManifest(data []byte) (*source, error) {
+	workloads, skipped, err := parseManifests(data)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range workloads {
+		for _, c := range w.spec.Containers {
+			for _, e := range c.Env {
+				if strings.HasPrefix(e.Name, novaPrefix) {
+					return containerSource(w, c), nil
+				}
+			}
+			for _, a := range c.Args {
+				if strings.HasPrefix(strings.TrimLeft(a, "-"), "control-plane-vip") || strings.HasPrefix(strings.TrimLeft(a, "-"), "cp-vip-address") {
+					return containerSource(w, c), nil
 				}
 			}
 		}
-		if src == nil {
-			what := "no container with NOVAEDGE_CP_VIP_* variables"
-			if len(skipped) > 0 {
-				what += " (the input holds " + strings.Join(skipped, ", ") + ")"
-			}
-			return Result{}, fmt.Errorf("%s found in the input", what)
-		}
 	}
-	return translateNovaEdge(src)
+	what := "no container with NOVAEDGE_CP_VIP_* variables or --cp-vip-address"
+	if len(skipped) > 0 {
+		what += " (the input holds " + strings.Join(skipped, ", ") + ")"
+	}
+	return nil, fmt.Errorf("%s found in the input", what)
+}
+
+// novaEdgeFlags maps novaedge-agent's control-plane VIP flags to the env
+// names they correspond to. --interface is what novactl's generator writes;
+// the agent itself names it --cp-vip-interface.
+var novaEdgeFlags = map[string]string{
+	"cp-vip-address":     novaPrefix + "ADDRESS",
+	"cp-vip-interface":   novaPrefix + "INTERFACE",
+	"interface":          novaPrefix + "INTERFACE",
+	"cp-api-port":        novaPrefix + "API_PORT",
+	"cp-health-interval": novaPrefix + "HEALTH_INTERVAL",
+	"cp-health-timeout":  novaPrefix + "HEALTH_TIMEOUT",
+	"node-name":          "node-name",
+	"log-level":          "log-level",
+}
+
+// applyNovaEdgeArgs turns novaedge-agent flags into variables placed before
+// the env ones.
+func applyNovaEdgeArgs(src *source) error {
+	var vars []variable
+	args := src.Args
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			if i > 0 {
+				src.Notes = append(src.Notes, fmt.Sprintf("argument %q was ignored", a))
+			}
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name == "control-plane-vip" {
+			continue
+		}
+		env, ok := novaEdgeFlags[name]
+		if !ok {
+			src.Notes = append(src.Notes, fmt.Sprintf("flag %q has no vipd equivalent; ignored", a))
+			if !hasValue && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				i++
+			}
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				return fmt.Errorf("%s: flag %s needs a value", src.Describe, a)
+			}
+			i++
+			value = args[i]
+		}
+		vars = append(vars, variable{Name: env, Value: value, Flag: "--" + name})
+	}
+	src.Vars = append(vars, src.Vars...)
+	return nil
 }
 
 // Prefixes of NovaEdge's control-plane VIP variables.
@@ -67,7 +131,11 @@ func translateNovaEdge(src *source) (Result, error) {
 		b.warn("%s", n)
 	}
 
-	mode, _ := k.get(novaPrefix + "MODE")
+	mode, modeSet := k.get(novaPrefix + "MODE")
+	modeFrom := "from " + k.from(novaPrefix+"MODE")
+	if !modeSet || mode == "" {
+		modeFrom = "NovaEdge's default mode"
+	}
 	switch mode {
 	case "", "l2":
 		mode = "l2"
@@ -97,7 +165,7 @@ func translateNovaEdge(src *source) (Result, error) {
 			}
 			out = append(out, netip.PrefixFrom(ip, ip.BitLen()).String())
 		}
-		b.set("VIPD_ADDRESS", strings.Join(out, ","), "from "+novaPrefix+"ADDRESS="+a+".")
+		b.set("VIPD_ADDRESS", strings.Join(out, ","), "from "+k.from(novaPrefix+"ADDRESS")+"="+a+".")
 	} else {
 		b.suggest("VIPD_ADDRESS", "", "The VIP(s) in CIDR form (required).")
 		b.warn("%sADDRESS is not set: set VIPD_ADDRESS by hand", novaPrefix)
@@ -105,11 +173,11 @@ func translateNovaEdge(src *source) (Result, error) {
 	if mode == "bgp" {
 		b.set("VIPD_MODE", "bgp", "from "+novaPrefix+"MODE=bgp: every healthy node advertises the VIP (ECMP at the router).")
 	} else {
-		b.set("VIPD_MODE", "l2", "from "+novaPrefix+"MODE: one elected node holds the VIP and announces it with ARP/NDP.")
+		b.set("VIPD_MODE", "l2", modeFrom+" l2: one elected node holds the VIP and announces it with ARP/NDP.")
 	}
 	if v, ok := k.get(novaPrefix + "INTERFACE"); ok && v != "" {
 		if mode == "l2" {
-			b.set("VIPD_INTERFACE", v, "from "+novaPrefix+"INTERFACE.")
+			b.set("VIPD_INTERFACE", v, "from "+k.from(novaPrefix+"INTERFACE")+".")
 		} else {
 			b.comment(novaPrefix + "INTERFACE=" + v + ": in bgp mode vipd binds the VIP on lo itself.")
 		}
@@ -121,7 +189,7 @@ func translateNovaEdge(src *source) (Result, error) {
 		if err != nil || n == 0 {
 			return Result{}, fmt.Errorf("%sAPI_PORT=%q: want a TCP port 1-65535", novaPrefix, v)
 		}
-		b.set("VIPD_HEALTH_URL", fmt.Sprintf("https://127.0.0.1:%d/livez", n), "from "+novaPrefix+"API_PORT.")
+		b.set("VIPD_HEALTH_URL", fmt.Sprintf("https://127.0.0.1:%d/livez", n), "from "+k.from(novaPrefix+"API_PORT")+".")
 	}
 	if err := k.duration(novaPrefix+"HEALTH_INTERVAL", "VIPD_HEALTH_INTERVAL", "1s"); err != nil {
 		return Result{}, err
@@ -133,7 +201,7 @@ func translateNovaEdge(src *source) (Result, error) {
 		return Result{}, err
 	}
 	if v, ok := k.get(novaPrefix + "SA_TOKEN_PATH"); ok && v != "" && v != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
-		b.set("VIPD_SA_TOKEN_PATH", v, "from "+novaPrefix+"SA_TOKEN_PATH.")
+		b.set("VIPD_SA_TOKEN_PATH", v, "from "+k.from(novaPrefix+"SA_TOKEN_PATH")+".")
 	}
 	b.comment("Like NovaEdge, vipd treats HTTP 401 as healthy only while the token file is missing.\n" +
 		"NovaEdge re-bound the VIP after one good probe; vipd's VIPD_RISE_THRESHOLD (default 1) sets that.")
@@ -157,6 +225,20 @@ func translateNovaEdge(src *source) (Result, error) {
 					b.warn("%s is a BGP/BFD setting but %sMODE is l2; not migrated", v.Name, novaPrefix)
 				}
 			}
+		}
+	}
+
+	if v, ok := k.get("node-name"); ok && v != "" {
+		b.set("VIPD_NODE_NAME", v, "from --node-name (it differs per node; remove it to use the host name).")
+	}
+	if v, ok := k.get("log-level"); ok && v != "" {
+		switch v {
+		case "debug", "info", "warn", "error":
+			b.set("VIPD_LOG_LEVEL", v, "from --log-level.")
+		case "dpanic", "panic", "fatal":
+			b.set("VIPD_LOG_LEVEL", "error", "from --log-level="+v+".")
+		default:
+			b.warn("--log-level=%q is not a level vipd knows (debug, info, warn, error); not migrated", v)
 		}
 	}
 
@@ -187,7 +269,7 @@ func (k *kv) duration(from, to, def string) error {
 	if v == def {
 		return nil
 	}
-	k.b.set(to, d.String(), "from "+from+".")
+	k.b.set(to, d.String(), "from "+k.from(from)+".")
 	return nil
 }
 
@@ -203,7 +285,7 @@ func (k *kv) count(from, to, def string) error {
 	if v == def {
 		return nil
 	}
-	k.b.set(to, strconv.Itoa(n), "from "+from+".")
+	k.b.set(to, strconv.Itoa(n), "from "+k.from(from)+".")
 	return nil
 }
 
@@ -262,4 +344,12 @@ func (k *kv) novaBGP() error {
 		}
 	}
 	return nil
+}
+
+// from names where a setting came from: its flag, or the variable itself.
+func (k *kv) from(name string) string {
+	if v, ok := k.src.lookup(name); ok && v.Flag != "" {
+		return v.Flag
+	}
+	return name
 }
