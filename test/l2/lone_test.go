@@ -414,3 +414,57 @@ func TestStatusAndMetrics(t *testing.T) {
 		t.Fatalf("/healthz: %q %v", hz, err)
 	}
 }
+
+func TestConflictGuard(t *testing.T) {
+	l := newLoneLab(t)
+	v4, v6 := l.VIP4(11), l.VIP6(11)
+	ctx := ctxT(t, 40*time.Second)
+	// The client already answers for both VIPs: a mistyped VIP, or a host
+	// that kept it.
+	for _, a := range []string{v4.String() + "/32", v6.String() + "/128"} {
+		if _, err := l.Client.Output(ctx, "ip", "addr", "add", a, "dev", "eth0", "nodad"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := l.start(t, "VIPD_ADDRESS="+v4.String()+"/32,"+v6.String()+"/128")
+	clientMAC := l.Client.MAC.String()
+	for _, v := range []netip.Addr{v4, v6} {
+		if err := p.WaitOutput(ctx, "VIP conflict: another host answered the probe; not binding\" node=n1 vip="+v.String()+" mac="+clientMAC); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second) // several retries
+	if addrs, _ := l.node.Addrs(ctx); len(addrs) != 0 {
+		t.Fatalf("bound despite the conflict: %v", addrs)
+	}
+	metrics, err := l.node.Output(ctx, "curl", "-sf", "http://127.0.0.1:9469/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{v4.String() + "/32", v6.String() + "/128"} {
+		if !strings.Contains(string(metrics), `vipd_conflicts_total{vip="`+v+`"}`) || strings.Contains(string(metrics), `vipd_conflicts_total{vip="`+v+`"} 1`+"\n") {
+			t.Errorf("vipd_conflicts_total for %s should count several retries:\n%s", v, grepLines(string(metrics), "vipd_conflicts_total"))
+		}
+	}
+	// The other host lets go: vipd binds within a retry period.
+	for _, a := range []string{v4.String() + "/32", v6.String() + "/128"} {
+		if _, err := l.Client.Output(ctx, "ip", "addr", "del", a, "dev", "eth0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range []netip.Addr{v4, v6} {
+		if err := l.node.WaitAddr(ctx, v, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func grepLines(s, substr string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
