@@ -42,8 +42,10 @@ parsed (the message names the line).`,
 file with RBAC objects is fine) or a plain NAME=VALUE list, "-" for standard
 input. kube-vip flags in the container's args are read too (env wins, as in
 kube-vip).`, KubeVIP),
-		subcommand("novaedge FILE|-", "from a NovaEdge control-plane VIP env file", `Reads a NovaEdge env file (NOVAEDGE_CP_VIP_*, NOVAEDGE_BGP_*, NOVAEDGE_BFD_*)
-or a Pod/DaemonSet manifest carrying those variables, "-" for standard input.`, NovaEdge),
+		subcommand("novaedge FILE|-", "from a NovaEdge control-plane VIP env file, systemd unit or static pod", `Reads a NovaEdge env file (NOVAEDGE_CP_VIP_*, NOVAEDGE_BGP_*, NOVAEDGE_BFD_*),
+the systemd unit or static pod "novactl generate" writes (the agent's
+--cp-vip-* flags), or a Pod/DaemonSet manifest carrying those variables, "-"
+for standard input.`, NovaEdge),
 	)
 	return cmd
 }

@@ -83,7 +83,7 @@ func write(w io.Writer, version, date string) error {
 		{"manifest static-pod", "Print a kubelet static Pod running vipd with the given settings (flags as for \\fBrun\\fR; \\fB\\-\\-image\\fR chooses the image)."},
 		{"manifest env", "Print a commented env file with the given settings active and every other setting as a commented default."},
 		{"migrate kube-vip FILE", "Translate a kube\\-vip static\\-pod manifest, DaemonSet or env list into a vipd env file on standard output (or \\fB\\-o\\fR \\fIFILE\\fR); warnings go to standard error. Exit status 2 on unreadable input."},
-		{"migrate novaedge FILE", "The same for a NovaEdge control\\-plane VIP env file."},
+		{"migrate novaedge FILE", "The same for a NovaEdge control\\-plane VIP env file, systemd unit or static pod."},
 		{"version", "Print the version."},
 	} {
 		p(`.TP`)
