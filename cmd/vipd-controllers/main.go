@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/kube"
+	"k8s.io/klog/v2"
 )
 
 // version is set at link time.
@@ -64,6 +65,9 @@ func run() error {
 		h = slog.NewJSONHandler(os.Stderr, opts)
 	}
 	log := slog.New(h).With("node", c.NodeName)
+	// client-go logs through klog (leader election, reflectors): route it
+	// into the same structured log instead of raw klog lines on stderr.
+	klog.SetSlogLogger(log.With("component", "client-go"))
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
