@@ -180,6 +180,9 @@ func (d *Driver) perform(ctx context.Context, out Output) time.Time {
 		var failed []Failed
 		acquireFailed := map[netip.Prefix]bool{}
 		for _, a := range out.Actions {
+			if a.Kind == Announce && acquireFailed[a.VIP] {
+				continue // never announce a VIP we could not bind (a conflict)
+			}
 			if err := d.do(ctx, a); err != nil {
 				failed = append(failed, Failed{Action: a, Err: err})
 				if a.Kind == Acquire {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,5 +89,41 @@ func TestDriverNeverPublishesAFailedAcquire(t *testing.T) {
 	mu.Unlock()
 	if last.Held {
 		t.Fatalf("last transition %+v, want a release", last)
+	}
+}
+
+// countingAnnouncer counts announcements.
+type countingAnnouncer struct {
+	fakeAnnouncer
+	announced int
+}
+
+func (c *countingAnnouncer) Announce(context.Context, netip.Prefix) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.announced++
+	return nil
+}
+
+func TestDriverNeverAnnouncesAVIPItCouldNotBind(t *testing.T) {
+	ann := &countingAnnouncer{fakeAnnouncer: fakeAnnouncer{bound: map[netip.Prefix]bool{}, failAcquire: true}}
+	d, err := NewDriver(New([]netip.Prefix{v4}, Options{Announce: true}), ann, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, DriverOptions{Mode: "l2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.Run(ctx, time.Second); close(done) }()
+	d.Send(HealthChanged{Healthy: true})
+	time.Sleep(1200 * time.Millisecond) // the first acquire and two retries fail
+	cancel()
+	<-done
+	ann.mu.Lock()
+	defer ann.mu.Unlock()
+	if ann.announced != 0 {
+		t.Fatalf("%d announcements for a VIP that was never bound (they would steal the other host's ARP entries)", ann.announced)
+	}
+	if n := strings.Count(strings.Join(ann.calls, ","), "acquire"); n < 2 {
+		t.Fatalf("acquire tried %d times, want retries", n)
 	}
 }
