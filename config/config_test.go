@@ -215,3 +215,15 @@ func TestEnvironRoundTrips(t *testing.T) {
 		t.Fatalf("round trip differs:\n%v\n%v", c.Environ(), c2.Environ())
 	}
 }
+
+func TestEnvFileQuotes(t *testing.T) {
+	var b strings.Builder
+	if err := WriteEnvFile(&b, map[string]string{"VIPD_NODE_NAME": `a b"$c`, "VIPD_ADDRESS": "10.0.0.1/32,fd00::1/128"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nVIPD_NODE_NAME=\"a b\\\"\\$c\"\n", "\nVIPD_ADDRESS=10.0.0.1/32,fd00::1/128\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("env file lacks %q", want)
+		}
+	}
+}

@@ -27,11 +27,43 @@ func WriteEnvFile(w io.Writer, set map[string]string) error {
 		}
 		b.WriteString("\n")
 		if v, ok := set[s.Env]; ok {
-			fmt.Fprintf(&b, "%s=%s\n", s.Env, v)
+			fmt.Fprintf(&b, "%s=%s\n", s.Env, QuoteEnvValue(v))
 		} else {
-			fmt.Fprintf(&b, "#%s=%s\n", s.Env, s.Default)
+			fmt.Fprintf(&b, "#%s=%s\n", s.Env, QuoteEnvValue(s.Default))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// QuoteEnvValue returns v as it must appear after NAME= in an env file read
+// by systemd (EnvironmentFile=) or a shell: unchanged when it only holds safe
+// characters, otherwise double-quoted with \\, ", $ and ` escaped.
+func QuoteEnvValue(v string) string {
+	safe := v != ""
+	for _, c := range v {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.ContainsRune("_-.,:/@%+=[]", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe || v == "" {
+		return v
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, c := range v {
+		switch c {
+		case '\\', '"', '$', '`':
+			b.WriteByte('\\')
+			b.WriteRune(c)
+		case '\n':
+			b.WriteString(`\n`)
+		default:
+			b.WriteRune(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

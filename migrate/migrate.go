@@ -11,6 +11,7 @@ package migrate
 import (
 	"bufio"
 	"fmt"
+	"github.com/vipd/vipd/config"
 	"io"
 	"strings"
 )
@@ -89,36 +90,9 @@ func (r Result) WriteWarnings(w io.Writer) error {
 	return nil
 }
 
-// QuoteEnvValue returns v as it must appear after NAME= in an env file:
-// unchanged when it only holds safe characters, otherwise double-quoted.
-func QuoteEnvValue(v string) string {
-	safe := v != ""
-	for _, c := range v {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			strings.ContainsRune("_-.,:/@%+=[]", c)) {
-			safe = false
-			break
-		}
-	}
-	if safe || v == "" {
-		return v
-	}
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, c := range v {
-		switch c {
-		case '\\', '"', '$', '`':
-			b.WriteByte('\\')
-			b.WriteRune(c)
-		case '\n':
-			b.WriteString(`\n`)
-		default:
-			b.WriteRune(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
+// QuoteEnvValue returns v as it must appear after NAME= in an env file
+// (see config.QuoteEnvValue).
+func QuoteEnvValue(v string) string { return config.QuoteEnvValue(v) }
 
 // builder accumulates a Result; it exists only during one migration.
 type builder struct {

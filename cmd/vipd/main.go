@@ -39,7 +39,11 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	}
 	var ce *config.Error
 	var ue usageError
+	var coded interface{ ExitCode() int }
 	switch {
+	case errors.As(err, &coded):
+		fmt.Fprintln(stderr, "vipd: "+err.Error())
+		return coded.ExitCode()
 	case errors.As(err, &ce):
 		fmt.Fprintln(stderr, "vipd: "+err.Error())
 		return exitConfig

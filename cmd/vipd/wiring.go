@@ -8,14 +8,30 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/manifest"
+	"github.com/vipd/vipd/migrate"
 	"github.com/vipd/vipd/vip"
 )
 
 // extraCommands are subcommands added by other parts (manifest, migrate,
 // forget), each in its own file.
-func extraCommands() []*cobra.Command { return []*cobra.Command{newForgetCmd()} }
+func extraCommands() []*cobra.Command {
+	return []*cobra.Command{newForgetCmd(), migrate.Command(), manifest.Command(version, manifestFlags)}
+}
+
+// manifestFlags gives `vipd manifest` the same settings flags as `vipd run`.
+func manifestFlags(fs *pflag.FlagSet) config.Source {
+	v := settingsFlags(fs)
+	return func(s *config.Setting) (string, bool) {
+		if !v.IsSet(s.Env) {
+			return "", false
+		}
+		return v.GetString(s.Env), true
+	}
+}
 
 // checkModeSettings validates settings that other packages parse (BGP
 // peers, controllers) so that check-config and run fail the same way.
