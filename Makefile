@@ -99,7 +99,7 @@ bench: deps build
 package:
 	packaging/build.sh $(VERSION)
 
-test-packaging: deps package
+test-packaging: deps build
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GOTEST) -timeout 20m ./test/packaging/
 
 clean:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +100,30 @@ func TestPrintStatus(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+func TestCheckConfigEnvFile(t *testing.T) {
+	dir := t.TempDir()
+	f := dir + "/vipd.env"
+	body := "# comment\nVIPD_ADDRESS=10.0.0.9/32\nVIPD_NODE_NAME=\"node-a\"\n#VIPD_MODE=bgp\nVIPD_PRIORITY=3\n"
+	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VIPD_PRIORITY", "1") // the file wins over the inherited environment
+	t.Setenv("VIPD_ADDRESS", "10.0.0.1/32")
+	t.Setenv("VIPD_NODE_NAME", "x")
+	code, out, errs := run(t, nil, "check-config", "--env-file", f, "--priority", "7")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"VIPD_ADDRESS=10.0.0.9/32\n", "VIPD_PRIORITY=7\n", "VIPD_MODE=l2\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	code, _, errs = run(t, nil, "check-config", "--env-file", dir+"/missing.env")
+	if code != exitConfig || !strings.Contains(errs, "--env-file") {
+		t.Fatalf("missing file: exit %d %q", code, errs)
 	}
 }
