@@ -90,6 +90,12 @@ func run() error {
 		}
 		token = strings.TrimSpace(string(b))
 	}
+	if token == "" && c.CloudflareToken == "" {
+		// A configuration error (exit 2): vipd stops instead of restarting
+		// a child that can never work.
+		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
+			Accepted: "a provider token for the controllers: DIGITALOCEAN_ACCESS_TOKEN (or VIPD_DO_TOKEN_FILE) and/or CLOUDFLARE_API_TOKEN"}
+	}
 	err = kube.Run(ctx, kube.Config{
 		Kubeconfig: c.Kubeconfig, Controllers: names,
 		DOToken: token, DOAPIURL: c.DOAPIURL,

@@ -170,6 +170,20 @@ func TestControllersOnlyMode(t *testing.T) {
 		return nil
 	})
 
+	// The pool's dnsRecordSet (hello-world.example.com) holds the IP.
+	eventually(ctx, t, 15*time.Second, "A record hello-world.example.com", d, func() error {
+		var got []string
+		for _, r := range fake.Records("example.com") {
+			if r.Type == "A" && r.Name == "hello-world" {
+				got = append(got, fmt.Sprintf("%s/%d", r.Data, r.TTL))
+			}
+		}
+		if len(got) != 1 || got[0] != ip+"/120" {
+			return fmt.Errorf("A records hello-world: %v, want [%s/120]", got, ip)
+		}
+		return nil
+	})
+
 	// The child's metrics are merged into vipd's own /metrics.
 	ipNode := regexp.MustCompile(`(?m)^flipop_floatingippoolcontroller_ip_node\{[^}]*ip="` +
 		regexp.QuoteMeta(ip) + `"[^}]*node="` + regexp.QuoteMeta(nodeA) + `"[^}]*\} 1$`)
@@ -273,30 +287,82 @@ func TestControllersOnlyMode(t *testing.T) {
 	}
 }
 
-// TestBadControllersValue: an unknown controller name is a configuration
-// error: exit 2 and one line naming the setting, before anything starts.
-func TestBadControllersValue(t *testing.T) {
+// TestConfigErrorsExit2: settings the controllers cannot work with stop
+// `vipd run` with exit 2 (configuration error) instead of a restart loop.
+func TestConfigErrorsExit2(t *testing.T) {
 	testenv.Short(t)
 	bin := vipdBinary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "run")
-	cmd.Env = append(baseEnv(),
-		"VIPD_CONTROLLERS=floatingippool,flipop",
-		"VIPD_METRICS_ADDRESS="+freeAddr(t),
-		"VIPD_STATE_DIR="+t.TempDir(),
-		"VIPD_NODE_NAME="+nodeName,
-		"DIGITALOCEAN_ACCESS_TOKEN="+doToken,
-	)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-		t.Fatalf("vipd run with a bad VIPD_CONTROLLERS: %v, want exit 2\n%s", err, out)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		// oneLine: the whole output is one line (vipd rejects it itself).
+		oneLine bool
+		want    []string
+	}{
+		{
+			name:    "unknown controller",
+			env:     []string{"VIPD_CONTROLLERS=floatingippool,flipop", "DIGITALOCEAN_ACCESS_TOKEN=" + doToken},
+			oneLine: true,
+			want:    []string{"VIPD_CONTROLLERS", `"flipop"`},
+		},
+		{
+			// Rejected by the child, which vipd then does not restart.
+			name: "no provider token",
+			env:  []string{"VIPD_CONTROLLERS=floatingippool", "VIPD_KUBECONFIG=" + unreachableKubeconfig(t)},
+			want: []string{"DIGITALOCEAN_ACCESS_TOKEN", "CLOUDFLARE_API_TOKEN", "rejected the configuration"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, "run")
+			cmd.Env = append(append(baseEnv(),
+				"VIPD_METRICS_ADDRESS="+freeAddr(t),
+				"VIPD_STATE_DIR="+t.TempDir(),
+				"VIPD_NODE_NAME="+nodeName,
+			), tc.env...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Fatalf("vipd run: %v, want exit 2\n%s", err, out)
+			}
+			text := strings.TrimSpace(string(out))
+			if lines := strings.Count(text, "\n") + 1; tc.oneLine && lines != 1 {
+				t.Errorf("want one line, got %d:\n%s", lines, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("output does not mention %s:\n%s", w, out)
+				}
+			}
+			if strings.Contains(text, "restarting") {
+				t.Errorf("vipd restarted the controllers on a configuration error:\n%s", out)
+			}
+		})
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 1 || !strings.Contains(lines[0], "VIPD_CONTROLLERS") || !strings.Contains(lines[0], "flipop") {
-		t.Fatalf("want one line naming VIPD_CONTROLLERS and the bad value, got %d lines:\n%s", len(lines), out)
+}
+
+// unreachableKubeconfig writes a valid kubeconfig for a server that does
+// not exist (the controllers must fail before they need it).
+func unreachableKubeconfig(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := `apiVersion: v1
+kind: Config
+clusters:
+- {name: c, cluster: {server: "https://127.0.0.1:1"}}
+users:
+- {name: u, user: {token: t}}
+contexts:
+- {name: c, context: {cluster: c, user: u}}
+current-context: c
+`
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
 	}
+	return p
 }
 
 // install applies the shipped CRDs and RBAC, binds them to the
