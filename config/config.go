@@ -11,6 +11,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"sort"
@@ -213,4 +215,16 @@ func (c *Config) Environ() []string {
 		out = append(out, s.Env+"="+s.format(c))
 	}
 	return out
+}
+
+// NewLogger returns a slog logger writing to w at VIPD_LOG_LEVEL in
+// VIPD_LOG_FORMAT (text or json).
+func (c *Config) NewLogger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }

@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -57,14 +56,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.LogLevel))
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
-	if c.LogFormat == "json" {
-		h = slog.NewJSONHandler(os.Stderr, opts)
-	}
-	log := slog.New(h).With("node", c.NodeName)
+	// No node= attribute here: the controllers log Kubernetes nodes under
+	// that key.
+	log := c.NewLogger(os.Stderr)
 	// client-go logs through klog (leader election, reflectors): route it
 	// into the same structured log instead of raw klog lines on stderr.
 	klog.SetSlogLogger(log.With("component", "client-go"))

@@ -62,7 +62,11 @@ func runDaemon(c *config.Config) error {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		s := <-sigs
-		log.Info("stopping: releasing VIPs", "signal", s.String())
+		if len(c.Addresses) > 0 {
+			log.Info("stopping: releasing VIPs", "signal", s.String())
+		} else {
+			log.Info("stopping", "signal", s.String())
+		}
 		notify("STOPPING=1")
 		cancel()
 		s = <-sigs
@@ -78,14 +82,7 @@ func runDaemon(c *config.Config) error {
 }
 
 func newLogger(c *config.Config) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.LogLevel))
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
-	if c.LogFormat == "json" {
-		h = slog.NewJSONHandler(os.Stderr, opts)
-	}
-	return slog.New(h).With("node", c.NodeName)
+	return c.NewLogger(os.Stderr).With("node", c.NodeName)
 }
 
 // daemon is one running vipd: its parts and how they are wired.
