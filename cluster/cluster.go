@@ -234,7 +234,7 @@ func (n *Node) SetHolding(vip string, holding bool) {
 
 // ReclaimPause is how long a node does not claim a VIP again after its core
 // released it.
-const ReclaimPause = 2 * time.Second
+const ReclaimPause = 500 * time.Millisecond
 
 // claimLocked adds vip to our claims with a term above every term seen, so
 // the newest claim wins a healed partition. It reports whether the claim is

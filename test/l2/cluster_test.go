@@ -329,11 +329,16 @@ func TestClusterHolderCrashAndStop(t *testing.T) {
 				if err := c.node(old).WaitAddr(ctx, c.vip, false); err != nil {
 					t.Fatal(err)
 				}
+				healed := time.Now()
 				if err := c.node(old).SetLink(ctx, true, false); err != nil {
 					t.Fatal(err)
 				}
+				// The node comes back: one holder again, no stale copy,
+				// and any gap while views converge stays short.
 				time.Sleep(3 * time.Second)
+				c.holder(ctx)
 				c.noStale(ctx)
+				c.checkInvariants(healed, maxCrashGap)
 			}
 		})
 	}
