@@ -1,7 +1,7 @@
 // Package kube holds vipd's optional Kubernetes controllers, compatible with
 // DigitalOcean's FLIPOP: FloatingIPPool assigns reserved IPs to the nodes
 // that match and NodeDNSRecordSet keeps A records of matching nodes. Only
-// the instance holding a Lease acts. See docs/controllers.md.
+// the instance holding a Lease acts. See docs/kubernetes.md.
 package kube
 
 import (
