@@ -85,17 +85,15 @@ func TestGratuitousARPBurst(t *testing.T) {
 	}
 	mac := l.node.MAC.String()
 	// Five rounds of Request and Reply, spaced about 1.1 s apart.
-	reqs, err := l.cap.WaitFrames(ctx, 5, "Request who-has "+v.String(), "tell "+v.String())
-	if err != nil {
+	if _, err := l.cap.WaitFrames(ctx, 5, "Request who-has "+v.String(), "tell "+v.String()); err != nil {
 		t.Fatal(err)
 	}
-	reps, err := l.cap.WaitFrames(ctx, 5, "Reply "+v.String()+" is-at "+mac)
-	if err != nil {
+	if _, err := l.cap.WaitFrames(ctx, 5, "Reply "+v.String()+" is-at "+mac); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond) // nothing more until the 30 s refresh
-	reqs = l.cap.Frames("Request who-has "+v.String(), "tell "+v.String())
-	reps = l.cap.Frames("Reply " + v.String() + " is-at " + mac)
+	reqs := l.cap.Frames("Request who-has "+v.String(), "tell "+v.String())
+	reps := l.cap.Frames("Reply " + v.String() + " is-at " + mac)
 	if len(reqs) != 5 || len(reps) != 5 {
 		t.Fatalf("want 5 GARP requests and 5 replies in the burst, got %d and %d", len(reqs), len(reps))
 	}
