@@ -74,7 +74,7 @@ kube-apiserver:
 	nice -n 5 hack/kube-apiserver.sh
 
 ## test: every test, unit and integration (root)
-test: deps build kube-apiserver
+test: deps build kube-apiserver lint
 	$(GOTEST) -timeout 20m $$($(GO) list ./... | grep -v -E '/test/|/bfd$$|/lab$$|/kube$$')
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GOTEST) -p 1 -timeout 25m $(INTEGRATION)
 
