@@ -9,10 +9,8 @@ import (
 	"regexp"
 	"strings"
 
+	kubev1 "github.com/vipd/vipd/migrate/internal/kube/v1"
 	yamlv3 "go.yaml.in/yaml/v3"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -165,7 +163,7 @@ func truncate(s string, n int) string {
 // workload is a Pod template found in a manifest.
 type workload struct {
 	describe string
-	spec     corev1.PodSpec
+	spec     kubev1.PodSpec
 }
 
 // parseManifests reads a YAML stream (one or more documents) and returns
@@ -194,12 +192,12 @@ func parseManifests(data []byte) ([]workload, []string, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("line %d: re-encode document %d: %w", line, doc, err)
 		}
-		var tm metav1.TypeMeta
+		var tm kubev1.TypeMeta
 		if err := yaml.Unmarshal(raw, &tm); err != nil {
 			return nil, nil, fmt.Errorf("line %d: document %d: %w", line, doc, err)
 		}
 		var om struct {
-			Metadata metav1.ObjectMeta `json:"metadata"`
+			Metadata kubev1.ObjectMeta `json:"metadata"`
 		}
 		_ = yaml.Unmarshal(raw, &om) // best effort: only used in messages
 		name := om.Metadata.Name
@@ -208,19 +206,19 @@ func parseManifests(data []byte) ([]workload, []string, error) {
 		}
 		switch tm.Kind {
 		case "Pod":
-			var p corev1.Pod
+			var p kubev1.Pod
 			if err := yaml.Unmarshal(raw, &p); err != nil {
 				return nil, nil, fmt.Errorf("line %d: Pod %q: %w", line, name, err)
 			}
 			out = append(out, workload{describe: fmt.Sprintf("Pod %q", name), spec: p.Spec})
 		case "DaemonSet":
-			var d appsv1.DaemonSet
+			var d kubev1.DaemonSet
 			if err := yaml.Unmarshal(raw, &d); err != nil {
 				return nil, nil, fmt.Errorf("line %d: DaemonSet %q: %w", line, name, err)
 			}
 			out = append(out, workload{describe: fmt.Sprintf("DaemonSet %q", name), spec: d.Spec.Template.Spec})
 		case "Deployment":
-			var d appsv1.Deployment
+			var d kubev1.Deployment
 			if err := yaml.Unmarshal(raw, &d); err != nil {
 				return nil, nil, fmt.Errorf("line %d: Deployment %q: %w", line, name, err)
 			}
@@ -246,7 +244,7 @@ func yamlError(err error) string {
 }
 
 // containerSource extracts the env, args, image and hostPath mounts of c.
-func containerSource(w workload, c corev1.Container) *source {
+func containerSource(w workload, c kubev1.Container) *source {
 	src := &source{Describe: fmt.Sprintf("%s container %q", w.describe, c.Name), Image: c.Image, Args: append([]string(nil), c.Args...)}
 	for _, e := range c.Env {
 		v := variable{Name: e.Name, Value: e.Value}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
+	kubev1 "github.com/vipd/vipd/migrate/internal/kube/v1"
 )
 
 // KubeVIP translates a kube-vip configuration into a vipd env file. The
@@ -82,7 +82,7 @@ func kubeVIPSource(data []byte) (*source, error) {
 
 // kubeVIPScore rates how surely c is kube-vip: 2 with kube-vip settings in
 // its env, 1 when only its image or name says so, 0 otherwise.
-func kubeVIPScore(c corev1.Container) int {
+func kubeVIPScore(c kubev1.Container) int {
 	if strings.Contains(c.Image, "kube-vip-cloud-provider") || strings.Contains(c.Name, "cloud-provider") {
 		return 0
 	}
