@@ -13,8 +13,6 @@ import (
 	"strings"
 
 	"github.com/vipd/vipd/config"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -75,7 +73,7 @@ var fileSettings = []string{"VIPD_HEALTH_CA_FILE", "VIPD_GOSSIP_KEY_FILE", "VIPD
 // its environment. vars must already be valid (see Validate). Secret
 // settings are refused: a static pod's env is published in its mirror Pod
 // to everyone who may read Pods in the namespace.
-func StaticPod(vars []Var, opts PodOptions) (*corev1.Pod, error) {
+func StaticPod(vars []Var, opts PodOptions) (*Pod, error) {
 	name := orDefault(opts.Name, "vipd")
 	ns := orDefault(opts.Namespace, "kube-system")
 	image := opts.Image
@@ -90,10 +88,10 @@ func StaticPod(vars []Var, opts PodOptions) (*corev1.Pod, error) {
 	if s, ok := config.Lookup("VIPD_STATE_DIR"); ok {
 		stateDir = s.Default
 	}
-	var env []corev1.EnvVar
+	var env []EnvVar
 	hasNodeName := false
-	var mounts []corev1.VolumeMount
-	var volumes []corev1.Volume
+	var mounts []VolumeMount
+	var volumes []Volume
 	for _, v := range vars {
 		s, ok := config.Lookup(v.Name)
 		if !ok {
@@ -113,55 +111,54 @@ func StaticPod(vars []Var, opts PodOptions) (*corev1.Pod, error) {
 		if v.Name == "VIPD_NODE_NAME" && v.Value == "" {
 			continue
 		}
-		env = append(env, corev1.EnvVar{Name: v.Name, Value: v.Value})
+		env = append(env, EnvVar{Name: v.Name, Value: v.Value})
 		for i, fs := range fileSettings {
 			if v.Name == fs && v.Value != "" {
 				vol := fmt.Sprintf("file-%d", i)
-				t := corev1.HostPathFile
+				t := HostPathFile
 				if v.Name == "VIPD_SA_TOKEN_PATH" {
 					// The token may appear only after bootstrap.
-					t = corev1.HostPathUnset
+					t = HostPathUnset
 				}
-				volumes = append(volumes, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: v.Value, Type: &t}}})
-				mounts = append(mounts, corev1.VolumeMount{Name: vol, MountPath: v.Value, ReadOnly: true})
+				volumes = append(volumes, Volume{Name: vol, HostPath: &HostPathVolumeSource{Path: v.Value, Type: &t}})
+				mounts = append(mounts, VolumeMount{Name: vol, MountPath: v.Value, ReadOnly: true})
 			}
 		}
 	}
 	if !hasNodeName {
 		// The kubelet's node name, the same as the host name vipd run
 		// would use unless kubelet overrides it.
-		env = append(env, corev1.EnvVar{Name: "VIPD_NODE_NAME", ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}})
+		env = append(env, EnvVar{Name: "VIPD_NODE_NAME", ValueFrom: &EnvVarSource{
+			FieldRef: &ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}})
 	}
 	if stateDir == "" || !path.IsAbs(stateDir) {
 		return nil, errors.New("VIPD_STATE_DIR must be an absolute path")
 	}
-	dirType := corev1.HostPathDirectoryOrCreate
-	volumes = append([]corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{
-		HostPath: &corev1.HostPathVolumeSource{Path: stateDir, Type: &dirType}}}}, volumes...)
-	mounts = append([]corev1.VolumeMount{{Name: "state", MountPath: stateDir}}, mounts...)
+	dirType := HostPathDirectoryOrCreate
+	volumes = append([]Volume{{Name: "state", HostPath: &HostPathVolumeSource{Path: stateDir, Type: &dirType}}}, volumes...)
+	mounts = append([]VolumeMount{{Name: "state", MountPath: stateDir}}, mounts...)
 
 	no, yes := false, true
 	var root int64
-	pod := &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{
+	pod := &Pod{
+		APIVersion: "v1", Kind: "Pod",
+		Metadata: ObjectMeta{
 			Name: name, Namespace: ns,
 			Labels: map[string]string{"app.kubernetes.io/name": "vipd", "app.kubernetes.io/component": "control-plane-vip"},
 		},
-		Spec: corev1.PodSpec{
+		Spec: PodSpec{
 			HostNetwork:       true,
 			PriorityClassName: "system-node-critical",
-			Containers: []corev1.Container{{
+			Containers: []Container{{
 				Name:            "vipd",
 				Image:           image,
-				ImagePullPolicy: corev1.PullIfNotPresent,
+				ImagePullPolicy: PullIfNotPresent,
 				Args:            []string{"run"},
 				Env:             env,
-				SecurityContext: &corev1.SecurityContext{
-					Capabilities: &corev1.Capabilities{
-						Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE"},
-						Drop: []corev1.Capability{"ALL"},
+				SecurityContext: &SecurityContext{
+					Capabilities: &Capabilities{
+						Add:  []Capability{"NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE"},
+						Drop: []Capability{"ALL"},
 					},
 					RunAsUser:                &root,
 					AllowPrivilegeEscalation: &no,
@@ -187,19 +184,14 @@ func orDefault(v, d string) string {
 }
 
 // WritePod writes pod as YAML, with a header comment saying where it goes.
-func WritePod(w io.Writer, pod *corev1.Pod) error {
+func WritePod(w io.Writer, pod *Pod) error {
 	b, err := yaml.Marshal(pod)
 	if err != nil {
 		return fmt.Errorf("encode pod: %w", err)
 	}
-	// Drop the empty status and creationTimestamp the API types always
-	// serialise; kubelet does not need them.
-	out := strings.Replace(string(b), "  creationTimestamp: null\n", "", 1)
-	out = strings.Replace(out, "status: {}\n", "", 1)
-	out = strings.Replace(out, "    resources: {}\n", "", 1)
 	header := "# vipd static pod: save as /etc/kubernetes/manifests/vipd.yaml on each control-plane node.\n" +
 		"# Generated by `vipd manifest static-pod`; the env holds the settings given to it.\n"
-	if _, err := io.WriteString(w, header+out); err != nil {
+	if _, err := io.WriteString(w, header+string(b)); err != nil {
 		return fmt.Errorf("write pod: %w", err)
 	}
 	return nil
