@@ -70,6 +70,8 @@ func FuzzKubeVIP(f *testing.F) {
 	addSeeds(f, "kubevip")
 	f.Add([]byte("vip_arp=true\naddress=10.0.0.1\n"))
 	f.Add([]byte("bgp_enable=true\naddress=10.0.0.1,fd00::1\nbgp_peers=[fd00::2]:65000:pw:true:1179::true;1;2;3\n"))
+	// Not UTF-8: once written back as U+FFFD.
+	f.Add([]byte("control_plane_health_check_address=\xc50"))
 	f.Fuzz(func(t *testing.T, in []byte) { fuzzMigrator(t, KubeVIP, in) })
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	kubev1 "github.com/vipd/vipd/migrate/internal/kube/v1"
 	yamlv3 "go.yaml.in/yaml/v3"
@@ -70,6 +71,19 @@ func readAll(r io.Reader) ([]byte, error) {
 	}
 	if bytes.IndexByte(data, 0) >= 0 {
 		return nil, errors.New("read input: binary data (NUL byte): expected a Pod or DaemonSet manifest or NAME=VALUE lines")
+	}
+	if !utf8.Valid(data) {
+		// A value that is not UTF-8 could not be written back unchanged,
+		// and systemd ignores such variables in an EnvironmentFile.
+		i := 0
+		for i < len(data) {
+			r, n := utf8.DecodeRune(data[i:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			i += n
+		}
+		return nil, fmt.Errorf("line %d: invalid UTF-8 (byte 0x%02x): expected a Pod or DaemonSet manifest or NAME=VALUE lines in UTF-8", bytes.Count(data[:i], []byte("\n"))+1, data[i])
 	}
 	return data, nil
 }

@@ -120,6 +120,8 @@ func TestKubeVIPErrorsNameTheLine(t *testing.T) {
 	}{
 		{"empty", "  \n\n", "empty"},
 		{"binary", "a\x00b", "binary"},
+		{"not utf-8", "vip_arp=true\naddress=10.0.0.1\nvip_interface=eth\xc50\n", "line 3: invalid UTF-8 (byte 0xc5)"},
+		{"not utf-8 yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: caf\xe9}\n", "line 3: invalid UTF-8 (byte 0xe9)"},
 		{"env list bad line", "vip_arp=true\naddress=10.0.0.1\nthis is not an assignment\n", "line 3:"},
 		{"env list unterminated quote", "vip_arp=true\naddress=\"10.0.0.1\n", "line 2:"},
 		{"yaml syntax", "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n   image: b\n", "line 3: invalid YAML"},
