@@ -227,3 +227,11 @@ func TestEnvFileQuotes(t *testing.T) {
 		}
 	}
 }
+
+func TestQuoteEnvValueKeepsBytes(t *testing.T) {
+	for in, want := range map[string]string{"": "", "a-b": "a-b", "a b": `"a b"`, "x\xc5y": "\"x\xc5y\"", "é": "\"é\"", "a\nb": `"a\nb"`} {
+		if got := QuoteEnvValue(in); got != want {
+			t.Errorf("QuoteEnvValue(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

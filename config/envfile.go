@@ -51,17 +51,19 @@ func QuoteEnvValue(v string) string {
 	if safe || v == "" {
 		return v
 	}
+	// Byte by byte, so that bytes that are not UTF-8 pass through as they
+	// are instead of turning into U+FFFD.
 	var b strings.Builder
 	b.WriteByte('"')
-	for _, c := range v {
-		switch c {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
 		case '\\', '"', '$', '`':
 			b.WriteByte('\\')
-			b.WriteRune(c)
+			b.WriteByte(c)
 		case '\n':
 			b.WriteString(`\n`)
 		default:
-			b.WriteRune(c)
+			b.WriteByte(c)
 		}
 	}
 	b.WriteByte('"')
