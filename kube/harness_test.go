@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,24 +60,7 @@ type harness struct {
 	do   *fakedo.Server
 	cf   *fakecf.Server
 	cfZ  string // Cloudflare zone ID of example.com
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *testenv.Buffer
 }
 
 func repoPath(t testing.TB, rel string) string {
@@ -104,7 +85,7 @@ func newHarness(t testing.TB) *harness {
 		id = id[:40]
 	}
 	id = strings.Trim(id, "-") + "-" + hex.EncodeToString(b)
-	h := &harness{t: t, ctx: ctx, srv: srv, ns: id, id: id, logs: &syncBuffer{}}
+	h := &harness{t: t, ctx: ctx, srv: srv, ns: id, id: id, logs: &testenv.Buffer{}}
 	var err error
 	if h.kc, err = kubernetes.NewForConfig(srv.Config()); err != nil {
 		t.Fatal(err)

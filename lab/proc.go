@@ -1,14 +1,13 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/vipd/vipd/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -17,7 +16,7 @@ import (
 type Proc struct {
 	Name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.Buffer
 	done chan struct{}
 	err  error
 }
@@ -28,7 +27,7 @@ type Proc struct {
 func (h *Host) Start(label string, env []string, name string, args ...string) (*Proc, error) {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", h.NS, name}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	buf := &syncBuffer{}
+	buf := &testenv.Buffer{}
 	cmd.Stdout = buf
 	cmd.Stderr = buf
 	// Own process group so a kill reaches the program, not only `ip`
@@ -107,23 +106,6 @@ func (p *Proc) WaitOutput(ctx context.Context, substr string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // VipdBinary returns the path of a vipd binary for tests: $VIPD_TEST_BINARY

@@ -488,7 +488,7 @@ var klogLine = regexp.MustCompile(`(?m)^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s+\
 type vipd struct {
 	t    *testing.T
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.Buffer
 	done chan struct{}
 	seen map[int]bool // vipd-controllers pids seen, killed at cleanup
 	mu   sync.Mutex
@@ -512,7 +512,7 @@ func startVipd(t *testing.T, bin string, env ...string) *vipd {
 	t.Helper()
 	cmd := exec.Command(bin, "run")
 	cmd.Env = append(baseEnv(), env...)
-	d := &vipd{t: t, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{}), seen: map[int]bool{}}
+	d := &vipd{t: t, cmd: cmd, out: &testenv.Buffer{}, done: make(chan struct{}), seen: map[int]bool{}}
 	cmd.Stdout, cmd.Stderr = d.out, d.out
 	// Own process group (the child inherits it) so cleanup reaches both;
 	// and die with the test binary.
@@ -717,21 +717,4 @@ func repoPath(t *testing.T, rel string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(root, rel)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -20,7 +20,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -188,14 +187,14 @@ func (n *network) waitVIP(ctx context.Context, t *testing.T, want bool, within t
 type container struct {
 	root string
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *testenv.Buffer
 	pid1 int // the container's init, as a host PID
 	done chan error
 }
 
 func boot(ctx context.Context, t *testing.T, root, netns string) *container {
 	t.Helper()
-	c := &container{root: root, log: &syncBuffer{}, done: make(chan error, 1)}
+	c := &container{root: root, log: &testenv.Buffer{}, done: make(chan error, 1)}
 	c.cmd = exec.Command("systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
 		"--directory="+root, "--network-namespace-path=/run/netns/"+netns,
 		"--capability=CAP_NET_ADMIN", "--link-journal=no", "--console=pipe",
@@ -710,23 +709,4 @@ current-context: none
 	_, _ = c.exec(ctx, "systemctl", "reset-failed", "vipd")
 	c.must(ctx, t, "mv", "/etc/vipd/vipd.env.l2", "/etc/vipd/vipd.env")
 	c.must(ctx, t, "rm", "/etc/vipd/kubeconfig", "/etc/vipd/do-token")
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutines of exec and
-// a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
