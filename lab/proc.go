@@ -3,13 +3,14 @@ package lab
 import (
 	"context"
 	"fmt"
-	"github.com/vipd/vipd/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vipd/vipd/internal/testenv"
 )
 
 // Proc is a process started in a lab namespace, with its output kept.
