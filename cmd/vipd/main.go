@@ -80,7 +80,17 @@ Modes (VIPD_MODE):
 
 Every setting is an environment variable (systemd reads /etc/vipd/vipd.env)
 and a flag of "vipd run"; a flag wins over the environment. See "vipd run --help"
-for the full list, and vipd(8).`,
+for the full list, and vipd(8).
+
+Files:
+  /etc/vipd/vipd.env          settings for the systemd unit (vipd.service)
+  /var/lib/vipd/members.json  cluster members ever seen (VIPD_STATE_DIR); see "vipd forget"
+  127.0.0.1:9469              /metrics, /status, /healthz (VIPD_METRICS_ADDRESS)
+
+Exit status:
+  0  stopped on request (SIGTERM/SIGINT), or the command succeeded
+  1  a runtime failure (the message says which)
+  2  an invalid setting, flag or input file (one line names it)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
