@@ -529,3 +529,56 @@ func TestFiveNodesLoseTwo(t *testing.T) {
 		t.Fatalf("minority holder kept the VIP: %v", err)
 	}
 }
+
+func TestClusterDualStackFailover(t *testing.T) {
+	c := newClusterLab(t, 3)
+	v6 := c.VIP6(50)
+	c.env = []string{"VIPD_ADDRESS=" + c.vip.String() + "/32," + v6.String() + "/128"}
+	ctx := ctxT(t, 60*time.Second)
+	mon6, err := c.Monitor(v6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.start()
+	h4 := c.holder(ctx)
+	var h6 string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if h := mon6.Now(); len(h) == 1 {
+			h6 = h[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("IPv6 VIP holders: %v", mon6.Now())
+		}
+	}
+	t.Logf("IPv4 VIP on %s, IPv6 VIP on %s (each VIP is elected on its own)", h4, h6)
+	if name, err := c.Client.Probe(ctx, "["+v6.String()+"]:6443", time.Second); err != nil || name != h6 {
+		t.Fatalf("client probe of the IPv6 VIP: %q %v, want %s", name, err, h6)
+	}
+	// Fail the IPv6 holder: its VIP moves, and nobody is left with two copies.
+	fault := time.Now()
+	_ = c.apis[h6].SetMode(lab.Failing)
+	for deadline := time.Now().Add(maxHealthGap + time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if h := mon6.Now(); len(h) == 1 && h[0] != h6 {
+			t.Logf("IPv6 VIP %s -> %s in %v", h6, h[0], time.Since(fault).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("IPv6 VIP did not move off %s: %v\n%s", h6, mon6.Now(), mon6)
+		}
+	}
+	if d := mon6.Longest(fault, time.Now(), func(n int) bool { return n >= 2 }); d > maxTwoHolders {
+		t.Errorf("two IPv6 holders for %v", d)
+	}
+	if name, err := c.Client.Probe(ctx, "["+v6.String()+"]:6443", time.Second); err != nil || name == h6 {
+		t.Fatalf("client probe of the IPv6 VIP after failover: %q %v", name, err)
+	}
+	// The IPv6 VIP is never left tentative or dadfailed on its new holder.
+	addrs, err := c.node(mon6.Now()[0]).Addrs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Join(addrs[v6], " "); strings.Contains(f, "tentative") || strings.Contains(f, "dadfailed") {
+		t.Fatalf("IPv6 VIP flags on the new holder: %s", f)
+	}
+}
