@@ -403,3 +403,25 @@ func sysctl(ctx context.Context, ns, key, value string) error {
 func (h *Host) Sysctl(ctx context.Context, key, value string) error {
 	return sysctl(ctx, h.NS, key, value)
 }
+
+// Node returns the node host with the given short name (n1, n2...), or nil.
+func (l *Lab) Node(name string) *Host {
+	for _, n := range l.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// Peers returns the IPv4 addresses of every node but self, as a
+// VIPD_PEERS value.
+func (l *Lab) Peers(self *Host) string {
+	var p []string
+	for _, n := range l.Nodes {
+		if n != self {
+			p = append(p, n.IPv4.String())
+		}
+	}
+	return strings.Join(p, ",")
+}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -163,4 +164,27 @@ func (m *Monitor) String() string {
 		fmt.Fprintf(&b, "%8.3fs %v\n", x.At.Sub(s[0].At).Seconds(), x.Holders)
 	}
 	return b.String()
+}
+
+// WaitStable waits until exactly one node has held the VIP for settle and
+// returns it.
+func (m *Monitor) WaitStable(ctx context.Context, settle time.Duration) (string, error) {
+	var since time.Time
+	last := ""
+	for {
+		h := m.Now()
+		cur := strings.Join(h, ",")
+		if len(h) == 1 && cur == last {
+			if time.Since(since) >= settle {
+				return h[0], nil
+			}
+		} else {
+			since, last = time.Now(), cur
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no single stable holder of %s (now %v): %w", m.vip, h, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

@@ -74,23 +74,11 @@ func tail(s string, n int) string {
 }
 
 func (c *clusterLab) node(name string) *lab.Host {
-	for _, n := range c.Nodes {
-		if n.Name == name {
-			return n
-		}
+	n := c.Node(name)
+	if n == nil {
+		c.t.Fatalf("no node %s", name)
 	}
-	c.t.Fatalf("no node %s", name)
-	return nil
-}
-
-func (c *clusterLab) peers(self *lab.Host) string {
-	var p []string
-	for _, n := range c.Nodes {
-		if n != self {
-			p = append(p, n.IPv4.String())
-		}
-	}
-	return strings.Join(p, ",")
+	return n
 }
 
 // start runs vipd on the named nodes (all when none given).
@@ -103,7 +91,7 @@ func (c *clusterLab) start(names ...string) {
 	}
 	for _, name := range names {
 		n := c.node(name)
-		env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + c.peers(n)}, fastHealth...)
+		env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + c.Peers(n)}, fastHealth...)
 		env = append(env, c.env...)
 		p, err := n.StartVipd(c.bin, env...)
 		if err != nil {
@@ -116,24 +104,11 @@ func (c *clusterLab) start(names ...string) {
 // holder waits until exactly one node holds the VIP and has for 500 ms.
 func (c *clusterLab) holder(ctx context.Context) string {
 	c.t.Helper()
-	var stableSince time.Time
-	last := ""
-	for {
-		h := c.mon.Now()
-		cur := strings.Join(h, ",")
-		if len(h) == 1 && cur == last {
-			if time.Since(stableSince) > 500*time.Millisecond {
-				return h[0]
-			}
-		} else {
-			stableSince, last = time.Now(), cur
-		}
-		select {
-		case <-ctx.Done():
-			c.t.Fatalf("no single stable holder: %v", h)
-		case <-time.After(10 * time.Millisecond):
-		}
+	h, err := c.mon.WaitStable(ctx, 500*time.Millisecond)
+	if err != nil {
+		c.t.Fatal(err)
 	}
+	return h
 }
 
 // newHolder waits for a single holder other than old and returns it with

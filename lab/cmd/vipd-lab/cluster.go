@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -57,14 +56,7 @@ func newCluster(ctx context.Context, t *tb, nodes int, env ...string) (*cluster,
 	return c, nil
 }
 
-func (c *cluster) node(name string) *lab.Host {
-	for _, n := range c.Nodes {
-		if n.Name == name {
-			return n
-		}
-	}
-	return nil
-}
+func (c *cluster) node(name string) *lab.Host { return c.Node(name) }
 
 // quit asks every running vipd for a goroutine dump (SIGQUIT), for
 // diagnosing a stuck lab.
@@ -96,13 +88,7 @@ func (c *cluster) start(names ...string) error {
 	}
 	for _, name := range names {
 		n := c.node(name)
-		var peers []string
-		for _, o := range c.Nodes {
-			if o != n {
-				peers = append(peers, o.IPv4.String())
-			}
-		}
-		env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + strings.Join(peers, ","), "VIPD_LOG_LEVEL=info"}, c.env...)
+		env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + c.Peers(n), "VIPD_LOG_LEVEL=info"}, c.env...)
 		if old := c.vipd[name]; old != nil {
 			c.logs[name] += old.Output()
 		}
@@ -117,24 +103,7 @@ func (c *cluster) start(names ...string) error {
 
 // stableHolder waits until exactly one node has held the VIP for settle.
 func (c *cluster) stableHolder(ctx context.Context, settle time.Duration) (string, error) {
-	var since time.Time
-	last := ""
-	for {
-		h := c.mon.Now()
-		cur := strings.Join(h, ",")
-		if len(h) == 1 && cur == last {
-			if time.Since(since) >= settle {
-				return h[0], nil
-			}
-		} else {
-			since, last = time.Now(), cur
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("no single stable holder (now %v): %w", h, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	return c.mon.WaitStable(ctx, settle)
 }
 
 // releasedAt returns when old first stopped holding the VIP after since.
