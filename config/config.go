@@ -48,6 +48,9 @@ type Config struct {
 	Priority      int
 	Quorum        Quorum
 	StateDir      string
+	MemberExpiry  time.Duration
+	// GossipInsecure allows peers without VIPD_GOSSIP_KEY_FILE.
+	GossipInsecure bool
 
 	BGPLocalAS    uint32
 	BGPRouterID   netip.Addr
