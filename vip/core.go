@@ -31,6 +31,9 @@ const (
 	// another holder every ProbeEvery.
 	CheckEvery = time.Second
 	ProbeEvery = 2 * time.Second
+	// FirstProbe is how soon after binding a lone holder first probes: two
+	// lone nodes that bound in the same probe window find each other then.
+	FirstProbe = 250 * time.Millisecond
 )
 
 // ErrLinkDown is returned by announcers whose VIP interface is down or gone.
@@ -245,6 +248,9 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 		if !ok {
 			break
 		}
+		if e.Lone && !s.lone && s.held && c.check {
+			s.nextProbe = now.Add(FirstProbe)
+		}
 		s.elected, s.electReason, s.lone = e.Holder, e.Reason, e.Lone
 		c.converge(e.VIP, now, &out, c.cause(e.VIP, e.Reason))
 	case Observed:
@@ -341,7 +347,7 @@ func (c *Core) done(e Done, now time.Time, out *Output) {
 	if c.check {
 		s.nextCheck = now.Add(CheckEvery)
 		if c.lone(s) {
-			s.nextProbe = now.Add(ProbeEvery)
+			s.nextProbe = now.Add(FirstProbe)
 		}
 	}
 	if !wasHeld {
@@ -447,15 +453,15 @@ func (c *Core) giveUp(v netip.Prefix, now time.Time, out *Output, what string, e
 
 func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 	s := c.vips[v]
-	if s.held && c.check && !s.nextCheck.IsZero() && !now.Before(s.nextCheck) {
-		s.nextCheck = now.Add(CheckEvery)
-		probe := false
-		if c.lone(s) && !s.nextProbe.IsZero() && !now.Before(s.nextProbe) {
-			s.nextProbe, probe = now.Add(ProbeEvery), true
-		} else if c.lone(s) && s.nextProbe.IsZero() {
-			s.nextProbe = now.Add(ProbeEvery)
+	if s.held && c.check {
+		probe := c.lone(s) && !s.nextProbe.IsZero() && !now.Before(s.nextProbe)
+		if probe || (!s.nextCheck.IsZero() && !now.Before(s.nextCheck)) {
+			s.nextCheck = now.Add(CheckEvery)
+			if probe {
+				s.nextProbe = now.Add(ProbeEvery)
+			}
+			out.Actions = append(out.Actions, Action{Kind: Check, VIP: v, Probe: probe})
 		}
-		out.Actions = append(out.Actions, Action{Kind: Check, VIP: v, Probe: probe})
 	}
 	if !s.held && !s.acquiring && !s.retryAt.IsZero() && !now.Before(s.retryAt) {
 		s.retryAt = time.Time{}

@@ -268,7 +268,7 @@ func TestCoreAcquiringAndChecks(t *testing.T) {
 				t.Fatalf("got %v %+v", acts(o), o.Transitions)
 			}
 		}},
-		{"a held VIP is checked every second, a lone one probed every two", Options{Announce: true, Check: true}, func(c *Core) []Output {
+		{"a held VIP is checked every second, a lone one probed soon after binding, then every two", Options{Announce: true, Check: true}, func(c *Core) []Output {
 			stepDone(c, up, t0)
 			var outs []Output
 			for i := 1; i <= 4; i++ {
@@ -284,7 +284,7 @@ func TestCoreAcquiringAndChecks(t *testing.T) {
 					}
 				}
 			}
-			if fmt.Sprint(probes) != "[false true false true]" {
+			if fmt.Sprint(probes) != "[true false true false]" {
 				t.Fatalf("checks (probe flags) %v", probes)
 			}
 		}},

@@ -40,6 +40,7 @@ const (
 	Detection     = DeadAfter + 500*time.Millisecond // failure noticed and acted on
 	RestartDelay  = time.Second                      // systemd's RestartSec
 	ReconcileTime = vip.ReconcileEvery
+	ProbeWindow   = 50 * time.Millisecond // the l2 conflict probe's wait
 )
 
 // VIP is the simulated VIP.
@@ -58,6 +59,16 @@ type Options struct {
 	// NoProbe models a mode without a data-plane probe (cloud: an assign
 	// simply moves the IP): safety rests on the election alone.
 	NoProbe bool
+	// Script replaces the random faults by these steps (scenario tests).
+	Script []Step
+	// Observe, when set, is called after every simulated tick.
+	Observe func(*Sim)
+}
+
+// Step is one scripted action at a time after the start.
+type Step struct {
+	At time.Duration
+	Do func(*Sim)
 }
 
 // Result is what one run found.
@@ -131,6 +142,9 @@ func Run(opt Options) Result {
 	if opt.Nodes == 0 {
 		opt.Nodes = 3
 	}
+	if opt.Nodes < 0 {
+		opt.Nodes = 0 // the script starts every node
+	}
 	if opt.Duration == 0 {
 		opt.Duration = 10 * time.Minute
 	}
@@ -148,12 +162,21 @@ func Run(opt Options) Result {
 	s.lastTopo = s.now
 	end := s.now.Add(opt.Duration)
 	nextFault := s.now.Add(10 * time.Second)
+	script := opt.Script
 	for s.now.Before(end) {
-		if !s.now.Before(nextFault) {
+		for len(script) > 0 && !s.now.Before(s.start.Add(script[0].At)) {
+			script[0].Do(s)
+			s.lastTopo = s.now
+			script = script[1:]
+		}
+		if opt.Script == nil && !s.now.Before(nextFault) {
 			s.fault()
 			nextFault = s.now.Add(time.Duration(2+s.rnd.Intn(12)) * time.Second)
 		}
 		s.step()
+		if opt.Observe != nil {
+			opt.Observe(s)
+		}
 	}
 	// Heal everything and let the cluster settle: then exactly one holder,
 	// and every member list is the set of nodes that exist.
@@ -439,7 +462,9 @@ func (s *Sim) do(n *node, a vip.Action) error {
 			return nil
 		}
 		for _, o := range s.nodes {
-			if o != n && answering(o) {
+			// A probe takes ProbeWindow: a node that bound within it is
+			// not seen (two acquires in one window both bind).
+			if o != n && answering(o) && s.now.Sub(o.boundSince) >= ProbeWindow {
 				return o
 			}
 		}
@@ -699,3 +724,59 @@ func (s *Sim) Status() string {
 	}
 	return b.String()
 }
+
+// Scripting helpers for scenario tests.
+
+// Node returns the first node (not removed) with this name.
+func (s *Sim) Node(name string) *node {
+	for _, n := range s.nodes {
+		if n.name == name && !n.deleted {
+			return n
+		}
+	}
+	return nil
+}
+
+// Join starts a new healthy node (empty state directory) with a key.
+func (s *Sim) Join(name, key string) {
+	n := s.addNode(name, key)
+	n.healthy = true
+	s.startVipd(n, false)
+}
+
+// StopAndRemove stops a node's vipd gracefully, then its machine is gone.
+func (s *Sim) StopAndRemove(name string) {
+	n := s.Node(name)
+	s.stopVipd(n, true)
+	s.remove(n)
+}
+
+// Delete removes a node's machine without a stop.
+func (s *Sim) Delete(name string) {
+	n := s.Node(name)
+	s.stopVipd(n, false)
+	s.remove(n)
+}
+
+// Holders returns the nodes answering for the VIP.
+func (s *Sim) Holders() []string {
+	var out []string
+	for _, n := range s.nodes {
+		if answering(n) {
+			out = append(out, fmt.Sprintf("%s(node%d)", n.name, n.id))
+		}
+	}
+	return out
+}
+
+// Known returns the member list of the running node with this name.
+func (s *Sim) Known(name string) []string { return s.Node(name).state.Names() }
+
+// SetVIPInterface sets a node's VIP interface up or down.
+func (s *Sim) SetVIPInterface(name string, up bool) { s.Node(name).vipIf = up }
+
+// SetAcquireBroken makes every acquire of a node fail (or work again).
+func (s *Sim) SetAcquireBroken(name string, broken bool) { s.Node(name).brokenAcq = broken }
+
+// Now is the simulated time since the start.
+func (s *Sim) Now() time.Duration { return s.now.Sub(s.start) }
