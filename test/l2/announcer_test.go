@@ -172,6 +172,7 @@ func waitEntries(ctx context.Context, t *testing.T, h *lab.Host, v netip.Addr, w
 // before the node's address) takes the node's address with it when deleted
 // and promote_secondaries is off. vipd must put it back.
 func TestLeftoverPrimaryVIPKeepsNodeAddress(t *testing.T) {
+	testenv.RequireCommands(t, "ping")
 	l := newLoneLab(t)
 	v := l.VIP4(30)
 	ctx := ctxT(t, 30*time.Second)
@@ -200,10 +201,10 @@ func TestLeftoverPrimaryVIPKeepsNodeAddress(t *testing.T) {
 	if err := p.WaitOutput(ctx, "re-added it"); err != nil {
 		t.Fatal(err)
 	}
-	if e := entries(ctx, t, l.node, l.node.IPv4); len(e) != 1 || e[0] != "/24" {
+	if e := entries(ctx, t, l.node, l.node.IPv4); len(e) != 1 || e[0] != "/24 eth0" {
 		t.Fatalf("node address %s after the VIP was removed: %v", l.node.IPv4, e)
 	}
-	if _, err := l.Client.Probe(ctx, l.node.IPv4.String()+":6443", time.Second); err != nil {
+	if _, err := l.Client.Output(ctx, "ping", "-c", "1", "-W", "2", l.node.IPv4.String()); err != nil {
 		t.Fatalf("node unreachable at its own address after the VIP was removed: %v", err)
 	}
 }
