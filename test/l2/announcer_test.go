@@ -73,6 +73,26 @@ func addLeftover(ctx context.Context, t *testing.T, h *lab.Host, v netip.Addr, l
 	}
 }
 
+// startOwned starts vipd and kills it when the (sub)test ends, so a failed
+// subtest does not leave it holding the metrics port for the next one.
+func (l *loneLab) startOwned(t *testing.T, env ...string) *lab.Proc {
+	t.Helper()
+	p := l.start(t, env...)
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// waitGone waits up to d for every entry of v to go, failing with what is
+// left.
+func waitGone(t *testing.T, h *lab.Host, v netip.Addr, d time.Duration, what string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := h.WaitAddr(wctx, v, false); err != nil {
+		t.Fatalf("%s: %s still bound as %v after %v", what, v, entries(context.Background(), t, h, v), d)
+	}
+}
+
 func stop(t *testing.T, p *lab.Proc) {
 	t.Helper()
 	if err := p.Signal(syscall.SIGTERM); err != nil {
@@ -102,10 +122,8 @@ func TestLeftoverVIPInAnyFormIsRemoved(t *testing.T) {
 			}
 			addLeftover(ctx, t, l.node, v, lo)
 			start := time.Now()
-			p := l.start(t, env...)
-			if err := l.node.WaitAddr(ctx, v, false); err != nil {
-				t.Fatalf("leftover %v not removed while unhealthy: %v", entries(ctx, t, l.node, v), err)
-			}
+			p := l.startOwned(t, env...)
+			waitGone(t, l.node, v, 5*time.Second, "leftover while the apiserver is unhealthy")
 			t.Logf("removed %v after start", time.Since(start).Round(time.Millisecond))
 			if e := entries(ctx, t, l.node, l.node.IPv4); len(e) == 0 {
 				t.Fatalf("the node's own address %s went with the VIP", l.node.IPv4)
@@ -118,7 +136,7 @@ func TestLeftoverVIPInAnyFormIsRemoved(t *testing.T) {
 			if err := l.api.SetMode(lab.OK); err != nil {
 				t.Fatal(err)
 			}
-			p = l.start(t, env...)
+			p = l.startOwned(t, env...)
 			if err := p.WaitOutput(ctx, "VIP held"); err != nil {
 				t.Fatal(err)
 			}
@@ -127,9 +145,7 @@ func TestLeftoverVIPInAnyFormIsRemoved(t *testing.T) {
 			if err := l.api.SetMode(lab.Failing); err != nil {
 				t.Fatal(err)
 			}
-			if err := l.node.WaitAddr(ctx, v, false); err != nil {
-				t.Fatalf("adopted VIP still bound after the apiserver failed: %v: %v", entries(ctx, t, l.node, v), err)
-			}
+			waitGone(t, l.node, v, 5*time.Second, "adopted VIP after the apiserver failed")
 			t.Logf("released %v after the apiserver failed", time.Since(failAt).Round(time.Millisecond))
 
 			// 3. Held again, and a leftover appears next to vipd's entry
@@ -195,9 +211,7 @@ func TestLeftoverPrimaryVIPKeepsNodeAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := l.start(t, "VIPD_ADDRESS="+v.String()+"/32")
-	if err := l.node.WaitAddr(ctx, v, false); err != nil {
-		t.Fatal(err)
-	}
+	waitGone(t, l.node, v, 5*time.Second, "leftover primary VIP")
 	if err := p.WaitOutput(ctx, "re-added it"); err != nil {
 		t.Fatal(err)
 	}
@@ -242,11 +256,12 @@ func TestVIPInterfaceDownNeverHeld(t *testing.T) {
 			if err := l.node.SetLink(ctx, false, inside); err != nil {
 				t.Fatal(err)
 			}
-			p := l.start(t, "VIPD_ADDRESS="+v.String())
-			if err := p.WaitOutput(ctx, "VIP interface is down or missing"); err != nil {
+			t.Cleanup(func() { _ = l.node.SetLink(context.Background(), true, inside) })
+			p := l.startOwned(t, "VIPD_ADDRESS="+v.String())
+			if err := p.WaitOutput(ctx, "vipd started"); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(2 * time.Second) // several acquire retries
+			time.Sleep(2500 * time.Millisecond) // several acquire retries
 			if e := entries(ctx, t, l.node, v.Addr()); len(e) != 0 {
 				t.Fatalf("bound on a down interface: %v", e)
 			}
@@ -255,6 +270,9 @@ func TestVIPInterfaceDownNeverHeld(t *testing.T) {
 			}
 			if strings.Contains(p.Output(), "VIP held") {
 				t.Fatalf("vipd reported holding on a down interface:\n%s", p.Output())
+			}
+			if !strings.Contains(p.Output(), "VIP interface is down or missing") {
+				t.Fatalf("vipd does not say why it cannot hold:\n%s", p.Output())
 			}
 			up := time.Now()
 			if err := l.node.SetLink(ctx, true, inside); err != nil {
