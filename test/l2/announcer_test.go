@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mdlayher/ndp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vipd/vipd/internal/testenv"
 	"github.com/vipd/vipd/lab"
@@ -411,6 +412,9 @@ func TestCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The kernel joins the VIP's solicited-node group from a work queue
+	// after the address is added: wait for it, or B cannot hear the probe.
+	waitSolicitedNode(ctx, t, b, v6.Addr())
 	for _, v := range []netip.Prefix{v4, v6} {
 		err := check(v)
 		var ce *vip.ConflictError
@@ -565,5 +569,27 @@ func TestL2ReleaseAndAdoptAnyForm(t *testing.T) {
 	in(func() error { return ann.Release(ctx, v6) })
 	if e := entries(ctx, t, n, v6.Addr()); len(e) != 0 {
 		t.Fatalf("IPv6 release left %v", e)
+	}
+}
+
+func waitSolicitedNode(ctx context.Context, t *testing.T, h *lab.Host, v netip.Addr) {
+	t.Helper()
+	snm, err := ndp.SolicitedNodeMulticast(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		out, err := h.Output(ctx, "ip", "-6", "maddr", "show", "dev", h.Link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), " "+snm.String()+"\n") || strings.HasSuffix(strings.TrimSpace(string(out)), " "+snm.String()) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never joined %s:\n%s", h.Name, snm, out)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
