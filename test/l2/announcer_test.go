@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sort"
 	"strings"
@@ -591,5 +592,117 @@ func waitSolicitedNode(ctx context.Context, t *testing.T, h *lab.Host, v netip.A
 			t.Fatalf("%s never joined %s:\n%s", h.Name, snm, out)
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// answerNS answers, from h, every neighbour solicitation for v with a
+// neighbour advertisement to all nodes naming tlla (no target link-layer
+// option when tlla is nil), like a switch doing ND suppression or a proxy.
+// It stops when the test ends.
+func answerNS(t *testing.T, h *lab.Host, v netip.Addr, tlla net.HardwareAddr) {
+	t.Helper()
+	var c *ndp.Conn
+	err := h.Run(func() error {
+		ifi, err := net.InterfaceByName(h.Link)
+		if err != nil {
+			return err
+		}
+		snm, err := ndp.SolicitedNodeMulticast(v)
+		if err != nil {
+			return err
+		}
+		c, _, err = ndp.Listen(ifi, ndp.LinkLocal)
+		if err != nil {
+			return err
+		}
+		return c.JoinGroup(snm)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, _, _, err := c.ReadFrom()
+			if err != nil {
+				return // closed
+			}
+			if ns, ok := m.(*ndp.NeighborSolicitation); !ok || ns.TargetAddress != v {
+				continue
+			}
+			na := &ndp.NeighborAdvertisement{Override: true, TargetAddress: v}
+			if tlla != nil {
+				na.Options = []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: tlla}}
+			}
+			_ = c.WriteTo(na, nil, netip.IPv6LinkLocalAllNodes())
+		}
+	}()
+	t.Cleanup(func() {
+		_ = c.Close()
+		<-done
+	})
+}
+
+// TestNDPProbeAnswers: an advertisement for the VIP naming our own MAC (ND
+// suppression or a proxy answering with the MAC it learned from us) is no
+// conflict; one without a target link-layer option is a conflict naming the
+// sender's MAC, never an empty one. Before, both were conflicts with an
+// empty MAC and the VIP was never bound.
+func TestNDPProbeAnswers(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip")
+	l := lab.New(t, lab.Options{Nodes: 1, Client: true})
+	n, c := l.Nodes[0], l.Client
+	ctx := ctxT(t, 30*time.Second)
+	var ann *vip.L2
+	if err := n.Run(func() error {
+		var err error
+		ann, err = newL2(t, "eth0", nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	acquire := func(v netip.Prefix) (err error) {
+		t.Helper()
+		if rerr := n.Run(func() error { err = ann.Acquire(ctx, v); return nil }); rerr != nil {
+			t.Fatal(rerr)
+		}
+		return err
+	}
+	tests := []struct {
+		name     string
+		tlla     net.HardwareAddr
+		conflict net.HardwareAddr // nil: acquire must succeed
+	}{
+		{"advertises our own MAC", n.MAC, nil},
+		{"no target link-layer option", nil, c.MAC},
+		{"advertises its own MAC", c.MAC, c.MAC},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := netip.PrefixFrom(l.VIP6(90+i), 128)
+			answerNS(t, c, v.Addr(), tt.tlla)
+			err := acquire(v)
+			if tt.conflict == nil {
+				if err != nil {
+					t.Fatalf("acquire: %v, want success", err)
+				}
+				if e := entries(ctx, t, n, v.Addr()); len(e) != 1 {
+					t.Fatalf("VIP not bound: %v", e)
+				}
+				return
+			}
+			var ce *vip.ConflictError
+			if !errors.As(err, &ce) {
+				t.Fatalf("acquire: %v, want a *ConflictError", err)
+			}
+			if ce.MAC.String() != tt.conflict.String() {
+				t.Fatalf("conflict names %q, want %s", ce.MAC, tt.conflict)
+			}
+			if e := entries(ctx, t, n, v.Addr()); len(e) != 0 {
+				t.Fatalf("bound despite the conflict: %v", e)
+			}
+		})
 	}
 }
