@@ -72,7 +72,8 @@ type L2Options struct {
 
 // NewL2 checks the interface and returns an announcer for it.
 func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, error) {
-	if _, err := net.InterfaceByName(opts.Interface); err != nil {
+	ifi, err := net.InterfaceByName(opts.Interface)
+	if err != nil {
 		return nil, fmt.Errorf("VIPD_INTERFACE %q: %w", opts.Interface, err)
 	}
 	label := opts.Interface + ":vipd"
@@ -88,6 +89,7 @@ func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, er
 			Name: "vipd_conflicts_total", Help: "Times another host answered the conflict probe for a VIP, before binding it or while holding it.",
 		}, []string{"vip"}),
 	}
+	l.index.Store(int32(ifi.Index))
 	if reg != nil {
 		if err := reg.Register(l.announced); err != nil {
 			return nil, err
@@ -153,32 +155,34 @@ func linkDownReason(a *netlink.LinkAttrs) string {
 
 // lookup finds the VIP interface by name. When the name is gone but the
 // interface seen last still exists under another name (renamed), it returns
-// that one with renamed=true: addresses stay on an interface when it is
-// renamed, so Present and Release must still find them there.
-func (l *L2) lookup() (link netlink.Link, renamed bool, err error) {
-	link, err = netlink.LinkByName(l.ifname)
+// that one together with an error wrapping ErrLinkDown: addresses stay on an
+// interface when it is renamed, so Present and Release must still find them
+// there.
+func (l *L2) lookup() (netlink.Link, error) {
+	link, err := netlink.LinkByName(l.ifname)
 	if err == nil {
 		l.index.Store(int32(link.Attrs().Index))
-		return link, false, nil
+		return link, nil
 	}
 	var nf netlink.LinkNotFoundError
 	if !errors.As(err, &nf) {
-		return nil, false, fmt.Errorf("interface %s: %w", l.ifname, err)
+		return nil, fmt.Errorf("interface %s: %w", l.ifname, err)
 	}
 	if idx := l.index.Load(); idx > 0 {
 		if old, ierr := netlink.LinkByIndex(int(idx)); ierr == nil {
-			return old, true, fmt.Errorf("interface %s does not exist any more (renamed to %s?): %w", l.ifname, old.Attrs().Name, ErrLinkDown)
+			return old, fmt.Errorf("interface %s does not exist any more (renamed to %s?): %w", l.ifname, old.Attrs().Name, ErrLinkDown)
 		}
 	}
-	return nil, false, fmt.Errorf("interface %s does not exist (renamed or removed?): %w", l.ifname, ErrLinkDown)
+	return nil, fmt.Errorf("interface %s does not exist (renamed or removed?): %w", l.ifname, ErrLinkDown)
 }
 
 // upLink returns the VIP interface if it can carry a VIP now, or an error
-// wrapping ErrLinkDown when it is down or gone.
+// wrapping ErrLinkDown when it is down or gone (with the link, when there
+// is one: down, or renamed, so that the caller can unbind from it).
 func (l *L2) upLink() (netlink.Link, *net.Interface, error) {
-	link, _, err := l.lookup()
+	link, err := l.lookup()
 	if err != nil {
-		return nil, nil, err
+		return link, nil, err
 	}
 	if why := linkDownReason(link.Attrs()); why != "" {
 		return link, nil, fmt.Errorf("interface %s is %s: %w", l.ifname, why, ErrLinkDown)
@@ -305,7 +309,7 @@ func (l *L2) unbindAfter(link netlink.Link, vip netip.Prefix, cause error) {
 // Release removes every address equal to the VIP from the interface,
 // whatever its prefix length or label, and checks that none is left.
 func (l *L2) Release(_ context.Context, vip netip.Prefix) error {
-	link, _, err := l.lookup()
+	link, err := l.lookup()
 	if link == nil {
 		if errors.Is(err, ErrLinkDown) {
 			return nil // the interface is gone, and its addresses with it
@@ -392,7 +396,7 @@ func describe(as []netlink.Addr) string {
 // another label or prefix length. On a renamed interface it still reports
 // the addresses there, so that they are released.
 func (l *L2) Present(_ context.Context, vip netip.Prefix) (bool, error) {
-	link, _, err := l.lookup()
+	link, err := l.lookup()
 	if link == nil {
 		if errors.Is(err, ErrLinkDown) {
 			return false, nil

@@ -318,16 +318,24 @@ func TestVIPInterfaceMissing(t *testing.T) {
 				return err
 			}
 		}
-		if err := a.Acquire(ctx, netip.PrefixFrom(l.VIP4(51), 32)); !errors.Is(err, vip.ErrLinkDown) || !strings.Contains(err.Error(), "eth0 does not exist any more (renamed to eth9?)") {
-			return fmt.Errorf("acquire on a renamed interface: %v, want ErrLinkDown naming eth9", err)
-		}
 		if err := a.Check(ctx, v, false); !errors.Is(err, vip.ErrLinkDown) {
 			return fmt.Errorf("check on a renamed interface: %v, want ErrLinkDown", err)
 		}
 		if ok, err := a.Present(ctx, v); err != nil || !ok {
 			return fmt.Errorf("present on the renamed interface: %v %v, want true", ok, err)
 		}
-		if err := a.Release(ctx, v); err != nil {
+		// Acquire refuses, naming the new name, and unbinds what it finds.
+		if err := a.Acquire(ctx, v); !errors.Is(err, vip.ErrLinkDown) || !strings.Contains(err.Error(), "eth0 does not exist any more (renamed to eth9?)") {
+			return fmt.Errorf("acquire on a renamed interface: %v, want ErrLinkDown naming eth9", err)
+		}
+		if ok, err := a.Present(ctx, v); err != nil || ok {
+			return fmt.Errorf("present after a refused acquire: %v %v, want false", ok, err)
+		}
+		// A VIP bound there by anyone is still released.
+		if _, err := n.Output(ctx, "ip", "addr", "add", l.VIP4(51).String()+"/24", "dev", "eth9"); err != nil {
+			return err
+		}
+		if err := a.Release(ctx, netip.PrefixFrom(l.VIP4(51), 32)); err != nil {
 			return fmt.Errorf("release from the renamed interface: %v", err)
 		}
 		out, err := n.Output(ctx, "ip", "-4", "addr", "show", "dev", "eth9")
