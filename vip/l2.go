@@ -50,6 +50,11 @@ func (e *ConflictError) Unwrap() error { return ErrConflict }
 // are added with IFA_F_NODAD: they are usable at once and can never be left
 // tentative or dadfailed. Addresses are added with preferred_lft 0 so the
 // kernel never picks a VIP as a source address.
+//
+// The VIP's address is vipd's whatever form it is bound in: Present counts
+// an entry with any prefix length or label, Release removes every one and
+// verifies it, Acquire replaces a foreign one by its own. A VIP is bound
+// only on an interface that is up (ErrLinkDown otherwise).
 type L2 struct {
 	ifname       string
 	label        string
