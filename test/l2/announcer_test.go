@@ -370,11 +370,16 @@ func (w testWriter) Write(b []byte) (int, error) {
 // MAC, IPv4 and IPv6), and a down link is ErrLinkDown.
 func TestCheck(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip")
+	testenv.RequireCommands(t, "ip", "tcpdump")
 	l := lab.New(t, lab.Options{Nodes: 2})
 	a, b := l.Nodes[0], l.Nodes[1]
 	v4, v6 := netip.PrefixFrom(l.VIP4(60), 32), netip.PrefixFrom(l.VIP6(60), 128)
 	ctx := ctxT(t, 60*time.Second)
+	// What B sees of A's probes, and what it answers.
+	capB, err := b.StartCapture(ctx, "arp or icmp6")
+	if err != nil {
+		t.Fatal(err)
+	}
 	reg := prometheus.NewRegistry()
 	var ann *vip.L2
 	inA := func(fn func() error) {
@@ -435,6 +440,23 @@ func TestCheck(t *testing.T) {
 		}
 		if got := conflicts(t, reg, v); got < 1 {
 			t.Fatalf("vipd_conflicts_total{vip=%q} = %v after a conflict", v, got)
+		}
+	}
+	// On the wire: an RFC 5227 probe (sender 0.0.0.0) from A's MAC and B's
+	// reply; a solicitation for the IPv6 VIP and B's advertisement.
+	for _, want := range [][]string{
+		{"Request who-has " + v4.Addr().String() + " tell 0.0.0.0"},
+		{"Reply " + v4.Addr().String() + " is-at " + b.MAC.String()},
+		{"neighbor solicitation", "who has " + v6.Addr().String()},
+		{"neighbor advertisement", "tgt is " + v6.Addr().String(), b.MAC.String()},
+	} {
+		if _, err := capB.WaitFrames(ctx, 1, want...); err != nil {
+			t.Fatalf("no frame matching %q at B: %v\n%s", want, err, capB.All())
+		}
+	}
+	for _, f := range capB.Frames("Request who-has "+v4.Addr().String(), "tell 0.0.0.0") {
+		if f.Src != a.MAC.String() {
+			t.Fatalf("ARP probe from %s, want A's %s: %s", f.Src, a.MAC, f.Line)
 		}
 	}
 	// Without probe a conflict is not looked for.
