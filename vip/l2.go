@@ -432,7 +432,8 @@ func usable(match []netlink.Addr) bool {
 // The probe works while we hold the VIP ourselves: an RFC 5227 ARP probe
 // (sender IP 0.0.0.0) or a neighbour solicitation sent from a socket is
 // never answered by our own kernel on the wire, and answers carrying our own
-// MAC are ignored.
+// MAC are ignored. A probe waits ProbeTimeout when nobody else answers (the
+// usual case); with a zero ProbeTimeout no probe is sent.
 func (l *L2) Check(ctx context.Context, vip netip.Prefix, probe bool) error {
 	_, ifi, err := l.upLink()
 	if err != nil || !probe || l.probeTimeout <= 0 {
