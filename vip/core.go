@@ -36,9 +36,6 @@ const (
 	FirstProbe = 250 * time.Millisecond
 )
 
-// ErrLinkDown is returned by announcers whose VIP interface is down or gone.
-var ErrLinkDown = errors.New("VIP interface is down")
-
 // ActionKind is what the driver must do.
 type ActionKind int
 
