@@ -42,6 +42,15 @@ func checkModeSettings(c *config.Config) error {
 		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
 			Accepted: "a provider token for VIPD_CONTROLLERS: DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE, and/or CLOUDFLARE_API_TOKEN"}
 	}
+	if c.Mode != config.ModeBGP && len(c.Peers) > 0 {
+		vips := make([]string, len(c.Addresses))
+		for i, a := range c.Addresses {
+			vips[i] = a.String()
+		}
+		if err := cluster.MetaFits(vips); err != nil {
+			return usageError{err}
+		}
+	}
 	if c.Mode == config.ModeBGP && len(c.Addresses) > 0 {
 		if err := checkBGPSettings(c); err != nil {
 			return err
