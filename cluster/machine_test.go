@@ -236,3 +236,43 @@ func TestHashesJSON(t *testing.T) {
 		t.Fatal("bad hashes accepted")
 	}
 }
+
+func TestDropSelf(t *testing.T) {
+	local := func() ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1"), netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	tests := []struct {
+		bind  string
+		peers []string
+		want  []string
+	}{
+		{"0.0.0.0:7950", []string{"10.0.0.1", "10.0.0.2", "10.0.0.3:7950"}, []string{"10.0.0.2", "10.0.0.3:7950"}},
+		{"0.0.0.0:7950", []string{"10.0.0.1:7950", "[fd00::1]:7950", "fd00::1", "fd00::2"}, []string{"fd00::2"}},
+		{"0.0.0.0:7950", []string{"10.0.0.1:7951"}, []string{"10.0.0.1:7951"}}, // another vipd on this host, another port
+		{"10.0.0.1:7950", []string{"10.0.0.1", "127.0.0.1", "cp2.example"}, []string{"127.0.0.1", "cp2.example"}},
+	}
+	for _, tt := range tests {
+		got, err := dropSelf(tt.peers, netip.MustParseAddrPort(tt.bind), local)
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("dropSelf(%v, %s) = %v %v, want %v", tt.peers, tt.bind, got, err, tt.want)
+		}
+	}
+}
+
+// memberlist's own words for a key mismatch, on every path (join errors
+// and log lines), whatever their case.
+func TestIsKeyError(t *testing.T) {
+	for _, s := range []string{
+		"[ERR] memberlist: Decrypt packet failed: no installed keys could decrypt the message from: 10.0.0.2:7950",
+		"1 error occurred:\n\t* Failed to join 10.0.0.2:7950: No installed keys could decrypt the message",
+		"failed to join: Encryption is configured but remote state is not encrypted",
+		"Remote state is encrypted and encryption is not configured",
+	} {
+		if !isKeyError(s) {
+			t.Errorf("not recognised as a key mismatch: %q", s)
+		}
+	}
+	if isKeyError("failed to join 10.0.0.2:7950: dial tcp: connection refused") {
+		t.Error("connection refused taken for a key mismatch")
+	}
+}
