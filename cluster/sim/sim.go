@@ -455,6 +455,16 @@ func (s *Sim) coreStep(n *node, ev vip.Event) {
 // answering reports whether n answers for the VIP on the segment.
 func answering(n *node) bool { return n.up && n.linkUp && n.vipIf && n.bound }
 
+// holding reports whether n holds the VIP: it answers (l2), or, without a
+// data-plane probe (cloud, where an assign moves the IP), its vipd
+// believes it holds it and would move it back.
+func (s *Sim) holding(n *node) bool {
+	if !s.opt.NoProbe {
+		return answering(n)
+	}
+	return n.up && n.running && n.core != nil && n.core.State()[0].Held
+}
+
 // do carries out one core action on the data plane.
 func (s *Sim) do(n *node, a vip.Action) error {
 	other := func() *node {
@@ -478,6 +488,18 @@ func (s *Sim) do(n *node, a vip.Action) error {
 		if n.brokenAcq {
 			return errors.New("netlink: operation not permitted")
 		}
+		if s.opt.NoProbe {
+			// Cloud: an assign moves the IP; a lone node does not take an
+			// IP another instance holds (cloud.Announcer.AcquireLone).
+			for _, o := range s.nodes {
+				if o != n && o.bound && o.up {
+					if a.Lone {
+						return fmt.Errorf("assigned to node%d: %w", o.id, errHeldElsewhere)
+					}
+					o.bound = false
+				}
+			}
+		}
 		if o := other(); o != nil && !n.bound {
 			return &vip.ConflictError{VIP: VIP.Addr(), MAC: mac(o.id)}
 		}
@@ -498,6 +520,8 @@ func (s *Sim) do(n *node, a vip.Action) error {
 	return nil
 }
 
+var errHeldElsewhere = errors.New("held by another instance")
+
 func mac(id int) net.HardwareAddr { return net.HardwareAddr{2, 0, 0, 0, 0, byte(id)} }
 
 // members is the ground truth: nodes that exist (not deleted) and use the
@@ -516,7 +540,7 @@ func (s *Sim) members() []*node {
 func (s *Sim) check() {
 	var holders []string
 	for _, n := range s.nodes {
-		if answering(n) {
+		if s.holding(n) {
 			holders = append(holders, n.name)
 		}
 		// No stale VIP: a running vipd whose core does not hold the VIP
@@ -660,7 +684,7 @@ func (s *Sim) majorityStable() bool {
 func (s *Sim) final() {
 	var holders []string
 	for _, n := range s.nodes {
-		if answering(n) {
+		if s.holding(n) {
 			holders = append(holders, n.name)
 		}
 	}
@@ -762,7 +786,7 @@ func (s *Sim) Delete(name string) {
 func (s *Sim) Holders() []string {
 	var out []string
 	for _, n := range s.nodes {
-		if answering(n) {
+		if s.holding(n) {
 			out = append(out, fmt.Sprintf("%s(node%d)", n.name, n.id))
 		}
 	}
