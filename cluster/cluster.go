@@ -93,12 +93,13 @@ type Node struct {
 	inbox chan Event // health, holding, failures, key errors, conflicts
 	wake  chan struct{}
 
-	mu       sync.Mutex
-	metaEnc  []byte // what NodeMeta hands memberlist
-	left     []string
-	status   StatusDoc
-	election *Election // touched by Run's goroutine only (and New)
-	knownMod time.Time
+	mu        sync.Mutex
+	metaEnc   []byte // what NodeMeta hands memberlist
+	left      []string
+	status    StatusDoc
+	election  *Election // touched by Run's goroutine only (and New)
+	localAddr string    // this node's gossip address (set once after Create)
+	knownMod  time.Time
 
 	mMembers  *prometheus.GaugeVec
 	mQuorum   prometheus.Gauge
@@ -199,6 +200,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 		return nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
 	}
 	n.ml = ml
+	n.localAddr = ml.LocalNode().Address()
 	return n, nil
 }
 
@@ -636,14 +638,15 @@ func (e *events) NotifyLeave(m *memberlist.Node) {
 }
 func (e *events) NotifyUpdate(*memberlist.Node) { (*Node)(e).poke() }
 
-// conflicts hears of two nodes with one name.
+// conflicts hears of two nodes with one name. memberlist calls it with
+// its node lock held: it must not call back into memberlist.
 type conflicts Node
 
 func (c *conflicts) NotifyConflict(existing, other *memberlist.Node) {
 	n := (*Node)(c)
 	if existing.Name == n.cfg.Name {
 		addr := other.Address()
-		if existing.Address() != n.ml.LocalNode().Address() {
+		if existing.Address() != n.localAddr {
 			addr = existing.Address()
 		}
 		n.log.Error("another node uses this node's name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "other", addr)
