@@ -508,7 +508,7 @@ func (m Meta) clone() Meta {
 }
 
 func (m Meta) equal(o Meta) bool {
-	return m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
+	return m.Leaving == o.Leaving && m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
 		slices.Equal(m.Holding, o.Holding) && slices.Equal(m.Broken, o.Broken) && slices.Equal(m.Counts, o.Counts) &&
 		(m.Counts == nil) == (o.Counts == nil)
 }
