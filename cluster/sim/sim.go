@@ -388,8 +388,8 @@ func (s *Sim) elStep(n *node, ev cluster.Event) {
 	ms, left := s.view(n)
 	out := n.el.Step(cluster.ViewChanged{Members: ms, Left: left}, s.now)
 	s.elOut(n, out)
-	if n.el == nil {
-		return
+	if _, tick := ev.(cluster.Tick); n.el == nil || tick {
+		return // a view change is evaluated like a tick
 	}
 	s.elOut(n, n.el.Step(ev, s.now))
 }
