@@ -230,3 +230,24 @@ func TestDecideRecovery(t *testing.T) {
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+
+func TestParsePeersNeverEchoesPassword(t *testing.T) {
+	for _, in := range []string{
+		"192.0.2.1:65000:password=TOPSECRET:hold=1",
+		"192.0.2.1:65000:password=TOPSECRET:bogus=1",
+		"192.0.2.1:65000:password=TOPSECRET,192.0.2.1:65000",
+		"192.0.2.1:65000:password=TOPSECRET:password-file=/x",
+	} {
+		_, err := ParsePeers(in)
+		if err == nil || strings.Contains(err.Error(), "TOPSECRET") || !strings.Contains(err.Error(), "password=<redacted>") {
+			t.Errorf("ParsePeers(%q) error %v: want an error with the password redacted", in, err)
+		}
+	}
+	ps, err := ParsePeers("192.0.2.1:65000:password-file=/run/secrets/pw")
+	if err != nil || ps[0].PasswordFile != "/run/secrets/pw" || ps[0].Password != "" {
+		t.Errorf("password-file: %+v, %v", ps, err)
+	}
+	if _, err := ParsePeers("192.0.2.1:65000:password-file=rel"); err == nil {
+		t.Error("relative password-file accepted")
+	}
+}

@@ -226,15 +226,27 @@ func ParsePeers(s string) ([]Peer, error) {
 		}
 		p, err := parsePeer(item)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %q: %w; want %s", PeersEnv, item, err, peersForm)
+			return nil, fmt.Errorf("%s: %q: %w; want %s", PeersEnv, redactPassword(item), err, peersForm)
 		}
 		if seen[p.Address] {
-			return nil, fmt.Errorf("%s: %q: peer %s appears twice; want each router address once", PeersEnv, item, p.Address)
+			return nil, fmt.Errorf("%s: %q: peer %s appears twice; want each router address once", PeersEnv, redactPassword(item), p.Address)
 		}
 		seen[p.Address] = true
 		peers = append(peers, p)
 	}
 	return peers, nil
+}
+
+// redactPassword hides the value of a password= option in one peer item,
+// so an error never echoes it.
+func redactPassword(item string) string {
+	fields := strings.Split(item, ":")
+	for i, f := range fields {
+		if strings.HasPrefix(f, "password=") {
+			fields[i] = "password=<redacted>"
+		}
+	}
+	return strings.Join(fields, ":")
 }
 
 func parsePeer(item string) (Peer, error) {

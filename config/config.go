@@ -52,6 +52,17 @@ type Config struct {
 	BGPLocalAS    uint32
 	BGPRouterID   netip.Addr
 	BGPPeers      string // raw VIPD_BGP_PEERS; parsed by the bgp package
+	// BGP peers file, path attributes and graceful restart; the raw
+	// values are parsed by the bgp package.
+	BGPPeersFile        string
+	BGPCommunities      string
+	BGPLargeCommunities string
+	BGPLocalPref        string
+	BGPMED              string
+	BGPPrepend          int
+	BGPGracefulRestart  bool
+	BGPRestartTime      time.Duration
+	BFDMultihopMinTTL   int
 	BFDEnabled    bool
 	BFDDetectMult int
 	BFDTxInterval time.Duration
@@ -144,8 +155,11 @@ func (c *Config) check() error {
 		if c.BGPLocalAS == 0 {
 			return &Error{Name: "VIPD_BGP_LOCAL_AS", Value: "", Accepted: "an AS number 1-4294967295 (required in bgp mode)"}
 		}
-		if strings.TrimSpace(c.BGPPeers) == "" {
-			return &Error{Name: "VIPD_BGP_PEERS", Value: "", Accepted: "at least one peer as address:as[:option=value...] (required in bgp mode)"}
+		if strings.TrimSpace(c.BGPPeers) == "" && c.BGPPeersFile == "" {
+			return &Error{Name: "VIPD_BGP_PEERS", Value: "", Accepted: "at least one peer as address:as[:option=value...], or VIPD_BGP_PEERS_FILE (required in bgp mode)"}
+		}
+		if strings.TrimSpace(c.BGPPeers) != "" && c.BGPPeersFile != "" {
+			return &Error{Name: "VIPD_BGP_PEERS_FILE", Value: c.BGPPeersFile, Accepted: "empty when VIPD_BGP_PEERS is set (give the peers in one place)"}
 		}
 	}
 	if c.Mode == ModeCloud && len(c.Addresses) > 1 {
