@@ -235,7 +235,7 @@ func TestParsePeersNeverEchoesPassword(t *testing.T) {
 	for _, in := range []string{
 		"192.0.2.1:65000:password=TOPSECRET:hold=1",
 		"192.0.2.1:65000:password=TOPSECRET:bogus=1",
-		"192.0.2.1:65000:password=TOPSECRET,192.0.2.1:65000",
+		"192.0.2.1:65000,192.0.2.1:65000:password=TOPSECRET",
 		"192.0.2.1:65000:password=TOPSECRET:password-file=/x",
 	} {
 		_, err := ParsePeers(in)
