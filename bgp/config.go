@@ -184,8 +184,6 @@ func (p Peer) validate() error {
 		return errors.New("AS 0 is not valid")
 	case len(p.Password) > 80:
 		return errors.New("password longer than 80 bytes (TCP MD5 limit)")
-	case p.Password != "" && p.PasswordFile != "":
-		return errors.New("both password and password-file given; want one")
 	}
 	if err := checkTimers(p.Hold, p.Keepalive); err != nil {
 		return err
@@ -327,6 +325,9 @@ func parsePeer(item string) (Peer, error) {
 		default:
 			return p, fmt.Errorf("unknown option %q", name)
 		}
+	}
+	if p.Password != "" && p.PasswordFile != "" {
+		return p, errors.New("both password and password-file given; want one")
 	}
 	fillTimers(&p, haveHold, haveKeepalive)
 	if err := p.validate(); err != nil {
