@@ -127,6 +127,8 @@ type BIRDRouter struct {
 	Keepalive, Hold int
 	BFD             *BFDProfile
 	Debug           bool
+	// VIPs, when set, are the only prefixes accepted from the nodes.
+	VIPs []netip.Prefix
 }
 
 var birdTmpl = template.Must(template.New("bird").Parse(`log stderr all;
@@ -174,7 +176,7 @@ protocol bgp {{.Name}} {
 {{- if $.BFD}}
   bfd on;
 {{- end}}
-  {{.AF}} { import all; export none; };
+  {{.AF}} { import {{.Import}}; export none; };
 }
 {{- end}}
 `))
@@ -188,8 +190,8 @@ func (r BIRDRouter) Render() (string, error) {
 		return "", errors.New("lab: BIRDRouter password cannot contain '\"', '\\' or a newline (bird.conf string)")
 	}
 	type group struct {
-		Name, AF string
-		Range    netip.Prefix
+		Name, AF, Import string
+		Range            netip.Prefix
 	}
 	data := struct {
 		BIRDRouter
@@ -207,7 +209,17 @@ func (r BIRDRouter) Render() (string, error) {
 		if p.Addr().Is6() {
 			af = "ipv6"
 		}
-		data.Groups = append(data.Groups, group{Name: fmt.Sprintf("nodes%d", i), AF: af, Range: p.Masked()})
+		g := group{Name: fmt.Sprintf("nodes%d", i), AF: af, Range: p.Masked(), Import: "all"}
+		var vips []string
+		for _, v := range r.VIPs {
+			if v.Addr().Is4() == p.Addr().Is4() {
+				vips = append(vips, v.String())
+			}
+		}
+		if len(vips) > 0 {
+			g.Import = "where net ~ [ " + strings.Join(vips, ", ") + " ]"
+		}
+		data.Groups = append(data.Groups, g)
 	}
 	var b strings.Builder
 	if err := birdTmpl.Execute(&b, data); err != nil {

@@ -317,6 +317,9 @@ type BGPRouter struct {
 	BFD *BFDProfile
 	// Debug turns on bgp neighbour/update and bfd peer debugging in the logs.
 	Debug bool
+	// VIPs, when set, are the only prefixes accepted from the nodes (a
+	// prefix list per address family), as a production router should.
+	VIPs []netip.Prefix
 }
 
 // BFDProfile is an FRR bfd profile (milliseconds).
@@ -326,7 +329,7 @@ type BFDProfile struct {
 	DetectMultiplier int
 }
 
-var routerTmpl = template.Must(template.New("frr").Parse(`frr defaults traditional
+var routerTmpl = template.Must(template.New("frr").Funcs(template.FuncMap{"add": func(i int) int { return 10 * (i + 1) }}).Parse(`frr defaults traditional
 log stdout {{if .Debug}}debugging{{else}}informational{{end}}
 log timestamp precision 6
 service integrated-vtysh-config
@@ -337,8 +340,8 @@ debug bgp updates
 debug bgp bfd
 debug bfd peer
 debug bfd network
-{{- end}}
 !
+{{- end}}
 router bgp {{.AS}}
  bgp router-id {{.RouterID}}
  no bgp ebgp-requires-policy
@@ -360,11 +363,23 @@ router bgp {{.AS}}
  !
  address-family {{.AF}} unicast
   neighbor {{.Name}} activate
+{{- if .PrefixList}}
+  neighbor {{.Name}} prefix-list {{.PrefixList}} in
+{{- end}}
   maximum-paths 16
  exit-address-family
 {{- end}}
 exit
 !
+{{- range $i, $v := .VIPs4}}
+ip prefix-list VIPS seq {{add $i}} permit {{$v}}
+{{- end}}
+{{- range $i, $v := .VIPs6}}
+ipv6 prefix-list VIPS6 seq {{add $i}} permit {{$v}}
+{{- end}}
+{{- if or .VIPs4 .VIPs6}}
+!
+{{- end}}
 {{- if .BFD}}
 bfd
  profile vipd
@@ -383,14 +398,22 @@ func (r BGPRouter) Render() (string, error) {
 		return "", errors.New("lab: BGPRouter needs AS, an IPv4 RouterID and at least one range")
 	}
 	type group struct {
-		Name, AF string
-		Range    netip.Prefix
+		Name, AF, PrefixList string
+		Range                netip.Prefix
 	}
 	data := struct {
 		BGPRouter
-		KA, HT int
-		Groups []group
+		KA, HT       int
+		Groups       []group
+		VIPs4, VIPs6 []netip.Prefix
 	}{BGPRouter: r, KA: r.Keepalive, HT: r.Hold}
+	for _, v := range r.VIPs {
+		if v.Addr().Is4() {
+			data.VIPs4 = append(data.VIPs4, v)
+		} else {
+			data.VIPs6 = append(data.VIPs6, v)
+		}
+	}
 	if data.KA == 0 {
 		data.KA = 3
 	}
@@ -402,7 +425,14 @@ func (r BGPRouter) Render() (string, error) {
 		if p.Addr().Is6() {
 			af = "ipv6"
 		}
-		data.Groups = append(data.Groups, group{Name: fmt.Sprintf("NODES%d", i), AF: af, Range: p.Masked()})
+		g := group{Name: fmt.Sprintf("NODES%d", i), AF: af, Range: p.Masked()}
+		if len(r.VIPs) > 0 {
+			g.PrefixList = "VIPS"
+			if af == "ipv6" {
+				g.PrefixList = "VIPS6"
+			}
+		}
+		data.Groups = append(data.Groups, g)
 	}
 	var b strings.Builder
 	if err := routerTmpl.Execute(&b, data); err != nil {

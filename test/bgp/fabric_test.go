@@ -134,15 +134,14 @@ func TestFabric(t *testing.T) {
 	t.Run("router-restart-recovery", func(t *testing.T) {
 		e.t = t
 		type router struct {
-			name        string
-			h           *lab.Host
-			stop        func()
-			start       func(context.Context) error
-			established func() bool
+			name  string
+			h     *lab.Host
+			stop  func()
+			start func(context.Context) error
 		}
 		for _, r := range []router{
-			{"frr", e.r, e.frr.Stop, e.frr.Start, nil},
-			{"bird", e.b, e.bird.Stop, e.bird.Start, nil},
+			{"frr", e.r, e.frr.Stop, e.frr.Start},
+			{"bird", e.b, e.bird.Stop, e.bird.Start},
 		} {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			r.stop()

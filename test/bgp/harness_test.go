@@ -29,6 +29,10 @@ var (
 	vip6 = netip.MustParsePrefix("2001:db8:ffff::10/128")
 )
 
+// routerVIPs are the prefixes the lab routers accept from the nodes (their
+// import prefix lists), as docs/bgp.md recommends.
+var routerVIPs = []netip.Prefix{vip4, ab4, vip6, ab6}
+
 // vipdPath is the vipd binary built once by TestMain.
 var vipdPath string
 
@@ -108,7 +112,7 @@ func newEnv(t testing.TB, s setup) *env {
 	l := lab.New(t, lab.Options{Nodes: s.nodes, Extra: extra})
 	e := &env{t: t, l: l, r: l.Extra["r"], b: l.Extra["b"]}
 	e.router = lab.BGPRouter{AS: routerAS, RouterID: e.r.IPv4, Ranges: []netip.Prefix{l.Prefix4, l.Prefix6},
-		Password: s.password, BFD: s.bfd, Debug: true}
+		Password: s.password, BFD: s.bfd, Debug: true, VIPs: routerVIPs}
 	conf, err := e.router.Render()
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +137,7 @@ func newEnv(t testing.TB, s setup) *env {
 	}
 	if s.bird {
 		bconf, err := lab.BIRDRouter{AS: routerAS, RouterID: e.b.IPv4, Ranges: []netip.Prefix{l.Prefix4, l.Prefix6},
-			Password: s.password, BFD: s.bfd, Debug: true}.Render()
+			Password: s.password, BFD: s.bfd, Debug: true, VIPs: routerVIPs}.Render()
 		if err != nil {
 			t.Fatal(err)
 		}
