@@ -242,6 +242,8 @@ func (f *FRR) BGPNextHops(ctx context.Context, prefix netip.Prefix) ([]netip.Add
 
 // BFDPeer is one entry of `show bfd peers json`.
 type BFDPeer struct {
+	Multihop               bool   `json:"multihop"`
+	MinimumTTL             int    `json:"minimum-ttl"`
 	Peer                   string `json:"peer"`
 	Local                  string `json:"local"`
 	Interface              string `json:"interface"`
@@ -315,6 +317,9 @@ type BGPRouter struct {
 	Hold      int    // seconds; 0: 9
 	// BFD enables BFD on every neighbour with this profile (nil: off).
 	BFD *BFDProfile
+	// Multihop > 0 makes the neighbours eBGP multihop with this TTL; their
+	// BFD sessions are then multihop too (RFC 5883, UDP 4784).
+	Multihop int
 	// Debug turns on bgp neighbour/update and bfd peer debugging in the logs.
 	Debug bool
 	// VIPs, when set, are the only prefixes accepted from the nodes (a
@@ -327,6 +332,9 @@ type BFDProfile struct {
 	ReceiveInterval  int
 	TransmitInterval int
 	DetectMultiplier int
+	// MinimumTTL is the lowest TTL accepted on multihop sessions (FRR's
+	// default is 254); 0 leaves it out.
+	MinimumTTL int
 }
 
 var routerTmpl = template.Must(template.New("frr").Funcs(template.FuncMap{"add": func(i int) int { return 10 * (i + 1) }}).Parse(`frr defaults traditional
@@ -351,6 +359,9 @@ router bgp {{.AS}}
  neighbor {{$r.Name}} peer-group
  neighbor {{$r.Name}} remote-as external
  neighbor {{$r.Name}} timers {{$.KA}} {{$.HT}}
+{{- if $.Multihop}}
+ neighbor {{$r.Name}} ebgp-multihop {{$.Multihop}}
+{{- end}}
 {{- if $.Password}}
  neighbor {{$r.Name}} password {{$.Password}}
 {{- end}}
@@ -386,6 +397,9 @@ bfd
   detect-multiplier {{.BFD.DetectMultiplier}}
   receive-interval {{.BFD.ReceiveInterval}}
   transmit-interval {{.BFD.TransmitInterval}}
+{{- if .BFD.MinimumTTL}}
+  minimum-ttl {{.BFD.MinimumTTL}}
+{{- end}}
  exit
 exit
 !

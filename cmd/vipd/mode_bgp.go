@@ -152,8 +152,8 @@ func (a *bgpAnnouncer) Close() error {
 }
 
 // newBGPAnnouncer builds the bgp-mode announcer: the embedded GoBGP speaker
-// and, with VIPD_BFD_ENABLED, one BFD session per single-hop peer whose
-// Down hard-resets that BGP session. addStatus registers a /status section.
+// and, with VIPD_BFD_ENABLED, one BFD session per peer (multihop, RFC 5883,
+// for multihop peers) whose Down hard-resets that BGP session. addStatus registers a /status section.
 func newBGPAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, reg prometheus.Registerer, addStatus func(string, func() any)) (vip.Announcer, error) {
 	cfg, err := bgpConfig(c)
 	if err != nil {
@@ -205,7 +205,12 @@ func newBGPAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, re
 	scfg := bfdSessionConfig(c)
 	for _, p := range cfg.Peers {
 		if p.Multihop > 0 {
-			log.Warn("bfd: peer is multihop; single-hop BFD not started for it", "peer", p.String())
+			// RFC 5883: UDP 4784, no TTL 255 requirement; packets must
+			// arrive with at least VIPD_BFD_MULTIHOP_MIN_TTL.
+			if err := srv.AddMultihop(p.Address, netip.Addr{}, scfg, c.BFDMultihopMinTTL); err != nil {
+				_ = a.Close()
+				return nil, fmt.Errorf("bfd: multihop session to %s: %w", p.Address, err)
+			}
 			continue
 		}
 		if err := srv.Add(p.Address, netip.Addr{}, scfg); err != nil {

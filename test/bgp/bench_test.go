@@ -54,6 +54,12 @@ func TestBenchBGP(t *testing.T) {
 			results = append(results, benchLab(t, bfdMS, runs)...)
 		})
 	}
+	t.Run("recovery", func(t *testing.T) {
+		results = append(results, benchRecovery(t, runs)...)
+	})
+	t.Run("scale", func(t *testing.T) {
+		results = append(results, benchScale(t, 1000)...)
+	})
 	printTable(results)
 	var b strings.Builder
 	enc := json.NewEncoder(&b)

@@ -95,6 +95,12 @@ type setup struct {
 	// bird adds a BIRD 2 router "b" on the same bridge, with the same
 	// policy as FRR (dynamic eBGP neighbours, ECMP, password, BFD).
 	bird bool
+	// acceptAll: the routers accept any prefix (no VIP prefix lists).
+	acceptAll bool
+	// quiet: no router debug logs (thousands of routes).
+	quiet bool
+	// multihop > 0: the FRR neighbours are eBGP multihop (BFD multihop).
+	multihop int
 	// vipdEnv is added to every node's environment (after the defaults).
 	vipdEnv []string
 }
@@ -113,6 +119,11 @@ func newEnv(t testing.TB, s setup) *env {
 	e := &env{t: t, l: l, r: l.Extra["r"], b: l.Extra["b"]}
 	e.router = lab.BGPRouter{AS: routerAS, RouterID: e.r.IPv4, Ranges: []netip.Prefix{l.Prefix4, l.Prefix6},
 		Password: s.password, BFD: s.bfd, Debug: true, VIPs: routerVIPs}
+	if s.acceptAll {
+		e.router.VIPs = nil
+	}
+	e.router.Debug = !s.quiet
+	e.router.Multihop = s.multihop
 	conf, err := e.router.Render()
 	if err != nil {
 		t.Fatal(err)
@@ -136,8 +147,9 @@ func newEnv(t testing.TB, s setup) *env {
 		t.Fatal(err)
 	}
 	if s.bird {
-		bconf, err := lab.BIRDRouter{AS: routerAS, RouterID: e.b.IPv4, Ranges: []netip.Prefix{l.Prefix4, l.Prefix6},
-			Password: s.password, BFD: s.bfd, Debug: true, VIPs: routerVIPs}.Render()
+		br := lab.BIRDRouter{AS: routerAS, RouterID: e.b.IPv4, Ranges: []netip.Prefix{l.Prefix4, l.Prefix6},
+			Password: s.password, BFD: s.bfd, Debug: !s.quiet, VIPs: e.router.VIPs}
+		bconf, err := br.Render()
 		if err != nil {
 			t.Fatal(err)
 		}
