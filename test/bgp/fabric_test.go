@@ -166,6 +166,17 @@ func TestFabric(t *testing.T) {
 				t.Errorf("%s restart: routes back after %v, want within about 2 s", r.name, d.Round(time.Millisecond))
 			}
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m, err := metrics(ctx, n1.h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range routers {
+			if line := fmt.Sprintf(`vipd_bgp_peer_flaps_total{peer="%s"} `, r.IPv4); !strings.Contains(m, line) || strings.Contains(m, line+"0\n") {
+				t.Errorf("metrics do not count the session drop to %s (%s)", r.Name, line)
+			}
+		}
 	})
 
 	t.Run("password-never-shown", func(t *testing.T) {
