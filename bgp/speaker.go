@@ -80,7 +80,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Speaker, error) {
 	logger = logger.With("component", "bgp")
 	binder := opts.Binder
 	if binder == nil {
-		binder = netlinkBinder{iface: cfg.Interface}
+		binder = newNetlinkBinder(cfg.Interface)
 	}
 	srv := server.NewBgpServer(server.LoggerOption(slogBridge{l: logger}))
 	go srv.Serve()

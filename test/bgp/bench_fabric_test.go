@@ -99,8 +99,12 @@ func benchScale(t *testing.T, n int) []BenchResult {
 		total := 0
 		// FRR installs its routes as proto bgp, BIRD as proto bird: count
 		// the routes inside the scale ranges instead.
-		for _, r := range []string{scale4.String(), scale6.String()} {
-			out, err := h.Output(ctx, "ip", "route", "show", "root", r)
+		for _, r := range []netip.Prefix{scale4, scale6} {
+			fam := "-4"
+			if r.Addr().Is6() {
+				fam = "-6"
+			}
+			out, err := h.Output(ctx, "ip", fam, "route", "show", "root", r.String())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -55,10 +55,14 @@ func TestBenchBGP(t *testing.T) {
 		})
 	}
 	t.Run("recovery", func(t *testing.T) {
-		results = append(results, benchRecovery(t, runs)...)
+		r := benchRecovery(t, runs)
+		printTable(r)
+		results = append(results, r...)
 	})
 	t.Run("scale", func(t *testing.T) {
-		results = append(results, benchScale(t, 1000)...)
+		r := benchScale(t, 1000)
+		printTable(r)
+		results = append(results, r...)
 	})
 	printTable(results)
 	var b strings.Builder
