@@ -95,7 +95,7 @@ type Server struct {
 	byPeer    map[netip.Addr]*peerSession
 	byDisc    map[uint32]*peerSession
 	listeners map[listenerKey]*listener
-	wg        sync.WaitGroup     // read loops and sessions
+	wg        sync.WaitGroup // read loops and sessions
 
 	notes *notifier
 

@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

@@ -52,6 +52,11 @@ type Config struct {
 	BGPLocalAS    uint32
 	BGPRouterID   netip.Addr
 	BGPPeers      string // raw VIPD_BGP_PEERS; parsed by the bgp package
+	BFDEnabled    bool
+	BFDDetectMult int
+	BFDTxInterval time.Duration
+	BFDRxInterval time.Duration
+
 	// BGP peers file, path attributes and graceful restart; the raw
 	// values are parsed by the bgp package.
 	BGPPeersFile        string
@@ -63,10 +68,6 @@ type Config struct {
 	BGPGracefulRestart  bool
 	BGPRestartTime      time.Duration
 	BFDMultihopMinTTL   int
-	BFDEnabled    bool
-	BFDDetectMult int
-	BFDTxInterval time.Duration
-	BFDRxInterval time.Duration
 
 	CloudProvider string
 	DOToken       string

@@ -18,7 +18,7 @@ import (
 func TestMultihopBFD(t *testing.T) {
 	testenvShort(t)
 	e := newEnv(t, setup{nodes: 1, multihop: 2,
-		bfd: &lab.BFDProfile{ReceiveInterval: 300, TransmitInterval: 300, DetectMultiplier: 3, MinimumTTL: 250},
+		bfd:     &lab.BFDProfile{ReceiveInterval: 300, TransmitInterval: 300, DetectMultiplier: 3, MinimumTTL: 250},
 		vipdEnv: []string{"VIPD_BFD_ENABLED=true", "VIPD_BFD_MULTIHOP_MIN_TTL=250"}})
 	n1 := e.nodes[0]
 	n1.env = append(n1.env, fmt.Sprintf("VIPD_BGP_PEERS=%s:%d:multihop=2", e.r.IPv4, routerAS), "VIPD_ADDRESS="+vip4.String())
