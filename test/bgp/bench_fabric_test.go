@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -135,6 +137,18 @@ func benchScale(t *testing.T, n int) []BenchResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Idle CPU with every VIP held: reconcile passes, health checks,
+	// keepalives, over 5 s.
+	c0, err := cpuSeconds(node.vipd.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	c1, err := cpuSeconds(node.vipd.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idleCPU := (c1 - c0) / 5 * 100
 	if err := node.vipd.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -146,5 +160,25 @@ func benchScale(t *testing.T, n int) []BenchResult {
 		{Scenario: "scale: start -> every VIP in both routers' FIBs", Settings: settings, RunsMS: []float64{ms64(up)}},
 		{Scenario: "scale: SIGTERM -> no VIP left in the routers' FIBs", Settings: settings, RunsMS: []float64{ms64(down)}},
 		{Scenario: "scale: vipd resident memory", Settings: settings, Unit: "MB", RunsMS: []float64{rss}},
+		{Scenario: "scale: vipd idle CPU (% of one core)", Settings: settings, Unit: "%", RunsMS: []float64{idleCPU}},
 	})
+}
+
+// cpuSeconds is the user+system CPU time of pid (/proc/<pid>/stat).
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command (which may hold spaces) start at ") ".
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
 }
