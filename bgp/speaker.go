@@ -453,6 +453,19 @@ func (s *Speaker) Present(ctx context.Context, vip netip.Prefix) (bool, error) {
 // hold. BFD Down calls this: the router must not keep a path whose next
 // hop stopped answering.
 func (s *Speaker) ResetPeer(ctx context.Context, peer netip.Addr, reason string) error {
+	// Only an Established session has anything to tear down. GoBGP queues
+	// the NOTIFICATION on the peer's FSM even when the session is not up,
+	// and a peer re-created after a drop would then send it on its next
+	// session and drop that too (a BFD Down often arrives after the router
+	// already closed the session).
+	s.mu.Lock()
+	pi, ok := s.peers[peer.Unmap()]
+	established := ok && pi.state == api.PeerState_ESTABLISHED
+	s.mu.Unlock()
+	if !established {
+		s.log.Info("bgp peer reset not needed: session not established", "peer", peer.String(), "reason", reason)
+		return nil
+	}
 	if err := s.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: peer.String(), Communication: reason}); err != nil {
 		return fmt.Errorf("bgp: reset peer %s: %w", peer, err)
 	}

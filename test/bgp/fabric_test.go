@@ -30,7 +30,9 @@ const fabricPassword = `p:a,s$s=w0rd;x#1`
 // the active/backup recipe (the backup prepends).
 func TestFabric(t *testing.T) {
 	testenvShort(t)
-	e := newEnv(t, setup{nodes: 2, bird: true, password: fabricPassword})
+	e := newEnv(t, setup{nodes: 2, bird: true, password: fabricPassword,
+		bfd:     &lab.BFDProfile{ReceiveInterval: 300, TransmitInterval: 300, DetectMultiplier: 3},
+		vipdEnv: []string{"VIPD_BFD_ENABLED=true"}})
 	n1, n2 := e.nodes[0], e.nodes[1]
 	routers := []*lab.Host{e.r, e.b}
 	dir := t.TempDir()
@@ -129,6 +131,42 @@ func TestFabric(t *testing.T) {
 		e.startVipd(n1)
 		both(ab4, 30*time.Second, n1)
 		both(vip6, 10*time.Second, n1, n2)
+	})
+
+	t.Run("silent-node-dropped-by-bfd", func(t *testing.T) {
+		e.t = t
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		// BFD is Up with both routers before the fault.
+		if !poll(15*time.Second, func() bool {
+			out, err := e.bird.Birdc(ctx, "show bfd sessions")
+			peers, ferr := e.frr.BFDPeers(ctx)
+			up := 0
+			for _, p := range peers {
+				if p.Status == "up" && p.RemoteTransmitInterval == 300 && p.TransmitInterval == 300 {
+					up++
+				}
+			}
+			// BIRD: Up, and a 0.900 s detection time (3 x 300 ms negotiated).
+			return err == nil && ferr == nil && strings.Count(out, " Up ") == 4 && strings.Count(out, "0.900") == 4 && up == 4
+		}) {
+			out, _ := e.bird.Birdc(ctx, "show bfd sessions")
+			t.Fatalf("BFD not up with both routers (2 nodes x IPv4/IPv6 each):\n%s", out)
+		}
+		start := time.Now()
+		if err := silence(ctx, n2.h, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range routers { // BFD 0.9 s; the hold timer would take 9 s
+			e.waitKernelAt(r, vip4, 4*time.Second, n1)
+			t.Logf("silent node gone from %s's FIB after %v", r.Name, time.Since(start).Round(time.Millisecond))
+		}
+		both(vip6, 4*time.Second, n1)
+		if err := silence(ctx, n2.h, false); err != nil {
+			t.Fatal(err)
+		}
+		both(vip4, 30*time.Second, n1, n2)
+		both(vip6, 30*time.Second, n1, n2)
 	})
 
 	t.Run("router-restart-recovery", func(t *testing.T) {
