@@ -317,6 +317,9 @@ type BGPRouter struct {
 	Hold      int    // seconds; 0: 9
 	// BFD enables BFD on every neighbour with this profile (nil: off).
 	BFD *BFDProfile
+	// IBGP makes the neighbours internal (nodes in the router's AS), with
+	// iBGP multipath; otherwise they are external.
+	IBGP bool
 	// Multihop > 0 makes the neighbours eBGP multihop with this TTL; their
 	// BFD sessions are then multihop too (RFC 5883, UDP 4784).
 	Multihop int
@@ -357,7 +360,7 @@ router bgp {{.AS}}
  bgp bestpath as-path multipath-relax
 {{- range $i, $r := .Groups}}
  neighbor {{$r.Name}} peer-group
- neighbor {{$r.Name}} remote-as external
+ neighbor {{$r.Name}} remote-as {{if $.IBGP}}internal{{else}}external{{end}}
  neighbor {{$r.Name}} timers {{$.KA}} {{$.HT}}
 {{- if $.Multihop}}
  neighbor {{$r.Name}} ebgp-multihop {{$.Multihop}}
@@ -378,6 +381,9 @@ router bgp {{.AS}}
   neighbor {{.Name}} prefix-list {{.PrefixList}} in
 {{- end}}
   maximum-paths 16
+{{- if $.IBGP}}
+  maximum-paths ibgp 16
+{{- end}}
  exit-address-family
 {{- end}}
 exit

@@ -290,3 +290,24 @@ func frrPaths(t *testing.T, ctx context.Context, f *lab.FRR, prefix netip.Prefix
 	}
 	return m
 }
+
+// frrLocalPrefs maps peer address to LOCAL_PREF in a `show bgp ... json`.
+func frrLocalPrefs(t *testing.T, out []byte) map[string]int {
+	t.Helper()
+	var r struct {
+		Paths []struct {
+			LocPrf int `json:"locPrf"`
+			Peer   struct {
+				PeerID string `json:"peerId"`
+			} `json:"peer"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	m := map[string]int{}
+	for _, p := range r.Paths {
+		m[p.Peer.PeerID] = p.LocPrf
+	}
+	return m
+}

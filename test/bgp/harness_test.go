@@ -101,6 +101,8 @@ type setup struct {
 	quiet bool
 	// multihop > 0: the FRR neighbours are eBGP multihop (BFD multihop).
 	multihop int
+	// ibgp: the nodes are in the router's AS (FRR only).
+	ibgp bool
 	// vipdEnv is added to every node's environment (after the defaults).
 	vipdEnv []string
 }
@@ -124,6 +126,7 @@ func newEnv(t testing.TB, s setup) *env {
 	}
 	e.router.Debug = !s.quiet
 	e.router.Multihop = s.multihop
+	e.router.IBGP = s.ibgp
 	conf, err := e.router.Render()
 	if err != nil {
 		t.Fatal(err)
