@@ -15,6 +15,8 @@ CTRL_BIN    := bin/vipd-controllers
 CACHE       := .cache
 APT_PKGS    := frr etcd-server iproute2 tcpdump arping ndisc6 nftables iputils-ping curl \
                debootstrap systemd-container rpm
+# BIRD 2: the second router of the bgp interop tests (test/bgp).
+APT_PKGS    += bird2
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 GOTEST      := $(GO) test -count=1
 # Integration packages run one at a time: they measure timings in network
