@@ -141,7 +141,8 @@ func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
 		t.Errorf("prometheusrule.yaml is %s %s", pr.APIVersion, pr.Kind)
 	}
 	if !reflect.DeepEqual(file.Groups, pr.Spec.Groups) {
-		t.Error("prometheusrule.yaml's groups differ from vipd-rules.yaml's: regenerate it (see its header)")
+		t.Error("prometheusrule.yaml's groups differ from vipd-rules.yaml's; regenerate them in deploy/monitoring with\n" +
+			"  { sed '/^spec:/q' prometheusrule.yaml; sed -n '/^groups:/,$p' vipd-rules.yaml | sed 's/^/  /'; } > new && mv new prometheusrule.yaml")
 	}
 }
 
