@@ -215,7 +215,7 @@ func debUpgrade(ctx context.Context, t *testing.T, repo, oldDeb, newDeb string) 
 	if log := c.must(ctx, t, "sh", "-c", "zcat /usr/share/doc/vipd/changelog.Debian.gz | head -3"); !strings.Contains(log, "vipd") {
 		t.Errorf("the deb carries no changelog: %q", log)
 	}
-	if lic := c.must(ctx, t, "head", "-3", "/usr/share/doc/vipd/copyright"); !strings.Contains(lic, "Apache-2.0") {
+	if lic := c.must(ctx, t, "head", "-8", "/usr/share/doc/vipd/copyright"); !strings.Contains(lic, "Apache-2.0") {
 		t.Errorf("/usr/share/doc/vipd/copyright: %q", lic)
 	}
 
@@ -345,6 +345,10 @@ func rollingUpgrade(ctx context.Context, t *testing.T, oldDeb, newDeb string) {
 	for _, n := range l.Nodes {
 		waitMembers(ctx, t, n, 3)
 	}
+	capt, err := l.Client.StartCapture(ctx, "arp")
+	if err != nil {
+		t.Fatal(err)
+	}
 	prober := l.Client.StartProber(vip.String()+":6443", 10*time.Millisecond, 300*time.Millisecond)
 	defer prober.Stop()
 	time.Sleep(500 * time.Millisecond)
@@ -381,12 +385,23 @@ func rollingUpgrade(ctx context.Context, t *testing.T, oldDeb, newDeb string) {
 		from := time.Now()
 		stopped := upgrade(n)
 		time.Sleep(time.Second)
-		gap, _, _ := lab.Outage(prober.Answers(), from, time.Now())
+		to := time.Now()
+		gap, _, _ := lab.Outage(prober.Answers(), from, to)
+		failed := failedProbes(prober.Answers(), from, to)
 		if h := mon.Now(); len(h) != 1 || h[0] != holder {
 			t.Errorf("upgrading non-holder %s: holders %v, want %s (no VIP move)", n.Name, h, holder)
 		}
-		t.Logf("non-holder %s upgraded (stopped in %v); longest client gap %v", n.Name, stopped.Round(time.Millisecond), gap.Round(time.Millisecond))
-		if gap > 200*time.Millisecond {
+		// What would cut the clients off: another node answering ARP for
+		// the VIP (it would steal their neighbour entries).
+		if f := foreignClaims(capt.Frames(), vip.String(), holderMAC(l, holder), from, to); len(f) > 0 {
+			t.Errorf("while non-holder %s restarted, other MACs claimed the VIP:\n%v", n.Name, f)
+		}
+		t.Logf("non-holder %s upgraded (stopped in %v): longest client gap %v, %d failed probes",
+			n.Name, stopped.Round(time.Millisecond), gap.Round(time.Millisecond), failed)
+		// The probes go to the holder, which does not change: a gap here is
+		// the machine's load (the test's own processes), not a VIP move.
+		// Allow for that, not for an outage.
+		if gap > time.Second {
 			t.Errorf("upgrading non-holder %s cut the clients off for %v", n.Name, gap)
 		}
 	}
@@ -413,6 +428,40 @@ func rollingUpgrade(ctx context.Context, t *testing.T, oldDeb, newDeb string) {
 			t.Errorf("%s runs %s after the upgrade", n.Name, v)
 		}
 	}
+}
+
+func holderMAC(l *lab.Lab, name string) string {
+	for _, n := range l.Nodes {
+		if n.Name == name {
+			return n.MAC.String()
+		}
+	}
+	return ""
+}
+
+// foreignClaims returns the ARP frames in [from, to] in which a MAC other
+// than mac claims vip (a reply for it, or a gratuitous request).
+func foreignClaims(frames []lab.Frame, vip, mac string, from, to time.Time) []string {
+	var out []string
+	for _, f := range frames {
+		if f.At.Before(from) || f.At.After(to) || strings.EqualFold(f.Src, mac) {
+			continue
+		}
+		if strings.Contains(f.Line, "Reply "+vip+" is-at") || strings.Contains(f.Line, "tell "+vip+",") {
+			out = append(out, f.Src+" "+f.Line)
+		}
+	}
+	return out
+}
+
+func failedProbes(ans []lab.Answer, from, to time.Time) int {
+	n := 0
+	for _, a := range ans {
+		if !a.Sent.Before(from) && !a.Sent.After(to) && a.Node == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // holderChanges counts the changes of the single holder after from
