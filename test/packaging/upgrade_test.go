@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/internal/testenv"
 	"github.com/vipd/vipd/lab"
 )
 
@@ -38,26 +37,25 @@ func buildVersion(ctx context.Context, t *testing.T, root, describe string) (deb
 	return debs[0], rpms[0]
 }
 
-// TestUpgrade builds two package versions from this tree (1.0.0 and
-// 1.0.1) and upgrades:
+// The upgrade goes from the package checkReproducible builds (v1.2.3) to
+// one more version built from the tree.
+const (
+	oldVersion = "1.2.3"
+	newVersion = "1.2.4"
+)
+
+// checkUpgrades upgrades from oldVersion to newVersion (both built from
+// this tree):
 //   - rpm: into a root with rpm --root (scriptlets run, config kept);
 //   - deb: in a Debian root booted with systemd, a running vipd is
 //     restarted onto the new binary, a stopped one stays stopped, and a
 //     modified /etc/vipd/vipd.env is kept;
-//   - lab: three nodes running the 1.0.0 binary are upgraded one by one to
-//     the 1.0.1 binary the way the package does it (stop, then start the
-//     new binary), non-holders first: the VIP moves exactly once and a
-//     client measures the outage.
-func TestUpgrade(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.Short(t)
-	testenv.RequireCommands(t, "debootstrap", "systemd-nspawn", "nsenter", "ip", "tar", "rpm", "dpkg-deb", "go")
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	repo := repoRoot(t)
-	oldDeb, oldRPM := buildVersion(ctx, t, repo, "v1.0.0")
-	newDeb, newRPM := buildVersion(ctx, t, repo, "v1.0.1")
-
+//   - lab: three nodes running the old binary are upgraded one by one to
+//     the new one the way the package does it (stop, then start the new
+//     binary), non-holders first: the VIP moves exactly once and a client
+//     measures the outage.
+func checkUpgrades(ctx context.Context, t *testing.T, repo, oldDeb, oldRPM string) {
+	newDeb, newRPM := buildVersion(ctx, t, repo, "v"+newVersion)
 	t.Run("rpm-root", func(t *testing.T) { rpmRootUpgrade(ctx, t, repo, oldRPM, newRPM) })
 	t.Run("deb", func(t *testing.T) { debUpgrade(ctx, t, repo, oldDeb, newDeb) })
 	t.Run("lab-rolling", func(t *testing.T) { rollingUpgrade(ctx, t, oldDeb, newDeb) })
@@ -77,7 +75,7 @@ func rpmRootUpgrade(ctx context.Context, t *testing.T, repo, oldRPM, newRPM stri
 	if !strings.Contains(out, "set VIPD_ADDRESS in /etc/vipd/vipd.env") {
 		t.Errorf("%%post did not print the configuration hint:\n%s", out)
 	}
-	if q := rpm("-q", "vipd"); !strings.HasPrefix(q, "vipd-1.0.0-1") {
+	if q := rpm("-q", "vipd"); !strings.HasPrefix(q, "vipd-"+oldVersion+"-1") {
 		t.Errorf("rpm -q vipd = %q", q)
 	}
 	// %post enabled the unit (systemctl works offline in a chroot).
@@ -106,7 +104,7 @@ func rpmRootUpgrade(ctx context.Context, t *testing.T, repo, oldRPM, newRPM stri
 	env := filepath.Join(root, "etc/vipd/vipd.env")
 	appendFile(t, env, "VIPD_ADDRESS=10.0.0.100/32\n")
 	rpm("-U", "--nodeps", newRPM)
-	if q := rpm("-q", "vipd"); !strings.HasPrefix(q, "vipd-1.0.1-1") {
+	if q := rpm("-q", "vipd"); !strings.HasPrefix(q, "vipd-"+newVersion+"-1") {
 		t.Errorf("after rpm -U: rpm -q vipd = %q", q)
 	}
 	if b, _ := os.ReadFile(env); !strings.Contains(string(b), "VIPD_ADDRESS=10.0.0.100/32") {
@@ -116,7 +114,7 @@ func rpmRootUpgrade(ctx context.Context, t *testing.T, repo, oldRPM, newRPM stri
 		t.Errorf("the upgrade disabled vipd.service: %v", err)
 	}
 	ver, _ := exec.CommandContext(ctx, filepath.Join(root, "usr/bin/vipd"), "version").CombinedOutput()
-	if !strings.HasPrefix(string(ver), "vipd 1.0.1\n") {
+	if !strings.HasPrefix(string(ver), "vipd "+newVersion+"\n") {
 		t.Errorf("vipd version after the upgrade: %s", ver)
 	}
 
@@ -183,7 +181,7 @@ func debUpgrade(ctx context.Context, t *testing.T, repo, oldDeb, newDeb string) 
 	c.must(ctx, t, "sh", "-c", "cat >> /etc/vipd/vipd.env <<'EOF'\n"+env+"EOF")
 	c.must(ctx, t, "systemctl", "start", "vipd")
 	n.waitVIP(ctx, t, true, 10*time.Second)
-	if v := runningVersion(ctx, t, c); v != "1.0.0" {
+	if v := runningVersion(ctx, t, c); v != oldVersion {
 		t.Fatalf("running version %q before the upgrade", v)
 	}
 	pid := c.show(ctx, t, "vipd", "MainPID")
@@ -197,8 +195,8 @@ func debUpgrade(ctx context.Context, t *testing.T, repo, oldDeb, newDeb string) 
 	if newPID := c.show(ctx, t, "vipd", "MainPID"); newPID == pid || newPID == "0" {
 		t.Errorf("the upgrade did not restart vipd (MainPID %s -> %s)", pid, newPID)
 	}
-	if v := runningVersion(ctx, t, c); v != "1.0.1" {
-		t.Errorf("running version %q after the upgrade, want 1.0.1", v)
+	if v := runningVersion(ctx, t, c); v != newVersion {
+		t.Errorf("running version %q after the upgrade, want %s", v, newVersion)
 	}
 	if strings.Contains(out, "Configuration file") {
 		t.Errorf("dpkg asked about the conffile:\n%s", out)
@@ -291,13 +289,13 @@ func (w *vipWatch) stop() time.Duration {
 	return <-w.done
 }
 
-// rollingUpgrade runs three vipd nodes from the 1.0.0 package's binary and
-// upgrades them one by one to the 1.0.1 binary, doing what the package's
+// rollingUpgrade runs three vipd nodes from the old package's binary and
+// upgrades them one by one to the new one, doing what the package's
 // postinst does on each node (systemctl try-restart: SIGTERM, wait for the
 // exit, start the new binary): non-holders first, the holder last.
 func rollingUpgrade(ctx context.Context, t *testing.T, oldDeb, newDeb string) {
 	bins := map[string]string{}
-	for v, deb := range map[string]string{"1.0.0": oldDeb, "1.0.1": newDeb} {
+	for v, deb := range map[string]string{oldVersion: oldDeb, newVersion: newDeb} {
 		dir := t.TempDir()
 		run(ctx, t, "dpkg-deb", "-x", deb, dir)
 		bins[v] = filepath.Join(dir, "usr", "bin", "vipd")
@@ -334,7 +332,7 @@ func rollingUpgrade(ctx context.Context, t *testing.T, oldDeb, newDeb string) {
 		}
 	})
 	for _, n := range l.Nodes {
-		start(n, "1.0.0")
+		start(n, oldVersion)
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
@@ -364,8 +362,8 @@ func rollingUpgrade(ctx context.Context, t *testing.T, oldDeb, newDeb string) {
 			t.Fatalf("%s did not stop within TimeoutStopSec (5s): %v", n.Name, err)
 		}
 		stopped := time.Since(at)
-		start(n, "1.0.1")
-		waitVersion(ctx, t, n, "1.0.1")
+		start(n, newVersion)
+		waitVersion(ctx, t, n, newVersion)
 		for _, m := range l.Nodes {
 			waitMembers(ctx, t, m, 3)
 		}
@@ -424,7 +422,7 @@ func rollingUpgrade(ctx context.Context, t *testing.T, oldDeb, newDeb string) {
 		t.Errorf("the VIP moved %d times during the rolling upgrade, want exactly 1:\n%s", moves, mon)
 	}
 	for _, n := range l.Nodes {
-		if v := buildVersion2(ctx, t, n); v != "1.0.1" {
+		if v := buildVersion2(ctx, t, n); v != newVersion {
 			t.Errorf("%s runs %s after the upgrade", n.Name, v)
 		}
 	}
