@@ -10,7 +10,10 @@ SHELL       := /bin/bash
 GO          ?= go
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-LDFLAGS     := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# The binaries carry the package version (1.2.3+git4.abc1234, not the raw
+# git describe), so `vipd manifest static-pod` names the tag `make image` makes.
+BIN_VERSION := $(shell packaging/build.sh --print-version "$(VERSION)" 2>/dev/null || echo dev)
+LDFLAGS     := -s -w -X main.version=$(BIN_VERSION) -X main.commit=$(COMMIT)
 BIN         := bin/vipd
 CTRL_BIN    := bin/vipd-controllers
 CACHE       := .cache
