@@ -284,6 +284,20 @@ func (s *Sim) hears(o, n *node) bool {
 	return false
 }
 
+// roundTrip reports whether o's probes of n are answered: both ways
+// directly, or through a third node both can reach both ways.
+func (s *Sim) roundTrip(o, n *node) bool {
+	if s.reach(o, n) && s.reach(n, o) {
+		return true
+	}
+	for _, m := range s.nodes {
+		if m != n && m != o && m.running && m.key == n.key && s.reach(o, m) && s.reach(m, o) && s.reach(m, n) && s.reach(n, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // step advances the simulation by one Tick.
 func (s *Sim) step() {
 	s.now = s.now.Add(Tick)
@@ -327,9 +341,14 @@ func (s *Sim) step() {
 					s.elStep(o, cluster.NameConflict{Addr: fmt.Sprintf("node%d", n.id)})
 					continue
 				}
-				o.heard[n.id] = s.now
+				// Gossip (metadata) needs a path from n to o; liveness
+				// needs o's probe answered: a round trip, direct or
+				// through an intermediary (indirect probe).
 				o.meta[n.id] = n.el.Meta()
-				delete(o.left, n.id)
+				if s.roundTrip(o, n) {
+					o.heard[n.id] = s.now
+					delete(o.left, n.id)
+				}
 			}
 		}
 		for _, n := range s.nodes {
