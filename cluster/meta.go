@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 )
 
 // MetaLimit is memberlist's limit on a node's metadata.
@@ -103,6 +102,3 @@ func longest(vs []string) string {
 	}
 	return l
 }
-
-// describe is a short text of a member list for logs.
-func describe(names []string) string { return strings.Join(names, ",") }

@@ -105,7 +105,6 @@ type node struct {
 	meta       map[int]cluster.Meta // metadata last heard from each node
 	left       map[int]bool         // nodes seen leaving gracefully
 	pending    []string             // names that left, for the next view
-	conflictAt time.Time
 	keyErrAt   time.Time
 	boundSince time.Time
 	grewAt     time.Time
