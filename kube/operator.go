@@ -72,6 +72,8 @@ type poolEntry struct {
 	region   string
 	dns      dnsSync
 	dnsKey   string
+	warning  string // last logged dnsRecordSet warning
+	shared   string // last logged shared-IP error
 	metrics  poolSnapshot
 }
 
