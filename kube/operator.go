@@ -123,7 +123,18 @@ func newOperator(log *slog.Logger, kube kubernetes.Interface, dyn dynamic.Interf
 		o.poolInf = o.dynFactory.ForResource(FloatingIPPoolResource).Informer()
 		o.poolQueue = workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "vipd_floatingippool"})
-		if _, err := o.poolInf.AddEventHandler(keyHandler(o.poolQueue)); err != nil {
+		// Any pool change requeues every pool: which IPs another pool
+		// lists decides what a pool may act on and which annotations it
+		// may remove.
+		all := func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				o.poolQueue.Add(key) // a deleted pool is no longer listed
+			}
+			o.enqueuePools()
+		}
+		if _, err := o.poolInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: all, DeleteFunc: all, UpdateFunc: func(_, b any) { all(b) },
+		}); err != nil {
 			return nil, fmt.Errorf("pool handler: %w", err)
 		}
 	}
@@ -167,6 +178,13 @@ func keyHandler(q workqueue.TypedRateLimitingInterface[string]) cache.ResourceEv
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{AddFunc: add, DeleteFunc: add, UpdateFunc: func(_, b any) { add(b) }}
+}
+
+// enqueuePools schedules a pass of every pool.
+func (o *operator) enqueuePools() {
+	for _, k := range o.poolInf.GetStore().ListKeys() {
+		o.poolQueue.Add(k)
+	}
 }
 
 // enqueueAll schedules a pass of every pool and record set. Passes read
