@@ -226,7 +226,6 @@ func TestProviderCallsInstrumented(t *testing.T) {
 // bodies that carry type, name, content and ttl and never "proxied"; PUT
 // is never used.
 func TestCloudflareFLIPOPCases(t *testing.T) {
-	type rec struct{ id, ip string }
 	tests := []struct {
 		name    string
 		list    []string // existing contents, IDs "1", "2", ... in order
