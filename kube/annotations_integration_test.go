@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -102,15 +103,22 @@ func TestStaleAnnotationRemoved(t *testing.T) {
 func TestSharedIPReportedOnBothPools(t *testing.T) {
 	h := newHarness(t)
 	t.Parallel() // after the serial setup in newHarness
-	na := h.node("a", 701, "198.51.100.71")
-	h.node("b", 702, "198.51.100.72")
-	h.node("c", 703, "198.51.100.73")
-	// FLIPOP left the shared IP on a with its annotation.
+	// Pool one serves a and b, pool two c.
+	na := h.nodeIn("a", 701, "198.51.100.71", "one")
+	h.nodeIn("b", 702, "198.51.100.72", "one")
+	h.nodeIn("c", 703, "198.51.100.73", "two")
+	inGroup := func(u *unstructured.Unstructured, group string) *unstructured.Unstructured {
+		m := u.Object["spec"].(map[string]any)["match"].(map[string]any)
+		m["nodeLabel"] = m["nodeLabel"].(string) + ",bench/group=" + group
+		return u
+	}
+	h.apply(inGroup(h.staticPool("one", "192.0.2.70", "192.0.2.71"), "one"))
+	two := inGroup(h.staticPool("two", "192.0.2.72", "192.0.2.70"), "two")
+	h.apply(two)
+	// FLIPOP left the shared IP on a with its annotation (staticPool
+	// registered the IPs unassigned).
 	h.do.AddReservedIP("192.0.2.70", 701)
 	h.annotate(na, "192.0.2.70")
-	h.apply(h.staticPool("one", "192.0.2.70", "192.0.2.71"))
-	two := h.staticPool("two", "192.0.2.72", "192.0.2.70")
-	h.apply(two)
 	h.start("one", ControllerFloatingIPPool)
 	eventually(t, 20*time.Second, "both pools report the shared IP", func() error {
 		for name, other := range map[string]string{"one": "two", "two": "one"} {
@@ -136,9 +144,12 @@ func TestSharedIPReportedOnBothPools(t *testing.T) {
 			return fmt.Errorf("annotation of a %q", got)
 		}
 		for _, r := range h.do.Requests() {
-			if strings.HasPrefix(r.Path, "/v2/reserved_ips/192.0.2.70") {
+			if r.Method != "GET" && strings.HasPrefix(r.Path, "/v2/reserved_ips/192.0.2.70") {
 				return fmt.Errorf("shared IP used: %s %s", r.Method, r.Path)
 			}
+		}
+		if got := activeNodes(h.pool("one")); got["192.0.2.71"] != h.id+"-b" {
+			return fmt.Errorf("pool one gave its IP to %v, want b (a holds the shared IP)", got)
 		}
 		return nil
 	})

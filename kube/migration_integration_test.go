@@ -9,7 +9,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/vipd/vipd/internal/fakecf"
 	"github.com/vipd/vipd/internal/fakedo"
@@ -27,8 +26,12 @@ func (h *harness) writeStatus(res string, name string, status any) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(status)
+	b, err := json.Marshal(status)
 	if err != nil {
+		h.t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(b, &st); err != nil {
 		h.t.Fatal(err)
 	}
 	u.Object["status"] = st

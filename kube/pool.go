@@ -129,6 +129,14 @@ func (c *poolCore) usable(ip string) bool {
 	return in != nil && !in.invalid && c.shared[ip] == ""
 }
 
+// readable reports whether the pool reads the IP from the provider: any
+// IPv4 address, shared ones included (reading changes nothing, and it tells
+// which node holds a shared IP so that node is not given a second one).
+func (c *poolCore) readable(ip string) bool {
+	in := c.info[ip]
+	return in != nil && !in.invalid
+}
+
 // sharedError is the status.error for IPs listed by another pool too.
 func (c *poolCore) sharedError() string {
 	var parts []string
@@ -184,7 +192,7 @@ func (c *poolCore) created(ip string, err error, now time.Time) {
 func (c *poolCore) dueChecks(now time.Time) []string {
 	var out []string
 	for _, ip := range c.ips {
-		if c.usable(ip) && !c.info[ip].check.waiting(now) {
+		if c.readable(ip) && !c.info[ip].check.waiting(now) {
 			out = append(out, ip)
 		}
 	}
@@ -263,13 +271,24 @@ func (c *poolCore) holder(pid string) (string, bool) {
 	return "", false
 }
 
+// holdsShared reports whether the provider ID holds an IP this pool shares
+// with another pool (a droplet holds one reserved IP: it needs no other).
+func (c *poolCore) holdsShared(pid string) bool {
+	for ip := range c.shared {
+		if in := c.info[ip]; in != nil && in.known && !in.failed && in.owner == pid {
+			return true
+		}
+	}
+	return false
+}
+
 // needy returns the enabled nodes without an IP, in assignment order
 // (first enabled first, then by name: FLIPOP enables the nodes present at
 // start in one batch sorted by name, later ones as they come).
 func (c *poolCore) needy(nodes []poolNode) []poolNode {
 	var out []poolNode
 	for _, n := range nodes {
-		if _, ok := c.holder(n.ProviderID); !ok {
+		if _, ok := c.holder(n.ProviderID); !ok && !c.holdsShared(n.ProviderID) {
 			out = append(out, n)
 		}
 	}
@@ -378,7 +397,7 @@ func (c *poolCore) nextWake(nodes []poolNode, now time.Time) time.Time {
 		}
 	}
 	for _, ip := range c.ips {
-		if c.usable(ip) {
+		if c.readable(ip) {
 			consider(c.info[ip].check.next)
 		}
 	}
@@ -449,7 +468,7 @@ func (c *poolCore) status(nodes []poolNode) FloatingIPPoolStatus {
 		s := IPStatus{ProviderID: in.owner}
 		switch {
 		case c.shared[ip] != "":
-			s = IPStatus{State: IPStateError, Error: "also listed by FloatingIPPool " + c.shared[ip]}
+			s = IPStatus{State: IPStateError, Error: "also listed by FloatingIPPool " + c.shared[ip], ProviderID: in.owner, NodeName: names[in.owner]}
 		case in.invalid:
 			s = IPStatus{State: IPStateError, Error: fmt.Sprintf("%q is not an IPv4 address (reserved IPs are IPv4)", ip)}
 		case in.failed || in.readErr:

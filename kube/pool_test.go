@@ -130,13 +130,20 @@ func TestPoolSharedAndInvalidIPs(t *testing.T) {
 	c := newPoolCore()
 	others := map[string]string{"2.2.2.2": "ns/other", "7.7.7.7": "ns/third"}
 	c.setSpec([]string{"1.1.1.1", "2.2.2.2", "010.0.0.1"}, 0, 0, others, t0)
-	if due := c.dueChecks(t0); !slices.Equal(due, []string{"1.1.1.1"}) {
-		t.Fatalf("read %v, want only the usable IP", due)
+	if due := c.dueChecks(t0); !slices.Equal(due, []string{"1.1.1.1", "2.2.2.2"}) {
+		t.Fatalf("read %v, want the IPv4 ones (reading changes nothing)", due)
 	}
-	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "", "2.2.2.2": ""}}
+	// c holds the shared IP: it gets no second one; a does.
+	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "", "2.2.2.2": "do://c"}}
 	f.pass(c, nodesOf("a", "b", "c"), t0)
 	if want := []string{"1.1.1.1->a"}; !slices.Equal(f.assigns, want) {
 		t.Fatalf("assigns %v, want %v", f.assigns, want)
+	}
+	if ann := c.annotations(nodesOf("a", "b", "c")); len(ann) != 1 || ann["a"] != "1.1.1.1" {
+		t.Fatalf("annotations %v: the shared IP's holder is left alone", ann)
+	}
+	if st := c.status(nodesOf("a", "b", "c")); !slices.Equal(st.AssignableNodes, []string{"b"}) {
+		t.Fatalf("assignable %v", st.AssignableNodes)
 	}
 	st := c.status(nodesOf("a", "b", "c"))
 	if !strings.Contains(st.Error, "ip 2.2.2.2 is also listed by FloatingIPPool ns/other") {
@@ -151,11 +158,14 @@ func TestPoolSharedAndInvalidIPs(t *testing.T) {
 	if c.ownsAnnotation("2.2.2.2") || c.ownsAnnotation("7.7.7.7") || !c.ownsAnnotation("1.1.1.1") {
 		t.Fatal("annotation ownership wrong")
 	}
-	// The other pool drops it: this pool takes it up.
+	// The other pool drops it: this pool takes it up, on c where it is.
 	c.setSpec([]string{"1.1.1.1", "2.2.2.2", "010.0.0.1"}, 0, 0, nil, t0.Add(time.Second))
 	f.pass(c, nodesOf("a", "b", "c"), t0.Add(time.Second))
-	if want := []string{"1.1.1.1->a", "2.2.2.2->b"}; !slices.Equal(f.assigns, want) {
+	if want := []string{"1.1.1.1->a"}; !slices.Equal(f.assigns, want) {
 		t.Fatalf("assigns %v, want %v", f.assigns, want)
+	}
+	if ann := c.annotations(nodesOf("a", "b", "c")); ann["c"] != "2.2.2.2" {
+		t.Fatalf("annotations %v", ann)
 	}
 	if st := c.status(nil); st.Error != "" {
 		t.Fatalf("status.error %q after the fix", st.Error)
