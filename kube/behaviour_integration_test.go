@@ -308,9 +308,13 @@ func TestNodeDNSRecordSet(t *testing.T) {
 	if recs := h.cf.Records(h.cfZ); recs[0].ID != keepID {
 		t.Errorf("record for a wanted IP was replaced (id %s, want %s kept)", recs[0].ID, keepID)
 	}
-	if s := h.recordSet("ingress-reserved").Status; s.State != DNSStateActive {
-		t.Errorf("cloudflare set status %+v", s)
-	}
+	// The status is written right after the records.
+	eventually(t, 5*time.Second, "cloudflare set active", func() error {
+		if s := h.recordSet("ingress-reserved").Status; s.State != DNSStateActive {
+			return fmt.Errorf("cloudflare set status %+v", s)
+		}
+		return nil
+	})
 	annotate(nb, "192.0.2.52")
 	eventually(t, 20*time.Second, "annotation change reaches DNS", cfSet("192.0.2.51", "192.0.2.52"))
 
