@@ -236,3 +236,23 @@ func TestQuoteEnvValueKeepsBytes(t *testing.T) {
 		}
 	}
 }
+
+// FLIPOP's CLOUDFLARE_TOKEN works when CLOUDFLARE_API_TOKEN is not set;
+// CLOUDFLARE_API_TOKEN wins when both are.
+func TestCloudflareTokenFLIPOPName(t *testing.T) {
+	t.Setenv("CLOUDFLARE_TOKEN", "flipop-cf")
+	c, err := load(t, "VIPD_CONTROLLERS", "nodednsrecordset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CloudflareToken != "flipop-cf" {
+		t.Fatalf("token %q, want CLOUDFLARE_TOKEN's", c.CloudflareToken)
+	}
+	c, err = load(t, "VIPD_CONTROLLERS", "nodednsrecordset", "CLOUDFLARE_API_TOKEN", "api-cf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CloudflareToken != "api-cf" {
+		t.Fatalf("token %q, want CLOUDFLARE_API_TOKEN's", c.CloudflareToken)
+	}
+}

@@ -328,6 +328,10 @@ var table = []Setting{
 		Doc:      "Cloudflare API token for DNS records of the controllers.",
 		Accepted: "a token without spaces",
 		parse: func(c *Config, v string) error {
+			if v == "" {
+				// FLIPOP's name for it, so FLIPOP's Secret works unchanged.
+				v = strings.TrimSpace(os.Getenv("CLOUDFLARE_TOKEN"))
+			}
 			if strings.ContainsAny(v, " \t\n") {
 				return errInvalid
 			}

@@ -130,8 +130,9 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 	na := h.node("a", 301, "198.51.100.31")
 	h.apply(h.staticPool("static", "192.0.2.31", "192.0.2.32"))
 	first := h.start("first")
+	// FLIPOP's order: the last IP listed goes out first.
 	eventually(t, 20*time.Second, "first instance assigns", func() error {
-		if got := activeNodes(h.pool("static")); got["192.0.2.31"] != na {
+		if got := activeNodes(h.pool("static")); got["192.0.2.32"] != na {
 			return fmt.Errorf("active %v", got)
 		}
 		return nil
@@ -151,7 +152,7 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 	before := h.assignCalls()
 	nb := h.node("b", 302, "198.51.100.32")
 	eventually(t, 20*time.Second, "new node gets the second IP", func() error {
-		if got := activeNodes(h.pool("static")); got["192.0.2.32"] != nb {
+		if got := activeNodes(h.pool("static")); got["192.0.2.31"] != nb {
 			return fmt.Errorf("active %v", got)
 		}
 		return nil
@@ -180,7 +181,7 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 	h.node("c", 303, "198.51.100.33")
 	nc := h.id + "-c"
 	eventually(t, 20*time.Second, "IP of the unready node moves to c", func() error {
-		if got := activeNodes(h.pool("static")); got["192.0.2.31"] != nc || got["192.0.2.32"] != nb {
+		if got := activeNodes(h.pool("static")); got["192.0.2.32"] != nc || got["192.0.2.31"] != nb {
 			return fmt.Errorf("active %v", got)
 		}
 		return nil
@@ -204,7 +205,9 @@ func TestBadObjectsGetStatusErrors(t *testing.T) {
 	mk("dns-only-provider", func(s map[string]any) { s["provider"] = "cloudflare" })
 	mk("no-ips", func(s map[string]any) { s["ips"] = []any{} })
 	mk("bad-selector", func(s map[string]any) { s["match"].(map[string]any)["nodeLabel"] = "a=b=c" })
-	mk("ipv6", func(s map[string]any) { s["ips"] = []any{"2001:db8::1"} })
+	// FLIPOP's CRD accepts IPv6 and leading zeros; vipd runs the pool and
+	// reports such an entry as an error of that IP.
+	mk("ipv6", func(s map[string]any) { s["ips"] = []any{"2001:db8::1", "010.0.0.1"} })
 	badSet := h.example("nodednsrecordset.yaml", func(spec map[string]any) {
 		spec["dnsRecordSet"].(map[string]any)["zone"] = ""
 	})
@@ -222,12 +225,16 @@ func TestBadObjectsGetStatusErrors(t *testing.T) {
 		"dns-only-provider": `provider "cloudflare" does not provide floating IPs`,
 		"no-ips":            "ips or desiredIPs must be provided",
 		"bad-selector":      "Error parsing node selector",
-		"ipv6":              "not an IPv4 address",
 	}
 	eventually(t, 20*time.Second, "status errors", func() error {
 		for name, msg := range want {
 			if got := h.pool(name).Status.Error; !strings.Contains(got, msg) {
 				return fmt.Errorf("%s: status.error %q, want %q", name, got, msg)
+			}
+		}
+		for _, ip := range []string{"2001:db8::1", "010.0.0.1"} {
+			if st := h.pool("ipv6").Status.IPs[ip]; st.State != IPStateError || !strings.Contains(st.Error, "not an IPv4 address") {
+				return fmt.Errorf("ipv6 pool: %s status %+v", ip, st)
 			}
 		}
 		if s := h.recordSet("no-zone").Status; s.State != DNSStateError || s.Error != "invalid dnsRecordSet specification" {
@@ -266,8 +273,8 @@ func TestNodeDNSRecordSet(t *testing.T) {
 	h.apply(h.example("nodednsrecordset.yaml", nil))
 	// Reserved-IP addresses, with Cloudflare, zone given by name.
 	h.apply(h.example("nodednsrecordset-reserved-ip.yaml", nil))
-	// Existing Cloudflare records: a proxied one with the wrong TTL for a
-	// wanted IP (FLIPOP would re-patch it forever) and a stale one.
+	// Existing Cloudflare records: a proxied one for a wanted IP (the
+	// user's choice: kept as it is) and a stale one.
 	keepID := h.cf.AddRecord(h.cfZ, fakecf.Record{Type: "A", Name: "ingress.example.com", Content: "192.0.2.51", TTL: 300, Proxied: true})
 	h.cf.AddRecord(h.cfZ, fakecf.Record{Type: "A", Name: "ingress.example.com", Content: "192.0.2.99", TTL: 120})
 	ctl := h.start("one", ControllerNodeDNSRecordSet)
@@ -285,7 +292,8 @@ func TestNodeDNSRecordSet(t *testing.T) {
 		return func() error {
 			var got []string
 			for _, r := range h.cf.Records(h.cfZ) {
-				if r.Proxied || r.TTL != 120 || r.Name != "ingress.example.com" {
+				proxied := r.ID == keepID
+				if r.Proxied != proxied || (!proxied && r.TTL != 120) || r.Name != "ingress.example.com" {
 					return fmt.Errorf("record %+v", r)
 				}
 				got = append(got, r.Content)
@@ -298,11 +306,15 @@ func TestNodeDNSRecordSet(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "cloudflare set from annotations", cfSet("192.0.2.51"))
 	if recs := h.cf.Records(h.cfZ); recs[0].ID != keepID {
-		t.Errorf("record for a wanted IP was replaced (id %s, want %s updated in place)", recs[0].ID, keepID)
+		t.Errorf("record for a wanted IP was replaced (id %s, want %s kept)", recs[0].ID, keepID)
 	}
-	if s := h.recordSet("ingress-reserved").Status; s.State != DNSStateActive {
-		t.Errorf("cloudflare set status %+v", s)
-	}
+	// The status is written right after the records.
+	eventually(t, 5*time.Second, "cloudflare set active", func() error {
+		if s := h.recordSet("ingress-reserved").Status; s.State != DNSStateActive {
+			return fmt.Errorf("cloudflare set status %+v", s)
+		}
+		return nil
+	})
 	annotate(nb, "192.0.2.52")
 	eventually(t, 20*time.Second, "annotation change reaches DNS", cfSet("192.0.2.51", "192.0.2.52"))
 

@@ -80,7 +80,12 @@ func newHarness(t testing.TB) *harness {
 	t.Cleanup(cancel)
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
-	id := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	id := strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(t.Name()))
 	if len(id) > 40 {
 		id = id[:40]
 	}

@@ -26,12 +26,18 @@ type dnsSnapshot struct {
 	records                        int
 }
 
-// snapshot renders the pool's metrics.
+// snapshot renders the pool's metrics by FLIPOP's rules: every managed IP
+// (not the disabled ones) has an ip_state series and ip_assignments /
+// ip_assignment_errors counters (0 included); an IP with a provider ID (a
+// node, a non-matching droplet, or the target of a failed assignment) has
+// an ip_node series, node="" when that is not a matching node, and counts
+// as "assigned"; "available" nodes are the matching ones waiting for an IP,
+// without those held back after a failed assignment.
 func (c *poolCore) snapshot(p *FloatingIPPool, fqdn string, nodes []poolNode) poolSnapshot {
 	st := c.status(nodes)
 	s := poolSnapshot{
 		valid: true, namespace: p.Namespace, name: p.Name, provider: p.Spec.Provider, dns: fqdn,
-		assignable:     len(st.AssignableNodes) + len(st.NodeErrors),
+		assignable:     len(st.AssignableNodes),
 		ipState:        map[string]IPState{},
 		ipNode:         map[string][2]string{},
 		assignments:    map[string]int{},
@@ -40,18 +46,15 @@ func (c *poolCore) snapshot(p *FloatingIPPool, fqdn string, nodes []poolNode) po
 	if p.Spec.DesiredIPs > len(c.ips) {
 		s.unfulfilled = p.Spec.DesiredIPs - len(c.ips)
 	}
-	for ip, is := range st.IPs {
+	for _, ip := range c.ips {
+		is := st.IPs[ip]
 		s.ipState[ip] = is.State
-		if is.State == IPStateActive || (is.State == IPStateInProgress && is.NodeName != "") {
+		s.assignments[ip] = c.assignments[ip]
+		s.assignmentErrs[ip] = c.assignErrors[ip]
+		if is.ProviderID != "" {
 			s.ipNode[ip] = [2]string{is.ProviderID, is.NodeName}
+			s.assigned++
 		}
-	}
-	s.assigned = len(c.annotations(nodes))
-	for ip, n := range c.assignments {
-		s.assignments[ip] = n
-	}
-	for ip, n := range c.assignErrors {
-		s.assignmentErrs[ip] = n
 	}
 	return s
 }

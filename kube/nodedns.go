@@ -41,7 +41,7 @@ func (o *operator) validateNodeDNS(s *NodeDNSRecordSet) (nodeDNSConfig, string) 
 	}
 	m, err := newMatcher(s.Spec.Match)
 	if err != nil {
-		return c, "Error " + err.Error()
+		return c, err.Error() // "Error parsing node selector: ...", as FLIPOP writes it
 	}
 	c.dns, c.provider, c.spec, c.match = dp, name, s.Spec.DNSRecordSet, m
 	c.fqdn = dp.RecordNameAndZoneToFQDN(c.spec.Zone, c.spec.RecordName)
@@ -87,8 +87,9 @@ func (o *operator) syncNodeDNS(ctx context.Context, key string) (time.Time, erro
 	e := o.dnsEntry(key)
 	c, verr := o.validateNodeDNS(&rs)
 	if verr != "" {
+		// Like FLIPOP, the records series of a set that turned invalid
+		// stays at its last value.
 		o.log.Warn("NodeDNSRecordSet not usable", "recordset", key, "reason", verr)
-		o.setDNSMetrics(key, dnsSnapshot{})
 		return time.Time{}, o.patchStatus(ctx, NodeDNSRecordSetResource.Resource, u, rs.Status,
 			NodeDNSRecordSetStatus{State: DNSStateError, Error: verr})
 	}
@@ -122,7 +123,8 @@ func (o *operator) syncNodeDNS(ctx context.Context, key string) (time.Time, erro
 	st := NodeDNSRecordSetStatus{State: DNSStateInProgress}
 	switch {
 	case e.dns.lastErr != nil:
-		st = NodeDNSRecordSetStatus{State: DNSStateError, Error: fmt.Sprintf("Failed to update DNS: %.1000s", e.dns.lastErr.Error())}
+		// FLIPOP's texts: still in progress (it is retried), with the error.
+		st = NodeDNSRecordSetStatus{State: DNSStateInProgress, Error: fmt.Sprintf("Failed to update DNS: %.1000s", e.dns.lastErr.Error())}
 	case e.dns.wroteOnce:
 		st.State = DNSStateActive
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,6 +73,8 @@ type poolEntry struct {
 	region   string
 	dns      dnsSync
 	dnsKey   string
+	warning  string // last logged dnsRecordSet warning
+	shared   string // last logged shared-IP error
 	metrics  poolSnapshot
 }
 
@@ -121,7 +124,26 @@ func newOperator(log *slog.Logger, kube kubernetes.Interface, dyn dynamic.Interf
 		o.poolInf = o.dynFactory.ForResource(FloatingIPPoolResource).Informer()
 		o.poolQueue = workqueue.NewTypedRateLimitingQueueWithConfig(limiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "vipd_floatingippool"})
-		if _, err := o.poolInf.AddEventHandler(keyHandler(o.poolQueue)); err != nil {
+		// A pool added, deleted or with other spec.ips requeues every
+		// pool: which IPs another pool lists decides what a pool may act on
+		// and which annotations it may remove. Other updates (status
+		// writes) requeue only that pool.
+		one := func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				o.poolQueue.Add(key) // a deleted pool is no longer listed
+			}
+		}
+		all := func(obj any) { one(obj); o.enqueuePools() }
+		if _, err := o.poolInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: all, DeleteFunc: all,
+			UpdateFunc: func(a, b any) {
+				if specIPs(a) != specIPs(b) {
+					all(b)
+					return
+				}
+				one(b)
+			},
+		}); err != nil {
 			return nil, fmt.Errorf("pool handler: %w", err)
 		}
 	}
@@ -165,6 +187,23 @@ func keyHandler(q workqueue.TypedRateLimitingInterface[string]) cache.ResourceEv
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{AddFunc: add, DeleteFunc: add, UpdateFunc: func(_, b any) { add(b) }}
+}
+
+// specIPs renders a pool object's spec.ips for comparison.
+func specIPs(obj any) string {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	ips, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "ips")
+	return strings.Join(ips, ",")
+}
+
+// enqueuePools schedules a pass of every pool.
+func (o *operator) enqueuePools() {
+	for _, k := range o.poolInf.GetStore().ListKeys() {
+		o.poolQueue.Add(k)
+	}
 }
 
 // enqueueAll schedules a pass of every pool and record set. Passes read

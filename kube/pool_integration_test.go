@@ -48,7 +48,9 @@ func TestFloatingIPPoolLifecycle(t *testing.T) {
 			if len(p.Spec.IPs) != 2 {
 				return fmt.Errorf("spec.ips = %v", p.Spec.IPs)
 			}
-			ips = p.Spec.IPs
+			// In FLIPOP's order: the IP created last goes out first, so
+			// ips[0] is a's and ips[1] is b's.
+			ips = []string{p.Spec.IPs[1], p.Spec.IPs[0]}
 			return nil
 		})
 		if n := h.do.Count("POST", "/v2/reserved_ips"); n < 2 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -57,18 +58,21 @@ func (f *fakeIPs) pass(c *poolCore, nodes []poolNode, now time.Time) {
 	}
 }
 
-func TestPoolInitialAssignmentSortedByName(t *testing.T) {
+// FLIPOP's order: nodes by name, IPs read as unassigned pushed to the
+// front of the free queue one by one in spec order, so the last one listed
+// goes to the first node (FLIPOP's "happy path" and "no node selector").
+func TestPoolInitialAssignmentFLIPOPOrder(t *testing.T) {
 	c := newPoolCore()
-	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, t0)
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, nil, t0)
 	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "", "2.2.2.2": ""}}
 	nodes := nodesOf("c", "a", "b")
 	slices.SortFunc(nodes, func(x, y poolNode) int { return compareStr(x.Name, y.Name) })
 	f.pass(c, nodes, t0)
-	if want := []string{"1.1.1.1->a", "2.2.2.2->b"}; !slices.Equal(f.assigns, want) {
+	if want := []string{"2.2.2.2->a", "1.1.1.1->b"}; !slices.Equal(f.assigns, want) {
 		t.Fatalf("assigns %v, want %v", f.assigns, want)
 	}
 	st := c.status(nodes)
-	if st.IPs["1.1.1.1"].State != IPStateInProgress || !slices.Equal(st.AssignableNodes, []string{"c"}) {
+	if st.IPs["2.2.2.2"].State != IPStateInProgress || !slices.Equal(st.AssignableNodes, []string{"c"}) {
 		t.Fatalf("status %+v", st)
 	}
 	if got := c.activeIPs(nodes); len(got) != 0 {
@@ -79,11 +83,92 @@ func TestPoolInitialAssignmentSortedByName(t *testing.T) {
 	if got := c.activeIPs(nodes); !slices.Equal(got, []string{"1.1.1.1", "2.2.2.2"}) {
 		t.Fatalf("active %v", got)
 	}
-	if st := c.status(nodes); st.IPs["2.2.2.2"] != (IPStatus{State: IPStateActive, NodeName: "b", ProviderID: "do://b"}) {
-		t.Fatalf("status %+v", st.IPs["2.2.2.2"])
+	if st := c.status(nodes); st.IPs["1.1.1.1"] != (IPStatus{State: IPStateActive, NodeName: "b", ProviderID: "do://b"}) {
+		t.Fatalf("status %+v", st.IPs["1.1.1.1"])
 	}
-	if ann := c.annotations(nodes); ann["a"] != "1.1.1.1" || ann["b"] != "2.2.2.2" || len(ann) != 2 {
+	if ann := c.annotations(nodes); ann["a"] != "2.2.2.2" || ann["b"] != "1.1.1.1" || len(ann) != 2 {
 		t.Fatalf("annotations %v", ann)
+	}
+}
+
+// Created IPs join spec.ips and are read in spec order: the newest one is
+// handed out first (FLIPOP's "create new ips": 10.0.2.2 goes active).
+func TestPoolCreatedIPsFLIPOPOrder(t *testing.T) {
+	c := newPoolCore()
+	c.setSpec(nil, 2, 0, nil, t0)
+	c.created("10.0.1.1", nil, t0)
+	c.created("10.0.2.2", nil, t0)
+	c.setSpec([]string{"10.0.1.1", "10.0.2.2"}, 2, 0, nil, t0)
+	f := &fakeIPs{holders: map[string]string{"10.0.1.1": "", "10.0.2.2": ""}}
+	f.pass(c, nodesOf("rio-grande"), t0)
+	if want := []string{"10.0.2.2->rio-grande"}; !slices.Equal(f.assigns, want) {
+		t.Fatalf("assigns %v, want %v", f.assigns, want)
+	}
+}
+
+// A node that stops matching puts its IP at the back of the queue: an IP
+// read as unassigned later still goes out first.
+func TestPoolReleasedIPGoesToTheBack(t *testing.T) {
+	c := newPoolCore()
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, nil, t0)
+	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "do://a", "2.2.2.2": "do://x"}}
+	f.pass(c, nodesOf("a"), t0)
+	if len(f.assigns) != 0 {
+		t.Fatalf("assigns %v", f.assigns)
+	}
+	f.pass(c, nil, t0.Add(time.Second)) // a stops matching
+	f.holders["2.2.2.2"] = ""           // x let its IP go; read at the next check
+	f.pass(c, nodesOf("b"), t0.Add(healthyRecheck+time.Second))
+	if want := []string{"2.2.2.2->b"}; !slices.Equal(f.assigns, want) {
+		t.Fatalf("assigns %v, want %v (a keeps its IP while another is free)", f.assigns, want)
+	}
+}
+
+// Two pools listing the same IP: neither acts on it, both report it, and
+// neither removes an annotation naming it.
+func TestPoolSharedAndInvalidIPs(t *testing.T) {
+	c := newPoolCore()
+	others := map[string]string{"2.2.2.2": "ns/other", "7.7.7.7": "ns/third"}
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2", "010.0.0.1"}, 0, 0, others, t0)
+	if due := c.dueChecks(t0); !slices.Equal(due, []string{"1.1.1.1", "2.2.2.2"}) {
+		t.Fatalf("read %v, want the IPv4 ones (reading changes nothing)", due)
+	}
+	// c holds the shared IP: it gets no second one; a does.
+	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "", "2.2.2.2": "do://c"}}
+	f.pass(c, nodesOf("a", "b", "c"), t0)
+	if want := []string{"1.1.1.1->a"}; !slices.Equal(f.assigns, want) {
+		t.Fatalf("assigns %v, want %v", f.assigns, want)
+	}
+	if ann := c.annotations(nodesOf("a", "b", "c")); len(ann) != 1 || ann["a"] != "1.1.1.1" {
+		t.Fatalf("annotations %v: the shared IP's holder is left alone", ann)
+	}
+	if st := c.status(nodesOf("a", "b", "c")); !slices.Equal(st.AssignableNodes, []string{"b"}) {
+		t.Fatalf("assignable %v", st.AssignableNodes)
+	}
+	st := c.status(nodesOf("a", "b", "c"))
+	if !strings.Contains(st.Error, "ip 2.2.2.2 is also listed by FloatingIPPool ns/other") {
+		t.Fatalf("status.error %q", st.Error)
+	}
+	if s := st.IPs["2.2.2.2"]; s.State != IPStateError || s.Error != "also listed by FloatingIPPool ns/other" {
+		t.Fatalf("shared IP status %+v", s)
+	}
+	if s := st.IPs["010.0.0.1"]; s.State != IPStateError || !strings.Contains(s.Error, "not an IPv4 address") {
+		t.Fatalf("invalid IP status %+v", s)
+	}
+	if c.ownsAnnotation("2.2.2.2") || c.ownsAnnotation("7.7.7.7") || !c.ownsAnnotation("1.1.1.1") {
+		t.Fatal("annotation ownership wrong")
+	}
+	// The other pool drops it: this pool takes it up, on c where it is.
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2", "010.0.0.1"}, 0, 0, nil, t0.Add(time.Second))
+	f.pass(c, nodesOf("a", "b", "c"), t0.Add(time.Second))
+	if want := []string{"1.1.1.1->a"}; !slices.Equal(f.assigns, want) {
+		t.Fatalf("assigns %v, want %v", f.assigns, want)
+	}
+	if ann := c.annotations(nodesOf("a", "b", "c")); ann["c"] != "2.2.2.2" {
+		t.Fatalf("annotations %v", ann)
+	}
+	if st := c.status(nil); st.Error != "" {
+		t.Fatalf("status.error %q after the fix", st.Error)
 	}
 }
 
@@ -99,7 +184,7 @@ func compareStr(a, b string) int {
 
 func TestPoolKeepsExistingAssignmentsWithoutCalls(t *testing.T) {
 	c := newPoolCore()
-	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, t0)
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, nil, t0)
 	// b holds 1.1.1.1 already; a holds nothing.
 	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "do://b", "2.2.2.2": ""}}
 	nodes := nodesOf("a", "b")
@@ -111,7 +196,7 @@ func TestPoolKeepsExistingAssignmentsWithoutCalls(t *testing.T) {
 
 func TestPoolStealsFromNonMatchingDropletLast(t *testing.T) {
 	c := newPoolCore()
-	c.setSpec([]string{"1.1.1.1", "2.2.2.2", "3.3.3.3"}, 0, 0, t0)
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2", "3.3.3.3"}, 0, 0, nil, t0)
 	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "do://other", "2.2.2.2": "", "3.3.3.3": "do://x"}}
 	f.pass(c, nodesOf("a"), t0)
 	if want := []string{"2.2.2.2->a"}; !slices.Equal(f.assigns, want) {
@@ -124,7 +209,7 @@ func TestPoolStealsFromNonMatchingDropletLast(t *testing.T) {
 
 func TestPoolDisabledNodeKeepsIPUntilNeeded(t *testing.T) {
 	c := newPoolCore()
-	c.setSpec([]string{"1.1.1.1"}, 0, 0, t0)
+	c.setSpec([]string{"1.1.1.1"}, 0, 0, nil, t0)
 	f := &fakeIPs{holders: map[string]string{"1.1.1.1": ""}}
 	f.pass(c, nodesOf("a"), t0)
 	f.pass(c, nodesOf("a"), t0.Add(time.Second))
@@ -156,7 +241,7 @@ func TestPoolDisabledNodeKeepsIPUntilNeeded(t *testing.T) {
 
 func TestPoolCoolOff(t *testing.T) {
 	c := newPoolCore()
-	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 20*time.Second, t0)
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 20*time.Second, nil, t0)
 	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "", "2.2.2.2": ""}}
 	nodes := nodesOf("a", "b")
 	f.pass(c, nodes, t0)
@@ -181,7 +266,7 @@ func TestPoolCoolOff(t *testing.T) {
 
 func TestPoolAssignErrorBackoffAndNoNodeLeftBehind(t *testing.T) {
 	c := newPoolCore()
-	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, t0)
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, nil, t0)
 	fail := 2
 	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "", "2.2.2.2": ""}}
 	f.assign = func(ip, pid string) error {
@@ -193,15 +278,20 @@ func TestPoolAssignErrorBackoffAndNoNodeLeftBehind(t *testing.T) {
 	}
 	nodes := nodesOf("a", "b")
 	f.pass(c, nodes, t0)
-	// a failed with 1.1.1.1; b still got 2.2.2.2 in the same pass.
-	if want := []string{"2.2.2.2->b"}; !slices.Equal(f.assigns, want) {
+	// a failed with 2.2.2.2 (first in FLIPOP's order); b still got
+	// 1.1.1.1 in the same pass.
+	if want := []string{"1.1.1.1->b"}; !slices.Equal(f.assigns, want) {
 		t.Fatalf("assigns %v, want %v", f.assigns, want)
 	}
 	st := c.status(nodes)
-	if !slices.Equal(st.NodeErrors, []string{"a"}) || st.IPs["1.1.1.1"].State != IPStateError {
+	if !slices.Equal(st.NodeErrors, []string{"a"}) || st.IPs["2.2.2.2"].State != IPStateError {
 		t.Fatalf("status %+v", st)
 	}
-	if c.assignErrors["1.1.1.1"] != 1 {
+	// FLIPOP names the node the failed assignment was for.
+	if s := st.IPs["2.2.2.2"]; s.ProviderID != "do://a" || s.NodeName != "a" || !strings.HasPrefix(s.Error, "assigning IP to node: ") {
+		t.Fatalf("failed IP status %+v", s)
+	}
+	if c.assignErrors["2.2.2.2"] != 1 {
 		t.Fatalf("assign errors %v", c.assignErrors)
 	}
 	// Inside the node's backoff (1s): no retry.
@@ -215,19 +305,19 @@ func TestPoolAssignErrorBackoffAndNoNodeLeftBehind(t *testing.T) {
 		t.Fatalf("no retry after the backoff")
 	}
 	f.pass(c, nodes, t0.Add(2200*time.Millisecond))
-	if want := []string{"2.2.2.2->b", "1.1.1.1->a"}; !slices.Equal(f.assigns, want) {
+	if want := []string{"1.1.1.1->b", "2.2.2.2->a"}; !slices.Equal(f.assigns, want) {
 		t.Fatalf("assigns %v, want %v", f.assigns, want)
 	}
 	f.pass(c, nodes, t0.Add(4*time.Second))
 	st = c.status(nodes)
-	if len(st.NodeErrors) != 0 || st.IPs["1.1.1.1"].State != IPStateActive {
+	if len(st.NodeErrors) != 0 || st.IPs["2.2.2.2"].State != IPStateActive {
 		t.Fatalf("status after recovery %+v", st)
 	}
 }
 
 func TestPoolReadErrors(t *testing.T) {
 	c := newPoolCore()
-	c.setSpec([]string{"1.1.1.1", "9.9.9.9"}, 0, 0, t0)
+	c.setSpec([]string{"1.1.1.1", "9.9.9.9"}, 0, 0, nil, t0)
 	f := &fakeIPs{holders: map[string]string{"1.1.1.1": ""}} // 9.9.9.9 does not exist
 	f.pass(c, nodesOf("a", "b"), t0)
 	st := c.status(nodesOf("a", "b"))
@@ -248,7 +338,7 @@ func TestPoolReadErrors(t *testing.T) {
 
 func TestPoolDesiredIPsAndDisabled(t *testing.T) {
 	c := newPoolCore()
-	c.setSpec([]string{"1.1.1.1", "2.2.2.2", "3.3.3.3"}, 2, 0, t0)
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2", "3.3.3.3"}, 2, 0, nil, t0)
 	if n := c.toCreate(3, 2, t0); n != 0 {
 		t.Fatalf("toCreate %d", n)
 	}
@@ -261,7 +351,7 @@ func TestPoolDesiredIPsAndDisabled(t *testing.T) {
 	}
 
 	c = newPoolCore()
-	c.setSpec(nil, 3, 0, t0)
+	c.setSpec(nil, 3, 0, nil, t0)
 	if n := c.toCreate(0, 3, t0); n != 3 {
 		t.Fatalf("toCreate %d, want 3", n)
 	}
@@ -274,7 +364,7 @@ func TestPoolDesiredIPsAndDisabled(t *testing.T) {
 	if n := c.toCreate(0, 3, t0.Add(2*time.Second)); n != 2 {
 		t.Fatalf("toCreate %d, want 2 with one pending", n)
 	}
-	c.setSpec([]string{"4.4.4.4"}, 3, 0, t0)
+	c.setSpec([]string{"4.4.4.4"}, 3, 0, nil, t0)
 	if len(c.pending) != 0 {
 		t.Fatalf("pending %v after it reached spec.ips", c.pending)
 	}
@@ -312,32 +402,32 @@ func TestRetrySchedule(t *testing.T) {
 
 func TestPoolReadErrorKeepsHolder(t *testing.T) {
 	c := newPoolCore()
-	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, t0)
+	c.setSpec([]string{"1.1.1.1", "2.2.2.2"}, 0, 0, nil, t0)
 	f := &fakeIPs{holders: map[string]string{"1.1.1.1": "", "2.2.2.2": ""}}
 	nodes := nodesOf("a")
 	f.pass(c, nodes, t0)
 	f.pass(c, nodes, t0.Add(time.Second))
-	if !slices.Equal(c.activeIPs(nodes), []string{"1.1.1.1"}) {
+	if !slices.Equal(c.activeIPs(nodes), []string{"2.2.2.2"}) {
 		t.Fatalf("active %v", c.activeIPs(nodes))
 	}
 	// The periodic re-read of a's IP fails with a 500.
-	c.observe("1.1.1.1", "", &apiError{Provider: "digitalocean", Status: 500, Message: "boom"}, t0.Add(healthyRecheck))
+	c.observe("2.2.2.2", "", &apiError{Provider: "digitalocean", Status: 500, Message: "boom"}, t0.Add(healthyRecheck))
 	if a, _, ok := c.nextAssignment(nodes, t0.Add(healthyRecheck)); ok {
 		t.Fatalf("a read error made a look empty-handed: would assign %+v", a)
 	}
 	st := c.status(nodes)
-	if st.IPs["1.1.1.1"].State != IPStateError || len(st.AssignableNodes) != 0 {
+	if st.IPs["2.2.2.2"].State != IPStateError || len(st.AssignableNodes) != 0 {
 		t.Fatalf("status %+v", st)
 	}
-	if ann := c.annotations(nodes); ann["a"] != "1.1.1.1" {
+	if ann := c.annotations(nodes); ann["a"] != "2.2.2.2" {
 		t.Fatalf("annotation dropped on a read error: %v", ann)
 	}
 	// The read recovers (fast retry).
-	if due := c.dueChecks(t0.Add(healthyRecheck + time.Second)); !slices.Contains(due, "1.1.1.1") {
+	if due := c.dueChecks(t0.Add(healthyRecheck + time.Second)); !slices.Contains(due, "2.2.2.2") {
 		t.Fatalf("not re-read after 1s: %v", due)
 	}
-	c.observe("1.1.1.1", "do://a", nil, t0.Add(healthyRecheck+time.Second))
-	if st := c.status(nodes); st.IPs["1.1.1.1"].State != IPStateActive {
-		t.Fatalf("status after recovery %+v", st.IPs["1.1.1.1"])
+	c.observe("2.2.2.2", "do://a", nil, t0.Add(healthyRecheck+time.Second))
+	if st := c.status(nodes); st.IPs["2.2.2.2"].State != IPStateActive {
+		t.Fatalf("status after recovery %+v", st.IPs["2.2.2.2"])
 	}
 }

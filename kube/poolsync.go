@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // poolConfig is a validated FloatingIPPool spec.
@@ -18,7 +20,7 @@ type poolConfig struct {
 	dnsSpec DNSRecordSet
 	fqdn    string // "dns" metric label
 	match   *matcher
-	warning string // reported in status.error, not fatal
+	warning string // logged (FLIPOP ignores such a dnsRecordSet with a warning)
 }
 
 // validatePool applies FLIPOP's checks, with its status texts.
@@ -34,11 +36,6 @@ func (o *operator) validatePool(p *FloatingIPPool) (poolConfig, string) {
 	pc.ip = ipp
 	if len(p.Spec.IPs) == 0 && p.Spec.DesiredIPs == 0 {
 		return pc, "ips or desiredIPs must be provided"
-	}
-	for _, ip := range p.Spec.IPs {
-		if !isIPv4(ip) {
-			return pc, fmt.Sprintf("ips: %q is not an IPv4 address (reserved IPs are IPv4)", ip)
-		}
 	}
 	m, err := newMatcher(p.Spec.Match)
 	if err != nil {
@@ -112,6 +109,12 @@ func (o *operator) syncPool(ctx context.Context, key string) (time.Time, error) 
 		e.dns = dnsSync{}
 	}
 	pc, verr := o.validatePool(&pool)
+	if pc.warning != e.warning {
+		if pc.warning != "" {
+			o.log.Warn("FloatingIPPool dnsRecordSet ignored", "pool", key, "reason", pc.warning)
+		}
+		e.warning = pc.warning
+	}
 	if verr != "" {
 		o.log.Warn("FloatingIPPool not usable", "pool", key, "reason", verr)
 		o.setPoolMetrics(key, poolSnapshot{})
@@ -120,7 +123,13 @@ func (o *operator) syncPool(ctx context.Context, key string) (time.Time, error) 
 	core := e.core
 	now := o.now()
 	coolOff := time.Duration(pool.Spec.AssignmentCoolOffSeconds * float64(time.Second))
-	core.setSpec(pool.Spec.IPs, pool.Spec.DesiredIPs, coolOff, now)
+	core.setSpec(pool.Spec.IPs, pool.Spec.DesiredIPs, coolOff, o.otherPoolsIPs(key), now)
+	if se := core.sharedError(); se != e.shared {
+		if se != "" {
+			o.log.Warn("FloatingIPPool shares IPs with another pool", "pool", key, "reason", se)
+		}
+		e.shared = se
+	}
 	var retrySoon time.Time
 
 	// 1. Create reserved IPs up to desiredIPs and persist them in spec.ips.
@@ -182,14 +191,13 @@ func (o *operator) syncPool(ctx context.Context, key string) (time.Time, error) 
 	}
 
 	// 4. Annotations: set on holders, removed from nodes that lost the IP.
-	if err := o.syncAnnotations(ctx, key, core, pn, pc.match); err != nil {
+	if err := o.syncAnnotations(ctx, key, core, pn); err != nil {
 		o.log.Warn("annotating nodes failed, will retry", "pool", key, "err", err)
 		retrySoon = earliest(retrySoon, o.now().Add(5*time.Second))
 	}
 
 	// 5. DNS: the active IPs, never an empty set.
 	var dnsWake time.Time
-	dnsErr := ""
 	if pc.dns != nil {
 		dk := fmt.Sprintf("%s|%s|%s|%d", pc.dnsName, pc.dnsSpec.Zone, pc.dnsSpec.RecordName, pc.dnsSpec.TTL)
 		if dk != e.dnsKey {
@@ -212,20 +220,12 @@ func (o *operator) syncPool(ctx context.Context, key string) (time.Time, error) 
 			}
 			dnsWake = at
 		}
-		if e.dns.lastErr != nil {
-			dnsErr = fmt.Sprintf("updating DNS: %.1000s", e.dns.lastErr.Error())
-		}
 	}
 
-	// 6. Status and metrics.
+	// 6. Status and metrics. Like FLIPOP, DNS problems of a pool are
+	// logged (above), not put in status.error.
 	now = o.now()
 	st := core.status(pn)
-	if st.Error == "" {
-		st.Error = dnsErr
-	}
-	if st.Error == "" {
-		st.Error = pc.warning
-	}
 	o.setPoolMetrics(key, core.snapshot(&pool, pc.fqdn, pn))
 	if err := o.patchStatus(ctx, FloatingIPPoolResource.Resource, u, pool.Status, st); err != nil {
 		return time.Time{}, err
@@ -248,13 +248,15 @@ func (o *operator) persistIPs(ctx context.Context, u *unstructured.Unstructured,
 	return nil
 }
 
-// syncAnnotations makes the reserved-IP annotation of the nodes the pool's
-// nodeLabel selects agree with the pool: holders carry their IP; the others
-// lose an annotation naming one of the pool's IPs (like FLIPOP, nodes outside
-// the selector are never touched). Nodes already right are not patched.
-func (o *operator) syncAnnotations(ctx context.Context, key string, core *poolCore, pn []poolNode, m *matcher) error {
+// syncAnnotations makes the reserved-IP annotation of every node agree with
+// the pool: holders carry their IP; any other node (whatever the reason it
+// does not hold one: it left the nodeLabel selector, got a taint, is not
+// Ready, lost its pods) loses an annotation naming one of the pool's IPs.
+// Annotations naming IPs of no pool of ours, or of another pool, are never
+// touched. Nodes already right are not patched.
+func (o *operator) syncAnnotations(ctx context.Context, key string, core *poolCore, pn []poolNode) error {
 	want := core.annotations(pn)
-	all, err := o.nodes.List(m.nodeSel)
+	all, err := o.nodes.List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
 	}
@@ -272,6 +274,34 @@ func (o *operator) syncAnnotations(ctx context.Context, key string, core *poolCo
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// otherPoolsIPs maps every IP listed in spec.ips of a pool other than key
+// to that pool's key (the first by key when several list it).
+func (o *operator) otherPoolsIPs(key string) map[string]string {
+	out := map[string]string{}
+	keys := o.poolInf.GetStore().ListKeys()
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k == key {
+			continue
+		}
+		obj, ok, err := o.poolInf.GetStore().GetByKey(k)
+		if err != nil || !ok {
+			continue
+		}
+		u, isU := obj.(*unstructured.Unstructured)
+		if !isU {
+			continue
+		}
+		ips, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "ips")
+		for _, ip := range ips {
+			if ip != "" && out[ip] == "" {
+				out[ip] = k
+			}
+		}
+	}
+	return out
 }
 
 // statusOf decodes whatever status a (possibly malformed) object has, for

@@ -227,7 +227,7 @@ type dnsRecord struct {
 	ID      string
 	IP      string
 	TTL     int
-	Proxied bool // Cloudflare only
+	Proxied bool // Cloudflare only: left as it is
 }
 
 // recordPlan is what EnsureDNSARecordSet must do to turn existing records
@@ -239,8 +239,9 @@ type recordPlan struct {
 }
 
 // planRecords compares existing records with the wanted IPs. A record for a
-// wanted IP is kept when its TTL is right and it is not proxied, otherwise
-// updated; duplicates and records of unwanted IPs are reused for missing IPs
+// wanted IP is kept when its TTL is right or it is proxied (Cloudflare's TTL
+// of a proxied record is "automatic"; its proxying is the user's choice),
+// otherwise updated; duplicates and records of unwanted IPs are reused for missing IPs
 // (one update instead of a delete and a create) and deleted when left over.
 func planRecords(existing []dnsRecord, want []string, ttl int) recordPlan {
 	wanted := map[string]bool{}
@@ -256,7 +257,7 @@ func planRecords(existing []dnsRecord, want []string, ttl int) recordPlan {
 			continue
 		}
 		covered[r.IP] = true
-		if r.TTL != ttl || r.Proxied {
+		if r.TTL != ttl && !r.Proxied {
 			plan.Update = append(plan.Update, dnsRecord{ID: r.ID, IP: r.IP, TTL: ttl})
 		}
 	}

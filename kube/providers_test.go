@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,6 +157,7 @@ func TestCloudflareRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cf.pace.every = 0                                   // over a hundred writes; the pace has its own test
 	for _, zone := range []string{"example.com", zid} { // by name (extension) and by ID (FLIPOP)
 		if err := cf.EnsureDNSARecordSet(ctx, zone, "lb.example.com", []string{"192.0.2.1", "192.0.2.2"}, 0); err != nil {
 			t.Fatal(err)
@@ -178,15 +181,18 @@ func TestCloudflareRecords(t *testing.T) {
 	if n := len(fake.Records(zid)); n != 152 {
 		t.Fatalf("%d records, want 150 untouched + 2", n)
 	}
-	// Errors carry Cloudflare's envelope message and classify for retry.
-	fake.AddFault(fakecf.Fault{Method: http.MethodGet, Path: "/zones/", Status: 429, Count: 1})
+	// Errors carry Cloudflare's envelope message and classify for retry
+	// once the client's own retries (3) are used up.
+	cf.backoff = 10 * time.Millisecond
+	fake.AddFault(fakecf.Fault{Method: http.MethodGet, Path: "/zones/", Status: 429, Count: 4})
 	err = cf.EnsureDNSARecordSet(ctx, zid, "lb.example.com", []string{"192.0.2.1"}, 60)
 	var ae *apiError
 	if !errors.As(err, &ae) || ae.Status != 429 || retrySchedule(err) != retryFast {
 		t.Fatalf("429: %v", err)
 	}
-	if err := cf.EnsureDNSARecordSet(ctx, "nosuch.example", "x.nosuch.example", nil, 60); err == nil {
-		t.Fatal("unknown zone name accepted")
+	// Neither a zone ID nor a zone name: used as an ID, as FLIPOP does.
+	if err := cf.EnsureDNSARecordSet(ctx, "nosuch.example", "x.nosuch.example", nil, 60); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown zone: %v", err)
 	}
 	bad, _ := newCloudflare("wrong", fake.URL(), "", time.Second)
 	if err := bad.EnsureDNSARecordSet(ctx, zid, "lb.example.com", nil, 60); err == nil {
@@ -212,5 +218,177 @@ func TestProviderCallsInstrumented(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(pm.duration, "flipop_providers_call_duration_seconds"); n != 1 {
 		t.Fatalf("duration series %d", n)
+	}
+}
+
+// FLIPOP's own Cloudflare cases (pkg/provider/cloudflare_test.go): zone
+// "ZONE" used as given, TTL 30, records rewritten in place with PATCH
+// bodies that carry type, name, content and ttl and never "proxied"; PUT
+// is never used.
+func TestCloudflareFLIPOPCases(t *testing.T) {
+	tests := []struct {
+		name    string
+		list    []string // existing contents, IDs "1", "2", ... in order
+		set     []string
+		patches map[string]string // record index -> new content
+		creates []string
+		deletes []int
+	}{
+		{name: "already set", list: []string{"10.0.1.0", "10.0.1.255"}, set: []string{"10.0.1.0", "10.0.1.255"}},
+		{name: "update", list: []string{"10.0.1.0", "10.0.1.255"}, set: []string{"10.0.1.0", "10.0.0.1"}, patches: map[string]string{"1": "10.0.0.1"}},
+		{name: "create", list: []string{"10.0.1.0", "10.0.0.1"}, set: []string{"10.0.1.0", "10.0.0.1", "10.0.0.2"}, creates: []string{"10.0.0.2"}},
+		{name: "delete", list: []string{"10.0.1.0", "10.0.0.1"}, set: []string{"10.0.1.0"}, deletes: []int{1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := fakecf.New("test123")
+			t.Cleanup(fake.Close)
+			fake.AddZoneWithID("ZONE", "example.com", true)
+			var ids []string
+			for _, ip := range tt.list {
+				ids = append(ids, fake.AddRecord("ZONE", fakecf.Record{Type: "A", Name: "name", Content: ip, TTL: 30}))
+			}
+			cf, err := newCloudflare("test123", fake.URL(), "", 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cf.EnsureDNSARecordSet(context.Background(), "ZONE", "name", tt.set, 30); err != nil {
+				t.Fatal(err)
+			}
+			var patches, creates, deletes []string
+			for _, r := range fake.Requests() {
+				switch {
+				case r.Method == http.MethodPut:
+					t.Errorf("PUT %s: FLIPOP updates with PATCH", r.Path)
+				case r.Method == http.MethodPatch:
+					if strings.Contains(r.Body, "proxied") {
+						t.Errorf("PATCH body %s carries proxied", r.Body)
+					}
+					patches = append(patches, r.Path+" "+r.Body)
+				case r.Method == http.MethodPost:
+					creates = append(creates, r.Body)
+				case r.Method == http.MethodDelete:
+					deletes = append(deletes, r.Path)
+				}
+			}
+			var wantPatches, wantCreates, wantDeletes []string
+			for idx, ip := range tt.patches {
+				i, _ := strconv.Atoi(idx)
+				wantPatches = append(wantPatches, "/zones/ZONE/dns_records/"+ids[i]+` {"type":"A","name":"name","content":"`+ip+`","ttl":30}`)
+			}
+			for _, ip := range tt.creates {
+				wantCreates = append(wantCreates, `{"type":"A","name":"name","content":"`+ip+`","ttl":30}`)
+			}
+			for _, i := range tt.deletes {
+				wantDeletes = append(wantDeletes, "/zones/ZONE/dns_records/"+ids[i])
+			}
+			if !slices.Equal(patches, wantPatches) || !slices.Equal(creates, wantCreates) || !slices.Equal(deletes, wantDeletes) {
+				t.Fatalf("patches %q creates %q deletes %q; want %q %q %q", patches, creates, deletes, wantPatches, wantCreates, wantDeletes)
+			}
+			var got []string
+			for _, r := range fake.Records("ZONE") {
+				got = append(got, r.Content)
+			}
+			want := slices.Clone(tt.set)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("records %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// A record the user proxies stays proxied: kept when it holds a wanted IP
+// (no write at all), and still proxied when reused for another IP (PATCH
+// leaves "proxied" alone, where PUT would have turned it off).
+func TestCloudflareKeepsProxying(t *testing.T) {
+	fake := fakecf.New("tok")
+	t.Cleanup(fake.Close)
+	zid := fake.AddZone("example.com")
+	keep := fake.AddRecord(zid, fakecf.Record{Type: "A", Name: "lb.example.com", Content: "192.0.2.1", TTL: 300, Proxied: true})
+	reuse := fake.AddRecord(zid, fakecf.Record{Type: "A", Name: "lb.example.com", Content: "192.0.2.9", Proxied: true})
+	cf, err := newCloudflare("tok", fake.URL(), "", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second run finds everything right: no write
+		if err := cf.EnsureDNSARecordSet(context.Background(), zid, "lb.example.com", []string{"192.0.2.1", "192.0.2.2"}, 120); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]fakecf.Record{}
+	for _, r := range fake.Records(zid) {
+		got[r.ID] = r
+	}
+	if r := got[keep]; !r.Proxied || r.Content != "192.0.2.1" {
+		t.Fatalf("kept record %+v", r)
+	}
+	if r := got[reuse]; !r.Proxied || r.Content != "192.0.2.2" {
+		t.Fatalf("reused record %+v: must stay proxied", r)
+	}
+	writes := 0
+	for _, r := range fake.Requests() {
+		if r.Method != http.MethodGet {
+			writes++
+		}
+	}
+	if writes != 1 {
+		t.Fatalf("%d writes, want 1 (the reuse), none for the proxied record of a wanted IP", writes)
+	}
+}
+
+// Pagination past the server's page cap, Retry-After obeyed, and the
+// client-side pace (4 requests a second) measured.
+func TestCloudflarePagesRetryAfterAndPace(t *testing.T) {
+	fake := fakecf.New("tok")
+	t.Cleanup(fake.Close)
+	zid := fake.AddZone("example.com")
+	fake.SetMaxPerPage(20)
+	for i := range 45 {
+		fake.AddRecord(zid, fakecf.Record{Type: "A", Name: "lb.example.com", Content: fmt.Sprintf("198.51.100.%d", i), TTL: 60})
+	}
+	cf, err := newCloudflare("tok", fake.URL(), "", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf.pace.every = 0 // pace measured below on its own
+	if err := cf.EnsureDNSARecordSet(context.Background(), zid, "lb.example.com", []string{"198.51.100.0"}, 60); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(fake.Records(zid)); n != 1 {
+		t.Fatalf("%d records left, want 1 (all 3 pages read)", n)
+	}
+	if n := fake.Count(http.MethodGet, "/zones/"+zid+"/dns_records"); n != 3 {
+		t.Fatalf("%d list pages read, want 3", n)
+	}
+
+	// 429 with Retry-After: 1 is retried after a second, not before.
+	fake.AddFault(fakecf.Fault{Method: http.MethodGet, Path: "/zones/", Status: 429, Count: 1, RetryAfter: "1"})
+	start := time.Now()
+	if err := cf.EnsureDNSARecordSet(context.Background(), zid, "lb.example.com", []string{"198.51.100.0"}, 60); err != nil {
+		t.Fatalf("not retried after Retry-After: %v", err)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Fatalf("retried after %v, Retry-After asked 1s", d)
+	}
+	// The server's rate limit (429 + Retry-After) is waited out too.
+	fake.SetRateLimit(2, time.Second)
+	for range 4 {
+		if err := cf.EnsureDNSARecordSet(context.Background(), zid, "lb.example.com", []string{"198.51.100.0"}, 60); err != nil {
+			t.Fatalf("rate limited call failed: %v", err)
+		}
+	}
+	fake.SetRateLimit(0, 0)
+
+	// Client-side pace: 9 requests at 4 a second take at least 2s.
+	cf.pace.every = time.Second / cfRequestsPerSecond
+	start = time.Now()
+	for range 9 {
+		if _, err := cf.do(context.Background(), http.MethodGet, "/zones", nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d < 2*time.Second {
+		t.Fatalf("9 requests took %v: no client-side rate limit", d)
 	}
 }

@@ -358,7 +358,7 @@ func buildProviders(cfg Config, pm *providerMetrics) (providers, error) {
 		p.dns[ProviderCloudflare] = instrumentedDNS{name: ProviderCloudflare, inner: cf, metrics: pm}
 	}
 	if len(p.ip) == 0 && len(p.dns) == 0 {
-		return p, errors.New("kube controllers need a provider token: set DIGITALOCEAN_ACCESS_TOKEN (or VIPD_DO_TOKEN_FILE) and/or CLOUDFLARE_API_TOKEN")
+		return p, errors.New("kube controllers need a provider token: set DIGITALOCEAN_ACCESS_TOKEN (or VIPD_DO_TOKEN_FILE) and/or CLOUDFLARE_API_TOKEN (or CLOUDFLARE_TOKEN)")
 	}
 	return p, nil
 }

@@ -88,7 +88,7 @@ func run() error {
 		// A configuration error (exit 2): vipd stops instead of restarting
 		// a child that can never work.
 		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
-			Accepted: "a provider token for the controllers: DIGITALOCEAN_ACCESS_TOKEN (or VIPD_DO_TOKEN_FILE) and/or CLOUDFLARE_API_TOKEN"}
+			Accepted: "a provider token for the controllers: DIGITALOCEAN_ACCESS_TOKEN (or VIPD_DO_TOKEN_FILE) and/or CLOUDFLARE_API_TOKEN (or CLOUDFLARE_TOKEN)"}
 	}
 	err = kube.Run(ctx, kube.Config{
 		Kubeconfig: c.Kubeconfig, Controllers: names,

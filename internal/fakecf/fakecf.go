@@ -2,8 +2,13 @@
 // provider makes: GET /zones?name=, and list/create/update (PUT, PATCH) and
 // delete of /zones/{zone_id}/dns_records, with the real envelopes
 // ({"success","errors","messages","result","result_info"}), pagination
-// (page, per_page) and the type/name (and name.exact) filters. It keeps a
-// request log and can inject failures.
+// (page, per_page, capped by SetMaxPerPage) and the type/name (and
+// name.exact) filters. Like Cloudflare, PUT overwrites a record (an omitted
+// "proxied" turns proxying off) while PATCH changes only the fields sent,
+// a proxied record's TTL is 1 ("automatic"), TTLs are 60-86400 or 1 (30 and
+// up on Enterprise zones), and a request over the rate limit
+// (SetRateLimit) is answered 429 with Retry-After. It keeps a request log
+// and can inject failures.
 //
 //	fake := fakecf.New("token")
 //	defer fake.Close()
@@ -56,12 +61,14 @@ type Request struct {
 
 // Fault makes matching requests fail with Status (and a Cloudflare error
 // envelope). Method "" matches any method; Path is a prefix of the path
-// after /client/v4. Count < 0 means until ClearFaults.
+// after /client/v4. Count < 0 means until ClearFaults. RetryAfter, when
+// not empty, is sent as the Retry-After header.
 type Fault struct {
-	Method string
-	Path   string
-	Status int
-	Count  int
+	Method     string
+	Path       string
+	Status     int
+	Count      int
+	RetryAfter string
 }
 
 // Server is the fake. It is safe for concurrent use.
@@ -69,16 +76,21 @@ type Server struct {
 	srv   *httptest.Server
 	token string
 
-	mu      sync.Mutex
-	zones   map[string]string // id -> name
-	records map[string][]*Record
-	log     []Request
-	faults  []*Fault
+	mu         sync.Mutex
+	zones      map[string]string // id -> name
+	enterprise map[string]bool   // zone ids on the Enterprise plan
+	records    map[string][]*Record
+	log        []Request
+	faults     []*Fault
+	maxPerPage int
+	rateN      int
+	rateWindow time.Duration
+	recent     []time.Time // accepted requests inside the rate window
 }
 
 // New starts a fake accepting only the bearer token.
 func New(token string) *Server {
-	s := &Server{token: token, zones: map[string]string{}, records: map[string][]*Record{}}
+	s := &Server{token: token, zones: map[string]string{}, enterprise: map[string]bool{}, records: map[string][]*Record{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
@@ -104,11 +116,40 @@ func (s *Server) AddZone(name string) string {
 	return id
 }
 
+// AddZoneWithID creates a zone with a given ID (FLIPOP's tests call their
+// zone "ZONE"); enterprise zones accept TTLs from 30 seconds.
+func (s *Server) AddZoneWithID(id, name string, enterprise bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.zones[id] = name
+	s.enterprise[id] = enterprise
+}
+
+// SetMaxPerPage caps per_page of record lists (0: no cap), so that clients
+// must follow the pages.
+func (s *Server) SetMaxPerPage(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxPerPage = n
+}
+
+// SetRateLimit answers 429 with Retry-After to requests beyond n within
+// any window (Cloudflare's global limit is 1200 per 5 minutes). n <= 0
+// turns it off.
+func (s *Server) SetRateLimit(n int, window time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rateN, s.rateWindow, s.recent = n, window, nil
+}
+
 // AddRecord inserts a record directly (not logged) and returns its ID.
 func (s *Server) AddRecord(zoneID string, r Record) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.ID, r.ZoneID, r.ZoneName = newID(), zoneID, s.zones[zoneID]
+	if r.Proxied {
+		r.TTL = 1
+	}
 	s.records[zoneID] = append(s.records[zoneID], &r)
 	return r.ID
 }
@@ -208,6 +249,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	fail := func(code, errCode int, msg string) {
 		reply(code, envelope{Errors: []apiMsg{{Code: errCode, Message: msg}}})
 	}
+	failAfter := func(code, errCode int, msg, retryAfter string) {
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		fail(code, errCode, msg)
+	}
 	if !strings.HasPrefix(r.URL.Path, "/client/v4/") {
 		fail(http.StatusNotFound, 7000, "No route for that URI")
 		return
@@ -218,12 +265,29 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.rateN > 0 {
+		now := time.Now()
+		keep := s.recent[:0]
+		for _, t := range s.recent {
+			if now.Sub(t) < s.rateWindow {
+				keep = append(keep, t)
+			}
+		}
+		s.recent = keep
+		if len(s.recent) >= s.rateN {
+			wait := s.rateWindow - now.Sub(s.recent[0])
+			secs := int((wait + time.Second - 1) / time.Second)
+			failAfter(http.StatusTooManyRequests, 10000, "Rate limited. Please wait and consider throttling your request speed", strconv.Itoa(max(secs, 1)))
+			return
+		}
+		s.recent = append(s.recent, now)
+	}
 	for _, f := range s.faults {
 		if f.Count != 0 && (f.Method == "" || f.Method == r.Method) && strings.HasPrefix(path, f.Path) {
 			if f.Count > 0 {
 				f.Count--
 			}
-			fail(f.Status, 10000+f.Status, http.StatusText(f.Status))
+			failAfter(f.Status, 10000+f.Status, http.StatusText(f.Status), f.RetryAfter)
 			return
 		}
 	}
@@ -253,7 +317,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			case http.MethodGet:
 				s.list(r, zid, reply)
 			case http.MethodPost:
-				rec, err := decodeRecord(body)
+				rec, err := decodeRecord(body, s.enterprise[zid])
 				if err != nil {
 					fail(http.StatusBadRequest, 9207, err.Error())
 					return
@@ -286,24 +350,40 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		case http.MethodGet:
 			reply(http.StatusOK, envelope{Success: true, Result: cur})
 		case http.MethodPut, http.MethodPatch:
-			var patch map[string]json.RawMessage
-			if err := json.Unmarshal(body, &patch); err != nil {
+			var fields map[string]json.RawMessage
+			if err := json.Unmarshal(body, &fields); err != nil {
 				fail(http.StatusBadRequest, 9207, "Request body is invalid.")
 				return
 			}
+			var rec *Record
 			if r.Method == http.MethodPut {
-				rec, err := decodeRecord(body)
-				if err != nil {
+				// PUT overwrites: what is not sent takes its default.
+				var err error
+				if rec, err = decodeRecord(body, s.enterprise[zid]); err != nil {
 					fail(http.StatusBadRequest, 9207, err.Error())
 					return
 				}
-				rec.ID, rec.ZoneID, rec.ZoneName, rec.CreatedOn = cur.ID, cur.ZoneID, cur.ZoneName, cur.CreatedOn
-				*cur = *rec
-			} else if err := json.Unmarshal(body, cur); err != nil {
-				fail(http.StatusBadRequest, 9207, "Request body is invalid.")
-				return
+			} else {
+				// PATCH changes only the fields sent.
+				merged := *cur
+				for _, k := range []string{"id", "zone_id", "zone_name", "created_on", "modified_on"} {
+					delete(fields, k)
+				}
+				b, _ := json.Marshal(fields)
+				if err := json.Unmarshal(b, &merged); err != nil {
+					fail(http.StatusBadRequest, 9207, "Request body is invalid.")
+					return
+				}
+				mb, _ := json.Marshal(merged)
+				var err error
+				if rec, err = decodeRecord(mb, s.enterprise[zid]); err != nil {
+					fail(http.StatusBadRequest, 9207, err.Error())
+					return
+				}
 			}
-			cur.ModifiedOn = time.Now().UTC()
+			rec.ID, rec.ZoneID, rec.ZoneName, rec.CreatedOn = cur.ID, cur.ZoneID, cur.ZoneName, cur.CreatedOn
+			rec.ModifiedOn = time.Now().UTC()
+			*cur = *rec
 			reply(http.StatusOK, envelope{Success: true, Result: cur})
 		case http.MethodDelete:
 			s.records[zid] = append(s.records[zid][:idx:idx], s.records[zid][idx+1:]...)
@@ -316,7 +396,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func decodeRecord(body []byte) (*Record, error) {
+func decodeRecord(body []byte, enterprise bool) (*Record, error) {
 	var rec Record
 	if err := json.Unmarshal(body, &rec); err != nil {
 		return nil, fmt.Errorf("request body is invalid: %w", err)
@@ -324,8 +404,18 @@ func decodeRecord(body []byte) (*Record, error) {
 	if rec.Type == "" || rec.Name == "" || rec.Content == "" {
 		return nil, fmt.Errorf("type, name and content are required")
 	}
-	if rec.TTL != 1 && (rec.TTL < 60 || rec.TTL > 86400) {
-		return nil, fmt.Errorf("ttl must be between 60 and 86400 seconds, or 1 for Automatic")
+	if rec.TTL == 0 {
+		rec.TTL = 1 // omitted: automatic
+	}
+	minTTL := 60
+	if enterprise {
+		minTTL = 30
+	}
+	if rec.TTL != 1 && (rec.TTL < minTTL || rec.TTL > 86400) {
+		return nil, fmt.Errorf("ttl must be between %d and 86400 seconds, or 1 for Automatic", minTTL)
+	}
+	if rec.Proxied {
+		rec.TTL = 1 // a proxied record's TTL is always automatic
 	}
 	return &rec, nil
 }
@@ -354,6 +444,9 @@ func (s *Server) list(r *http.Request, zid string, reply func(int, envelope)) {
 	per, _ := strconv.Atoi(q.Get("per_page"))
 	if per < 1 {
 		per = 100
+	}
+	if s.maxPerPage > 0 && per > s.maxPerPage {
+		per = s.maxPerPage
 	}
 	pages := (len(match) + per - 1) / per
 	if pages == 0 {

@@ -500,7 +500,7 @@ func baseEnv() []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "VIPD_") || k == "DIGITALOCEAN_ACCESS_TOKEN" || k == "CLOUDFLARE_API_TOKEN" || k == "KUBECONFIG" {
+		if strings.HasPrefix(k, "VIPD_") || k == "DIGITALOCEAN_ACCESS_TOKEN" || k == "CLOUDFLARE_API_TOKEN" || k == "CLOUDFLARE_TOKEN" || k == "KUBECONFIG" {
 			continue
 		}
 		out = append(out, kv)
