@@ -428,3 +428,48 @@ func TestStatFile(t *testing.T) {
 		t.Fatalf("statFile(missing) error %v, want not-exist", err)
 	}
 }
+
+// TestLoopbackVerifiesChainWithoutHostName: kubeadm's apiserver certificate
+// names the node, the service IP and "kubernetes", not 127.0.0.1. On
+// loopback the chain is verified against the cluster CA and the name is not
+// checked; a certificate from another CA still fails.
+func TestLoopbackVerifiesChainWithoutHostName(t *testing.T) {
+	ca := newTestCA(t, "kubernetes")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{"cp-1", "kubernetes", "kubernetes.default"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	ts.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "other.crt")
+	writeAtomic(t, good, ca.pem)
+	writeAtomic(t, bad, newTestCA(t, "kubernetes").pem) // same name, other key
+	port := ts.URL[strings.LastIndex(ts.URL, ":")+1:]
+	for _, tt := range []struct {
+		name, url, ca, want string
+	}{
+		{"127.0.0.1, cluster CA", "https://127.0.0.1:" + port + "/livez", good, ReasonOK},
+		{"localhost, cluster CA", "https://localhost:" + port + "/livez", good, ReasonOK},
+		{"127.0.0.1, other CA", "https://127.0.0.1:" + port + "/livez", bad, ReasonTLS},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newChecker(t, Config{URL: tt.url, CAFile: tt.ca}, nil).Probe(t.Context())
+			if r.Reason != tt.want {
+				t.Fatalf("Probe = %q (%v), want %q", r.Reason, r.Err, tt.want)
+			}
+		})
+	}
+}

@@ -46,7 +46,10 @@
 //
 // # TLS
 //
-// With a CA file the server certificate is verified against it. Until the
+// With a CA file the server certificate is verified against it. On a
+// loopback URL only the chain is verified, not the host name: kubeadm's
+// apiserver certificate does not name 127.0.0.1, and only the cluster CA can
+// have signed what answers there. Until the
 // CA file exists (by default /etc/kubernetes/pki/ca.crt, which kubeadm
 // writes), verification is skipped, but only when the URL's host is a
 // loopback address (127.0.0.0/8, ::1 or localhost): an unverified probe
