@@ -79,6 +79,21 @@ type Server struct {
 	etcdBin   string
 	etcdArgs  []string
 	etcdURL   string // etcd's client URL
+	// spawnc runs process starts on one locked OS thread (see spawner).
+	spawnc   chan func()
+	stopOnce sync.Once
+}
+
+// spawner starts the child processes from one OS thread that lives until
+// Stop. Children get SIGKILL when the thread that forked them exits
+// (Pdeathsig), and Go ends a thread whose goroutine exits while locked to
+// it (as the lab's namespace helpers do): a child forked from an arbitrary
+// thread, such as etcd restarted by a test, could die at random.
+func (s *Server) spawner() {
+	runtime.LockOSThread()
+	for f := range s.spawnc {
+		f()
+	}
 }
 
 // proc is a child process reaped by its own goroutine.
@@ -158,6 +173,9 @@ func (s *Server) Stop() {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
+	}
+	if s.spawnc != nil {
+		s.stopOnce.Do(func() { close(s.spawnc) })
 	}
 	if s.dir != "" {
 		_ = os.RemoveAll(s.dir)
@@ -255,7 +273,8 @@ func StartWith(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
 	}
-	s := &Server{dir: dir}
+	s := &Server{dir: dir, spawnc: make(chan func())}
+	go s.spawner()
 	ok := false
 	defer func() {
 		if !ok {
@@ -363,7 +382,9 @@ func (s *Server) spawn(logName, bin string, args ...string) (*proc, error) {
 	cmd.Stderr = f
 	// Own process group, and die with the test binary if it is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	errc := make(chan error, 1)
+	s.spawnc <- func() { errc <- cmd.Start() }
+	if err := <-errc; err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	p := &proc{name: filepath.Base(bin), cmd: cmd, done: make(chan struct{})}
