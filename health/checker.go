@@ -1,6 +1,7 @@
 package health
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -197,7 +199,16 @@ func validate(cfg Config) error {
 		return fmt.Errorf("VIPD_HEALTH_CLIENT_CERT=%q and VIPD_HEALTH_CLIENT_KEY=%q: set both (they may name the same file, such as %s) or neither", cfg.ClientCert, cfg.ClientKey, DefaultClientCert)
 	}
 	if cfg.ClientCert != "" {
-		if _, _, _, err := loadKeyPair(cfg.ClientCert, cfg.ClientKey); err != nil && !notFound(err) {
+		_, _, _, err := loadKeyPair(cfg.ClientCert, cfg.ClientKey)
+		if notFound(err) {
+			// Waited for; but a certificate that is there must be one.
+			if data, rerr := os.ReadFile(cfg.ClientCert); rerr == nil && !bytes.Contains(data, []byte("-----BEGIN CERTIFICATE-----")) {
+				err = errors.New("no PEM certificate found")
+			} else {
+				err = nil
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("VIPD_HEALTH_CLIENT_CERT=%q, VIPD_HEALTH_CLIENT_KEY=%q: %w; want a PEM client certificate and its private key, in one file or two", cfg.ClientCert, cfg.ClientKey, err)
 		}
 	}

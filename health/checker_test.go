@@ -271,6 +271,9 @@ func TestProbeCAFile(t *testing.T) {
 func TestNewCheckerConfig(t *testing.T) {
 	notPEM := filepath.Join(t.TempDir(), "ca.txt")
 	writeToken(t, notPEM, "not a certificate")
+	certOnly := filepath.Join(t.TempDir(), "client.crt")
+	cert, _ := newTestCA(t, "ca").issue(t, "node")
+	writeToken(t, certOnly, string(cert))
 	tests := []struct {
 		name    string
 		cfg     Config
@@ -294,6 +297,8 @@ func TestNewCheckerConfig(t *testing.T) {
 		{"client key without cert", Config{ClientKey: "/nonexistent/c.pem"}, "VIPD_HEALTH_CLIENT_CERT"},
 		{"missing client cert: waited for", Config{ClientCert: "/nonexistent/c.pem", ClientKey: "/nonexistent/c.pem"}, ""},
 		{"client cert file without a key", Config{ClientCert: notPEM, ClientKey: notPEM}, "VIPD_HEALTH_CLIENT_CERT"},
+		{"client cert there, key not yet: waited for", Config{ClientCert: certOnly, ClientKey: "/nonexistent/k.pem"}, ""},
+		{"client cert not PEM, key not there yet", Config{ClientCert: notPEM, ClientKey: "/nonexistent/k.pem"}, "VIPD_HEALTH_CLIENT_CERT"},
 		{"CA file without PEM", Config{CAFile: notPEM}, "VIPD_HEALTH_CA_FILE"},
 		{"bad scheme", Config{URL: "ftp://127.0.0.1/livez"}, "VIPD_HEALTH_URL"},
 		{"no host", Config{URL: "https:///livez"}, "VIPD_HEALTH_URL"},
