@@ -407,15 +407,23 @@ func (r *rig) waitHeld(ctx context.Context, present bool) time.Time {
 	return time.Now()
 }
 
-// changeAfter returns when the monitor first saw the VIP held (or not)
-// at or after from.
+// changeAfter returns when the monitor (sampling every 10 ms) first saw
+// the VIP held (or not) at or after from. The caller has seen the change
+// in the kernel already; the monitor may lag a little on a loaded machine.
 func (r *rig) changeAfter(from time.Time, held bool) time.Time {
-	for _, s := range r.mon.Samples() {
-		if (len(s.Holders) == 1) == held && !s.At.Before(from) {
-			return s.At
+	r.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, s := range r.mon.Samples() {
+			if (len(s.Holders) == 1) == held && !s.At.Before(from) {
+				return s.At
+			}
 		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the monitor never saw the VIP held=%v after %v:\n%s", held, from, r.mon)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return time.Time{}
 }
 
 // neverReleased fails when the VIP was unbound at any time since from.
