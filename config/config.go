@@ -41,6 +41,8 @@ type Config struct {
 	RiseThreshold  int
 	SATokenPath    string
 	HealthCAFile   string
+	// The probe's client certificate and key (may be one file).
+	HealthClientCert, HealthClientKey string
 
 	Peers         []string // host[:port]
 	GossipBind    netip.AddrPort

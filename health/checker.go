@@ -1,6 +1,7 @@
 package health
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -29,30 +30,40 @@ const (
 	DefaultFailThreshold = 3
 	DefaultRiseThreshold = 1
 	DefaultTokenPath     = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	// DefaultClientCert is the kubelet's own rotating client certificate,
+	// certificate and key in one file (VIPD_HEALTH_CLIENT_CERT and _KEY).
+	DefaultClientCert = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+	// DefaultCAFile is kubeadm's cluster CA (VIPD_HEALTH_CA_FILE).
+	DefaultCAFile = "/etc/kubernetes/pki/ca.crt"
 )
 
 // Reasons label every probe outcome; they are the values of the result
 // label of vipd_health_checks_total and must stay stable.
 const (
-	ReasonOK           = "ok"           // 200, or 401 without a token
-	ReasonUnauthorized = "unauthorized" // 401 although a token was sent
-	ReasonForbidden    = "forbidden"    // 403
-	ReasonHTTP5xx      = "http_5xx"     // any 5xx status
-	ReasonHTTPOther    = "http_other"   // any other status, redirects included
-	ReasonRefused      = "refused"      // connection refused
-	ReasonTimeout      = "timeout"      // no complete answer within the timeout
-	ReasonTLS          = "tls"          // handshake or certificate failure
-	ReasonError        = "error"        // anything else: garbage, resets, ...
+	ReasonOK = "ok" // 200, or 401 before any credential was loaded
+	// ReasonCredentialRejected is a 401 or 403 once a credential was
+	// loaded: the apiserver refuses this node's certificate or token (or
+	// the credential is gone), which is as broken as a failing apiserver.
+	ReasonCredentialRejected = "credential_rejected"
+	ReasonForbidden          = "forbidden"  // 403 before any credential was loaded
+	ReasonHTTP5xx            = "http_5xx"   // any 5xx status
+	ReasonHTTPOther          = "http_other" // any other status, redirects included
+	ReasonRefused            = "refused"    // connection refused
+	ReasonTimeout            = "timeout"    // no complete answer within the timeout
+	ReasonTLS                = "tls"        // handshake or certificate failure
+	ReasonError              = "error"      // anything else: garbage, resets, ...
 )
 
 var reasons = []string{
-	ReasonOK, ReasonUnauthorized, ReasonForbidden, ReasonHTTP5xx, ReasonHTTPOther,
+	ReasonOK, ReasonCredentialRejected, ReasonForbidden, ReasonHTTP5xx, ReasonHTTPOther,
 	ReasonRefused, ReasonTimeout, ReasonTLS, ReasonError,
 }
 
 // Config configures a Checker. Zero URL, Interval, Timeout and thresholds
-// take the defaults above; an empty TokenPath means "never send a token" and
-// an empty CAFile means "skip verification, loopback hosts only".
+// take the defaults above; an empty TokenPath means "never send a token",
+// empty ClientCert and ClientKey "never send a client certificate" and an
+// empty CAFile "skip verification, loopback hosts only". Files that do not
+// exist yet are waited for (see the package comment).
 type Config struct {
 	URL           string        // VIPD_HEALTH_URL
 	Interval      time.Duration // VIPD_HEALTH_INTERVAL
@@ -60,6 +71,8 @@ type Config struct {
 	FailThreshold int           // VIPD_FAIL_THRESHOLD
 	RiseThreshold int           // VIPD_RISE_THRESHOLD
 	TokenPath     string        // VIPD_SA_TOKEN_PATH
+	ClientCert    string        // VIPD_HEALTH_CLIENT_CERT
+	ClientKey     string        // VIPD_HEALTH_CLIENT_KEY
 	CAFile        string        // VIPD_HEALTH_CA_FILE
 }
 
@@ -75,8 +88,8 @@ func (systemClock) Now() time.Time { return time.Now() }
 // Option adjusts a Checker at construction.
 type Option func(*Checker)
 
-// WithClock replaces the wall clock used for the token cache and for the
-// times in Status and Result.
+// WithClock replaces the wall clock used for re-reading credential files and
+// for the times in Status and Result.
 func WithClock(c Clock) Option { return func(k *Checker) { k.clock = c } }
 
 // Result is the outcome of one probe, before thresholds.
@@ -92,23 +105,24 @@ type Result struct {
 // Status is the checker's view after thresholds.
 type Status struct {
 	Healthy     bool
-	Reason      string    // last probe's reason, "" before the first probe
-	Code        int       // last probe's HTTP status, or 0
-	Error       string    // last probe's error text, "" when it succeeded
-	Checked     time.Time // when the last probe finished
-	Since       time.Time // when Healthy last changed (creation time at first)
-	Consecutive int       // probes in a row with the last probe's outcome
+	Reason      string     // last probe's reason, "" before the first probe
+	Code        int        // last probe's HTTP status, or 0
+	Error       string     // last probe's error text, "" when it succeeded
+	Checked     time.Time  // when the last probe finished
+	Since       time.Time  // when Healthy last changed (creation time at first)
+	Consecutive int        // probes in a row with the last probe's outcome
+	Credential  Credential // what the probes authenticate with, and since when
 }
 
 // Checker probes the apiserver. Probe, Status and Run are safe for
 // concurrent use, but only one Run should be active.
 type Checker struct {
-	cfg     Config
-	logger  *slog.Logger
-	clock   Clock
-	client  *http.Client
-	token   *tokenSource
-	metrics *metrics
+	cfg      Config
+	logger   *slog.Logger
+	clock    Clock
+	creds    *credentials
+	metrics  *metrics
+	loopback bool // the URL's host is a loopback address
 
 	mu      sync.Mutex
 	tracker *Tracker
@@ -126,31 +140,20 @@ func NewChecker(cfg Config, logger *slog.Logger, reg prometheus.Registerer, opts
 	for _, o := range opts {
 		o(c)
 	}
-	tlsConf, err := validate(cfg)
-	if err != nil {
+	if err := validate(cfg); err != nil {
 		return nil, err
 	}
-	c.client = &http.Client{
-		Transport: &http.Transport{
-			Proxy:                  nil, // never send the probe through a proxy
-			DialContext:            (&net.Dialer{Timeout: cfg.Timeout}).DialContext,
-			TLSClientConfig:        tlsConf,
-			TLSHandshakeTimeout:    cfg.Timeout,
-			ResponseHeaderTimeout:  cfg.Timeout,
-			DisableKeepAlives:      true, // a fresh connection per probe sees a dead apiserver
-			MaxResponseHeaderBytes: 64 << 10,
-		},
-		// A redirect is an answer in its own right (http_other), not
-		// something to follow.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	c.token = &tokenSource{path: cfg.TokenPath, clock: c.clock, logger: logger}
+	var err error
 	if c.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
 	}
+	if u, err := url.Parse(cfg.URL); err == nil {
+		c.loopback = isLoopbackHost(u.Hostname())
+	}
 	now := c.clock.Now()
+	c.creds = newCredentials(cfg, logger, now)
 	c.tracker = NewTracker(cfg.FailThreshold, cfg.RiseThreshold, now)
-	c.status = Status{Since: now}
+	c.status = Status{Since: now, Credential: c.creds.status()}
 	c.metrics.setUp(false)
 	return c, nil
 }
@@ -174,40 +177,58 @@ func withDefaults(cfg Config) Config {
 	return cfg
 }
 
-// validate checks cfg and returns the TLS configuration for its URL.
-func validate(cfg Config) (*tls.Config, error) {
+// validate checks cfg. Credential and CA files that exist must be usable;
+// missing ones are waited for, except the CA bundle of a URL that is not on
+// loopback, which must exist from the start.
+func validate(cfg Config) error {
 	switch {
 	case cfg.Interval < 0:
-		return nil, fmt.Errorf("VIPD_HEALTH_INTERVAL=%s: want a positive duration such as 1s or 200ms", cfg.Interval)
+		return fmt.Errorf("VIPD_HEALTH_INTERVAL=%s: want a positive duration such as 1s or 200ms", cfg.Interval)
 	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("VIPD_HEALTH_TIMEOUT=%s: want a positive duration such as 3s", cfg.Timeout)
+		return fmt.Errorf("VIPD_HEALTH_TIMEOUT=%s: want a positive duration such as 3s", cfg.Timeout)
 	case cfg.FailThreshold < 0:
-		return nil, fmt.Errorf("VIPD_FAIL_THRESHOLD=%d: want a whole number of 1 or more", cfg.FailThreshold)
+		return fmt.Errorf("VIPD_FAIL_THRESHOLD=%d: want a whole number of 1 or more", cfg.FailThreshold)
 	case cfg.RiseThreshold < 0:
-		return nil, fmt.Errorf("VIPD_RISE_THRESHOLD=%d: want a whole number of 1 or more", cfg.RiseThreshold)
+		return fmt.Errorf("VIPD_RISE_THRESHOLD=%d: want a whole number of 1 or more", cfg.RiseThreshold)
 	}
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" {
-		return nil, fmt.Errorf("VIPD_HEALTH_URL=%q: want an http:// or https:// URL with a host, such as %s", cfg.URL, DefaultURL)
+		return fmt.Errorf("VIPD_HEALTH_URL=%q: want an http:// or https:// URL with a host, such as %s", cfg.URL, DefaultURL)
 	}
-	conf := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
+	if (cfg.ClientCert == "") != (cfg.ClientKey == "") {
+		return fmt.Errorf("VIPD_HEALTH_CLIENT_CERT=%q and VIPD_HEALTH_CLIENT_KEY=%q: set both (they may name the same file, such as %s) or neither", cfg.ClientCert, cfg.ClientKey, DefaultClientCert)
+	}
+	if cfg.ClientCert != "" {
+		_, _, _, err := loadKeyPair(cfg.ClientCert, cfg.ClientKey)
+		if notFound(err) {
+			// Waited for; but a certificate that is there must be one.
+			if data, rerr := os.ReadFile(cfg.ClientCert); rerr == nil && !bytes.Contains(data, []byte("-----BEGIN CERTIFICATE-----")) {
+				err = errors.New("no PEM certificate found")
+			} else {
+				err = nil
+			}
+		}
 		if err != nil {
-			return nil, fmt.Errorf("VIPD_HEALTH_CA_FILE=%q: %w", cfg.CAFile, err)
+			return fmt.Errorf("VIPD_HEALTH_CLIENT_CERT=%q, VIPD_HEALTH_CLIENT_KEY=%q: %w; want a PEM client certificate and its private key, in one file or two", cfg.ClientCert, cfg.ClientKey, err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("VIPD_HEALTH_CA_FILE=%q: no PEM certificate found, want a PEM CA bundle such as /etc/kubernetes/pki/ca.crt", cfg.CAFile)
+	}
+	remote := u.Scheme == "https" && !isLoopbackHost(u.Hostname())
+	if cfg.CAFile != "" {
+		_, err := loadCA(cfg.CAFile)
+		switch {
+		case errors.Is(err, errNoPEM):
+			return fmt.Errorf("VIPD_HEALTH_CA_FILE=%q: no PEM certificate found, want a PEM CA bundle such as %s", cfg.CAFile, DefaultCAFile)
+		case notFound(err) && remote:
+			return fmt.Errorf("VIPD_HEALTH_CA_FILE=%q: %w; it must exist when VIPD_HEALTH_URL (%q) is not on a loopback address", cfg.CAFile, err, cfg.URL)
+		case err != nil && !notFound(err):
+			return fmt.Errorf("VIPD_HEALTH_CA_FILE=%q: %w", cfg.CAFile, err)
 		}
-		conf.RootCAs = pool
-		return conf, nil
+		return nil
 	}
-	if u.Scheme == "https" && !isLoopbackHost(u.Hostname()) {
-		return nil, fmt.Errorf("VIPD_HEALTH_CA_FILE is required when VIPD_HEALTH_URL (%q) is not on a loopback address (127.0.0.0/8, ::1, localhost): the certificate is only left unverified on loopback", cfg.URL)
+	if remote {
+		return fmt.Errorf("VIPD_HEALTH_CA_FILE is required when VIPD_HEALTH_URL (%q) is not on a loopback address (127.0.0.0/8, ::1, localhost): the certificate is only left unverified on loopback", cfg.URL)
 	}
-	conf.InsecureSkipVerify = true
-	return conf, nil
+	return nil
 }
 
 func isLoopbackHost(host string) bool {
@@ -245,21 +266,30 @@ func (c *Checker) probe(ctx context.Context) Result {
 		return Result{Reason: ReasonError, Err: fmt.Errorf("build request: %w", err)}
 	}
 	req.Header.Set("User-Agent", "vipd-health")
-	tok := c.token.get()
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	pc := c.creds.refresh(c.clock.Now())
+	if pc.token != "" {
+		req.Header.Set("Authorization", "Bearer "+pc.token)
 	}
-	resp, err := c.client.Do(req)
+	client, tr := c.client(pc)
+	defer tr.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		return Result{Reason: classifyError(err), Err: err}
 	}
 	defer func() { _ = resp.Body.Close() }()
-	r := Result{Code: resp.StatusCode, Reason: judgeStatus(resp.StatusCode, tok != "")}
+	r := Result{Code: resp.StatusCode, Reason: judgeStatus(resp.StatusCode, pc.loaded)}
 	if r.Reason != ReasonOK {
 		// The apiserver names the failing checks in the body; keep the
 		// start of it for the log.
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		r.Err = fmt.Errorf("GET %s: HTTP %d", c.cfg.URL, resp.StatusCode)
+		if r.Reason == ReasonCredentialRejected {
+			desc := pc.desc
+			if desc == "" {
+				desc = "no credential (the one loaded before is gone)"
+			}
+			r.Err = fmt.Errorf("%w: credential rejected: %s", r.Err, desc)
+		}
 		if b := strings.TrimSpace(string(body)); b != "" {
 			r.Err = fmt.Errorf("%w: %s", r.Err, b)
 		}
@@ -267,14 +297,78 @@ func (c *Checker) probe(ctx context.Context) Result {
 	return r
 }
 
-// judgeStatus classifies an HTTP answer. withToken tells whether a bearer
-// token was sent: only then is 401 a failure (see the package comment).
-func judgeStatus(code int, withToken bool) string {
+// client returns an HTTP client for one probe with pc's credentials: a
+// fresh connection per probe sees a dead apiserver and the current
+// certificate files.
+func (c *Checker) client(pc probeCreds) (*http.Client, *http.Transport) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	switch {
+	case pc.pool != nil && c.loopback:
+		// kubeadm's apiserver certificate does not name 127.0.0.1, so on
+		// loopback the chain is verified against the cluster CA without
+		// the host name check: only that CA can vouch for the server.
+		conf.InsecureSkipVerify = true
+		conf.VerifyConnection = verifyChain(pc.pool)
+	case pc.pool != nil:
+		conf.RootCAs = pc.pool
+	default:
+		// validate allowed this only for loopback URLs.
+		conf.InsecureSkipVerify = true
+	}
+	if pc.cert != nil {
+		cert := pc.cert
+		// Always offer the certificate, even when the server does not
+		// list its CA as acceptable: a rejected certificate must be seen
+		// as rejected, not silently turned into an anonymous request.
+		conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+	}
+	tr := &http.Transport{
+		Proxy:                  nil, // never send the probe through a proxy
+		DialContext:            (&net.Dialer{Timeout: c.cfg.Timeout}).DialContext,
+		TLSClientConfig:        conf,
+		TLSHandshakeTimeout:    c.cfg.Timeout,
+		ResponseHeaderTimeout:  c.cfg.Timeout,
+		DisableKeepAlives:      true,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	return &http.Client{
+		Transport: tr,
+		// A redirect is an answer in its own right (http_other), not
+		// something to follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, tr
+}
+
+// verifyChain checks the server's certificate chain against roots, for
+// server authentication, without a host name.
+func verifyChain(roots *x509.CertPool) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("the server sent no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+			Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		})
+		if err != nil {
+			return &tls.CertificateVerificationError{UnverifiedCertificates: cs.PeerCertificates, Err: err}
+		}
+		return nil
+	}
+}
+
+// judgeStatus classifies an HTTP answer. loaded tells whether a credential
+// was loaded since start: from then on 401 and 403 are failures (see the
+// package comment).
+func judgeStatus(code int, loaded bool) string {
 	switch {
 	case code == http.StatusOK:
 		return ReasonOK
-	case code == http.StatusUnauthorized && withToken:
-		return ReasonUnauthorized
+	case (code == http.StatusUnauthorized || code == http.StatusForbidden) && loaded:
+		return ReasonCredentialRejected
 	case code == http.StatusUnauthorized:
 		return ReasonOK
 	case code == http.StatusForbidden:
@@ -348,6 +442,7 @@ func (c *Checker) record(r Result) Status {
 		Checked:     r.Checked,
 		Since:       c.tracker.Since(),
 		Consecutive: c.tracker.Consecutive(),
+		Credential:  c.creds.status(),
 	}
 	if r.Err != nil {
 		st.Error = r.Err.Error()

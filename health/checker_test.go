@@ -86,9 +86,9 @@ func TestProbeStatusCodes(t *testing.T) {
 		{200, false, ReasonOK},
 		{200, true, ReasonOK},
 		{401, false, ReasonOK}, // pre-bootstrap: anonymous 401 proves the apiserver is up
-		{401, true, ReasonUnauthorized},
+		{401, true, ReasonCredentialRejected},
 		{403, false, ReasonForbidden},
-		{403, true, ReasonForbidden},
+		{403, true, ReasonCredentialRejected},
 		{500, true, ReasonHTTP5xx},
 		{503, false, ReasonHTTP5xx},
 		{404, true, ReasonHTTPOther},
@@ -271,6 +271,9 @@ func TestProbeCAFile(t *testing.T) {
 func TestNewCheckerConfig(t *testing.T) {
 	notPEM := filepath.Join(t.TempDir(), "ca.txt")
 	writeToken(t, notPEM, "not a certificate")
+	certOnly := filepath.Join(t.TempDir(), "client.crt")
+	cert, _ := newTestCA(t, "ca").issue(t, "node")
+	writeToken(t, certOnly, string(cert))
 	tests := []struct {
 		name    string
 		cfg     Config
@@ -287,7 +290,15 @@ func TestNewCheckerConfig(t *testing.T) {
 		{"remote plain http", Config{URL: "http://10.0.0.1:8080/livez"}, ""},
 		{"remote without CA", Config{URL: "https://10.0.0.1:6443/livez"}, "VIPD_HEALTH_CA_FILE"},
 		{"remote name without CA", Config{URL: "https://api.example.com:6443/livez"}, "VIPD_HEALTH_CA_FILE"},
-		{"missing CA file", Config{CAFile: "/nonexistent/ca.crt"}, "VIPD_HEALTH_CA_FILE"},
+		{"missing CA file on loopback: waited for", Config{CAFile: "/nonexistent/ca.crt"}, ""},
+		{"missing CA file for a remote URL", Config{URL: "https://10.0.0.1:6443/livez", CAFile: "/nonexistent/ca.crt"}, "VIPD_HEALTH_CA_FILE"},
+		{"CA path is a directory", Config{CAFile: t.TempDir()}, "VIPD_HEALTH_CA_FILE"},
+		{"client cert without key", Config{ClientCert: "/nonexistent/c.pem"}, "VIPD_HEALTH_CLIENT_KEY"},
+		{"client key without cert", Config{ClientKey: "/nonexistent/c.pem"}, "VIPD_HEALTH_CLIENT_CERT"},
+		{"missing client cert: waited for", Config{ClientCert: "/nonexistent/c.pem", ClientKey: "/nonexistent/c.pem"}, ""},
+		{"client cert file without a key", Config{ClientCert: notPEM, ClientKey: notPEM}, "VIPD_HEALTH_CLIENT_CERT"},
+		{"client cert there, key not yet: waited for", Config{ClientCert: certOnly, ClientKey: "/nonexistent/k.pem"}, ""},
+		{"client cert not PEM, key not there yet", Config{ClientCert: notPEM, ClientKey: "/nonexistent/k.pem"}, "VIPD_HEALTH_CLIENT_CERT"},
 		{"CA file without PEM", Config{CAFile: notPEM}, "VIPD_HEALTH_CA_FILE"},
 		{"bad scheme", Config{URL: "ftp://127.0.0.1/livez"}, "VIPD_HEALTH_URL"},
 		{"no host", Config{URL: "https:///livez"}, "VIPD_HEALTH_URL"},
@@ -310,7 +321,7 @@ func TestNewCheckerConfig(t *testing.T) {
 }
 
 // TestToken follows a token file through appear, rotate and disappear, and
-// checks what the server receives, with the 5-minute cache on a fake clock.
+// checks what the server receives and how it is judged, on a fake clock.
 func TestToken(t *testing.T) {
 	var lastAuth atomic.Value
 	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -334,21 +345,25 @@ func TestToken(t *testing.T) {
 		if r.Reason != wantReason {
 			t.Fatalf("%s: reason %q, want %q (err %v)", desc, r.Reason, wantReason, r.Err)
 		}
+		if r.Err != nil && (strings.Contains(r.Err.Error(), "Bearer") || strings.Contains(r.Err.Error(), " old")) {
+			t.Fatalf("%s: error %q carries the token", desc, r.Err)
+		}
 	}
 
-	step("no token file", 0, "", ReasonOK) // anonymous 401 is healthy
+	step("no token file", 0, "", ReasonOK) // anonymous 401 is healthy before any credential
 	writeToken(t, path, "")
 	step("empty token file", 0, "", ReasonOK)
 	writeToken(t, path, "old\n")
-	step("token appears: used at once", 0, "Bearer old", ReasonUnauthorized)
+	step("token appears: used at once", 0, "Bearer old", ReasonCredentialRejected)
 	writeToken(t, path, "current")
-	step("rotated, cache still fresh", 4*time.Minute+59*time.Second, "Bearer old", ReasonUnauthorized)
-	step("rotated, cache expired", 2*time.Second, "Bearer current", ReasonOK)
+	step("rotated, not checked yet", checkEvery-time.Second, "Bearer old", ReasonCredentialRejected)
+	step("rotated, checked", time.Second, "Bearer current", ReasonOK)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	step("removed, cache still fresh", time.Minute, "Bearer current", ReasonOK)
-	step("removed, cache expired", 4*time.Minute, "", ReasonOK)
+	step("removed, not checked yet", time.Second, "Bearer current", ReasonOK)
+	// Once a credential was loaded an anonymous 401 is no longer healthy.
+	step("removed, checked", checkEvery, "", ReasonCredentialRejected)
 	writeToken(t, path, "current")
 	step("token back: used at once", 0, "Bearer current", ReasonOK)
 }
@@ -474,7 +489,7 @@ func TestRunThresholdsAndMetrics(t *testing.T) {
 	if okCount < 2 || failCount < 3 {
 		t.Fatalf("checks ok=%v http_5xx=%v, want at least 2 and 3", okCount, failCount)
 	}
-	for _, r := range []string{ReasonUnauthorized, ReasonForbidden, ReasonHTTPOther, ReasonRefused, ReasonTimeout, ReasonTLS, ReasonError} {
+	for _, r := range []string{ReasonCredentialRejected, ReasonForbidden, ReasonHTTPOther, ReasonRefused, ReasonTimeout, ReasonTLS, ReasonError} {
 		if v := testutil.ToFloat64(c.metrics.checks.WithLabelValues(r)); v != 0 {
 			t.Fatalf("checks{result=%q} = %v, want 0", r, v)
 		}
@@ -511,6 +526,7 @@ func TestMetricsByReason(t *testing.T) {
 	want := `
 # HELP vipd_health_checks_total Apiserver health probes by result (ok or the failure reason).
 # TYPE vipd_health_checks_total counter
+vipd_health_checks_total{result="credential_rejected"} 0
 vipd_health_checks_total{result="error"} 0
 vipd_health_checks_total{result="forbidden"} 1
 vipd_health_checks_total{result="http_5xx"} 1
@@ -519,7 +535,6 @@ vipd_health_checks_total{result="ok"} 2
 vipd_health_checks_total{result="refused"} 0
 vipd_health_checks_total{result="timeout"} 0
 vipd_health_checks_total{result="tls"} 0
-vipd_health_checks_total{result="unauthorized"} 0
 # HELP vipd_health_up 1 when the apiserver health check considers this node healthy (after thresholds), else 0.
 # TYPE vipd_health_up gauge
 vipd_health_up 0

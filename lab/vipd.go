@@ -31,6 +31,8 @@ func (h *Host) StartVipd(bin string, env ...string) (*Proc, error) {
 		"VIPD_METRICS_ADDRESS=127.0.0.1:9469",
 		"VIPD_LOG_LEVEL=debug",
 		"VIPD_SA_TOKEN_PATH=" + filepath.Join(state, "no-token"),
+		// Never the host's kubelet certificate or cluster CA.
+		"VIPD_HEALTH_CLIENT_CERT=", "VIPD_HEALTH_CLIENT_KEY=", "VIPD_HEALTH_CA_FILE=",
 	}
 	// Gossip is authenticated by default: nodes started with peers share
 	// the lab's key unless the test names its own key file.

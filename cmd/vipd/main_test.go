@@ -91,13 +91,16 @@ func TestVersion(t *testing.T) {
 func TestPrintStatus(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 10, 0, time.UTC)
 	s := Status{Node: "n1", Version: "v1", Mode: "l2", Interface: "eth0", Started: now.Add(-10 * time.Second),
-		Health: &HealthStatus{Healthy: false, Reason: "http_5xx", Error: "HTTP 500", Checked: now.Add(-time.Second), Since: now.Add(-3 * time.Second)},
-		VIPs:   []VIPStatus{{VIP: "10.0.0.1/32", Held: false, LastTransition: &Transition{Held: false, At: now.Add(-3 * time.Second), Cause: "apiserver unhealthy: http_5xx"}}}}
+		Health: &HealthStatus{Healthy: false, Reason: "http_5xx", Error: "HTTP 500", Checked: now.Add(-time.Second), Since: now.Add(-3 * time.Second),
+			Credential: &CredentialStatus{Kind: "client-certificate", Path: "/var/lib/kubelet/pki/kubelet-client-current.pem",
+				Subject: "CN=system:node:n1,O=system:nodes", Since: now.Add(-5 * time.Second), Loaded: true, CAFile: "/etc/kubernetes/pki/ca.crt"}},
+		VIPs: []VIPStatus{{VIP: "10.0.0.1/32", Held: false, LastTransition: &Transition{Held: false, At: now.Add(-3 * time.Second), Cause: "apiserver unhealthy: http_5xx"}}}}
 	var b bytes.Buffer
 	if err := printStatus(&b, s, now); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"n1 (vipd v1, mode l2, interface eth0, up 10s ago)", "unhealthy since 3s ago (last probe 1s ago: http_5xx, HTTP 500)", "10.0.0.1/32  no    3s ago  apiserver unhealthy: http_5xx"} {
+	for _, want := range []string{"n1 (vipd v1, mode l2, interface eth0, up 10s ago)", "unhealthy since 3s ago (last probe 1s ago: http_5xx, HTTP 500)", "10.0.0.1/32  no    3s ago  apiserver unhealthy: http_5xx",
+		"credential:  client-certificate /var/lib/kubelet/pki/kubelet-client-current.pem (CN=system:node:n1,O=system:nodes) since 5s ago; server verified with /etc/kubernetes/pki/ca.crt"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}

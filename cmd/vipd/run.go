@@ -138,6 +138,7 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		URL: c.HealthURL, Interval: c.HealthInterval, Timeout: c.HealthTimeout,
 		FailThreshold: c.FailThreshold, RiseThreshold: c.RiseThreshold,
 		TokenPath: c.SATokenPath, CAFile: c.HealthCAFile,
+		ClientCert: c.HealthClientCert, ClientKey: c.HealthClientKey,
 	}, log, d.reg)
 	if err != nil {
 		return nil, usageError{err}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/health"
 )
 
 // Status is the JSON document served on /status.
@@ -43,6 +44,20 @@ type HealthStatus struct {
 	Checked     time.Time `json:"checked"`
 	Since       time.Time `json:"since"`
 	Consecutive int       `json:"consecutive"`
+	// Credential is what the probe authenticates with, and since when.
+	Credential *CredentialStatus `json:"credential,omitempty"`
+}
+
+// CredentialStatus names the probe's credential (never its secret).
+type CredentialStatus struct {
+	Kind     string     `json:"kind"` // none, client-certificate or token
+	Path     string     `json:"path,omitempty"`
+	Subject  string     `json:"subject,omitempty"`
+	NotAfter *time.Time `json:"not_after,omitempty"`
+	Since    time.Time  `json:"since"`
+	// Loaded: a credential was loaded since start, so 401/403 are failures.
+	Loaded bool   `json:"loaded"`
+	CAFile string `json:"ca_file,omitempty"` // "" while the server certificate is not verified
 }
 
 // VIPStatus is one VIP in /status.
@@ -67,6 +82,7 @@ func (d *daemon) statusDoc() Status {
 		h := d.checker.Status()
 		s.Health = &HealthStatus{URL: d.cfg.HealthURL, Healthy: h.Healthy, Reason: h.Reason, Code: h.Code, Error: h.Error,
 			Checked: h.Checked, Since: h.Since, Consecutive: h.Consecutive}
+		s.Health.Credential = credentialStatus(h.Credential)
 	}
 	if d.driver != nil {
 		for _, v := range d.driver.State() {
@@ -203,6 +219,9 @@ func printStatus(w io.Writer, s Status, now time.Time) error {
 			fmt.Fprintf(tw, ", %s", h.Error)
 		}
 		fmt.Fprintf(tw, ")\n")
+		if c := h.Credential; c != nil {
+			fmt.Fprintf(tw, "credential:\t%s\n", describeCredential(c, now))
+		}
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "VIP\tHELD\tSINCE\tWHY")
@@ -284,4 +303,44 @@ func printCluster(w io.Writer, v any) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", v, leader, d.Reason)
 	}
 	return nil
+}
+
+func credentialStatus(c health.Credential) *CredentialStatus {
+	cs := &CredentialStatus{Kind: c.Kind, Path: c.Path, Subject: c.Subject, Since: c.Since, Loaded: c.Loaded, CAFile: c.CAFile}
+	if !c.NotAfter.IsZero() {
+		na := c.NotAfter
+		cs.NotAfter = &na
+	}
+	return cs
+}
+
+// describeCredential is the status line for the probe's credential.
+func describeCredential(c *CredentialStatus, now time.Time) string {
+	var b strings.Builder
+	switch c.Kind {
+	case health.CredentialNone:
+		b.WriteString("none (anonymous probe")
+		if c.Loaded {
+			b.WriteString("; a credential was loaded before, so 401/403 fail")
+		} else {
+			b.WriteString("; 401 counts as healthy until a credential appears")
+		}
+		b.WriteString(")")
+	default:
+		fmt.Fprintf(&b, "%s %s", c.Kind, c.Path)
+		if c.Subject != "" {
+			fmt.Fprintf(&b, " (%s", c.Subject)
+			if c.NotAfter != nil {
+				fmt.Fprintf(&b, ", expires %s", c.NotAfter.UTC().Format(time.RFC3339))
+			}
+			b.WriteString(")")
+		}
+	}
+	fmt.Fprintf(&b, " since %s", ago(now, c.Since))
+	if c.CAFile != "" {
+		fmt.Fprintf(&b, "; server verified with %s", c.CAFile)
+	} else {
+		b.WriteString("; server certificate not verified (loopback, no CA file yet)")
+	}
+	return b.String()
 }

@@ -38,6 +38,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +76,24 @@ type Server struct {
 	etcd      *proc
 	apiserver *proc
 	logs      []string
+	etcdBin   string
+	etcdArgs  []string
+	etcdURL   string // etcd's client URL
+	// spawnc runs process starts on one locked OS thread (see spawner).
+	spawnc   chan func()
+	stopOnce sync.Once
+}
+
+// spawner starts the child processes from one OS thread that lives until
+// Stop. Children get SIGKILL when the thread that forked them exits
+// (Pdeathsig), and Go ends a thread whose goroutine exits while locked to
+// it (as the lab's namespace helpers do): a child forked from an arbitrary
+// thread, such as etcd restarted by a test, could die at random.
+func (s *Server) spawner() {
+	runtime.LockOSThread()
+	for f := range s.spawnc {
+		f()
+	}
 }
 
 // proc is a child process reaped by its own goroutine.
@@ -155,6 +174,9 @@ func (s *Server) Stop() {
 			<-p.done
 		}
 	}
+	if s.spawnc != nil {
+		s.stopOnce.Do(func() { close(s.spawnc) })
+	}
 	if s.dir != "" {
 		_ = os.RemoveAll(s.dir)
 	}
@@ -228,9 +250,21 @@ func repoRoot() (string, error) {
 // RepoRoot returns the repository root (the directory holding go.mod).
 func RepoRoot() (string, error) { return repoRoot() }
 
+// Options adjust the apiserver a test starts; the zero value is what Start
+// uses.
+type Options struct {
+	// ExtraArgs are appended to kube-apiserver's command line, for example
+	// --anonymous-auth=false or --client-ca-file=PATH (which kube-apiserver
+	// re-reads when the file changes).
+	ExtraArgs []string
+}
+
 // Start launches etcd and kube-apiserver on loopback ports and waits until
 // the apiserver reports /readyz.
-func Start(ctx context.Context) (*Server, error) {
+func Start(ctx context.Context) (*Server, error) { return StartWith(ctx, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(ctx context.Context, opts Options) (*Server, error) {
 	etcdBin, apiBin, err := Binaries()
 	if err != nil {
 		return nil, err
@@ -239,7 +273,8 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
 	}
-	s := &Server{dir: dir}
+	s := &Server{dir: dir, spawnc: make(chan func())}
+	go s.spawner()
 	ok := false
 	defer func() {
 		if !ok {
@@ -253,40 +288,38 @@ func Start(ctx context.Context) (*Server, error) {
 	}
 	clientURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
-	s.etcd, err = s.spawn("etcd.log", etcdBin,
+	s.etcdBin, s.etcdURL = etcdBin, clientURL
+	s.etcdArgs = []string{
 		"--name=kubetest",
-		"--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+clientURL,
-		"--advertise-client-urls="+clientURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=kubetest="+peerURL,
+		"--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + clientURL,
+		"--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=kubetest=" + peerURL,
 		"--log-level=warn",
 		"--logger=zap",
-	)
-	if err != nil {
-		return nil, err
 	}
-	if err := waitHTTP(ctx, s, clientURL+"/health", nil, 30*time.Second); err != nil {
-		return nil, fmt.Errorf("etcd did not become healthy: %w\n%s", err, s.LogTail(2000))
+	if err := s.StartEtcd(ctx); err != nil {
+		return nil, err
 	}
 
 	if err := s.writeCredentials(); err != nil {
 		return nil, err
 	}
 	s.URL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
-	s.apiserver, err = s.spawn("kube-apiserver.log", apiBin,
-		"--etcd-servers="+clientURL,
+	s.apiserver, err = s.spawn("kube-apiserver.log", apiBin, append([]string{
+		"--etcd-servers=" + clientURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[2]),
-		"--tls-cert-file="+filepath.Join(dir, "serving.crt"),
-		"--tls-private-key-file="+filepath.Join(dir, "serving.key"),
-		"--cert-dir="+filepath.Join(dir, "certs"),
-		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
+		"--secure-port=" + strconv.Itoa(ports[2]),
+		"--tls-cert-file=" + filepath.Join(dir, "serving.crt"),
+		"--tls-private-key-file=" + filepath.Join(dir, "serving.key"),
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+filepath.Join(dir, "sa.key"),
-		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
+		"--service-account-key-file=" + filepath.Join(dir, "sa.key"),
+		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--authorization-mode=RBAC",
 		// No kube-controller-manager runs, so nothing creates default
@@ -295,7 +328,7 @@ func Start(ctx context.Context) (*Server, error) {
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--v=1",
-	)
+	}, opts.ExtraArgs...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -308,20 +341,50 @@ func Start(ctx context.Context) (*Server, error) {
 	return s, nil
 }
 
+// KillEtcd kills etcd (SIGKILL), as a crash would, and waits for it to
+// exit. The apiserver keeps running.
+func (s *Server) KillEtcd() {
+	if s.etcd == nil || s.etcd.exited() {
+		return
+	}
+	_ = s.etcd.cmd.Process.Kill()
+	<-s.etcd.done
+}
+
+// StartEtcd starts etcd (again, after KillEtcd) on the same ports and data
+// and waits until it reports healthy.
+func (s *Server) StartEtcd(ctx context.Context) error {
+	if s.etcd != nil && !s.etcd.exited() {
+		return errors.New("etcd is already running")
+	}
+	var err error
+	if s.etcd, err = s.spawn("etcd.log", s.etcdBin, s.etcdArgs...); err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, s, s.etcdURL+"/health", nil, 30*time.Second); err != nil {
+		return fmt.Errorf("etcd did not become healthy: %w\n%s", err, s.LogTail(2000))
+	}
+	return nil
+}
+
 func (s *Server) spawn(logName, bin string, args ...string) (*proc, error) {
 	logPath := filepath.Join(s.dir, logName)
-	f, err := os.Create(logPath)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", logPath, err)
 	}
 	defer f.Close()
-	s.logs = append(s.logs, logPath)
+	if !slices.Contains(s.logs, logPath) {
+		s.logs = append(s.logs, logPath)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = f
 	cmd.Stderr = f
 	// Own process group, and die with the test binary if it is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	errc := make(chan error, 1)
+	s.spawnc <- func() { errc <- cmd.Start() }
+	if err := <-errc; err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	p := &proc{name: filepath.Base(bin), cmd: cmd, done: make(chan struct{})}
@@ -434,6 +497,10 @@ func freePorts(n int) ([]int, error) {
 // TestMain (see the package documentation). The server is started by the
 // first Require, so tests that do not need it do not pay for it.
 type Env struct {
+	// Options are used to start the server; set them before the first
+	// Require.
+	Options Options
+
 	once sync.Once
 	srv  *Server
 	err  error
@@ -466,7 +533,7 @@ func (e *Env) Require(t testing.TB) *Server {
 	e.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		e.srv, e.err = Start(ctx)
+		e.srv, e.err = StartWith(ctx, e.Options)
 		if e.err != nil {
 			e.err = fmt.Errorf("start kube-apiserver: %w", e.err)
 		}

@@ -1,0 +1,87 @@
+package health
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"syscall"
+	"time"
+)
+
+// How often credential files are looked at again once loaded. A loaded
+// file is re-read when it was replaced or its symbolic link retargeted
+// (seen with a stat, at most every checkEvery), and unconditionally every
+// rereadEvery in case a rewrite in place kept its size and time stamp. A
+// file that is missing or could not be used is tried again on every probe,
+// so a credential that appears is used at once.
+const (
+	checkEvery  = 5 * time.Second
+	rereadEvery = 5 * time.Minute
+)
+
+// fileID tells two versions of a file apart without reading it: the link
+// target when the path is a symbolic link (kubelet retargets
+// kubelet-client-current.pem on rotation; projected token volumes swap a
+// ..data link), and device, inode, size and modification time of what the
+// path resolves to (an atomic rename gives a new inode).
+type fileID struct {
+	link      string
+	dev, ino  uint64
+	size      int64
+	mtimeNano int64
+}
+
+// statFile returns the fileID of path.
+func statFile(path string) (fileID, error) {
+	var id fileID
+	if l, err := os.Lstat(path); err == nil && l.Mode()&fs.ModeSymlink != 0 {
+		if id.link, err = os.Readlink(path); err != nil {
+			return fileID{}, err
+		}
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	id.size, id.mtimeNano = fi.Size(), fi.ModTime().UnixNano()
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(st.Dev), st.Ino //nolint:unconvert // Dev is int32 on some platforms
+	}
+	return id, nil
+}
+
+// watch is the re-read decision for one file. It does no I/O itself: the
+// caller passes the clock and a stat function, so the rule is table-tested
+// with a fake clock.
+type watch struct {
+	loaded  bool      // the last read gave a usable value
+	id      fileID    // identity at the last successful read
+	readAt  time.Time // last successful read
+	checkAt time.Time // last identity check
+}
+
+// due reports whether the file must be read now. stat is called only when
+// a loaded file's identity is due for a check.
+func (w *watch) due(now time.Time, path string, stat func(string) (fileID, error)) bool {
+	if !w.loaded || now.Sub(w.readAt) >= rereadEvery || now.Before(w.readAt) {
+		return true
+	}
+	if now.Sub(w.checkAt) < checkEvery && !now.Before(w.checkAt) {
+		return false
+	}
+	w.checkAt = now
+	id, err := stat(path)
+	return err != nil || id != w.id
+}
+
+// read records a read at now: ok tells whether the content was usable and
+// id is the identity taken just before reading it.
+func (w *watch) read(now time.Time, id fileID, ok bool) {
+	w.loaded = ok
+	if ok {
+		w.id, w.readAt, w.checkAt = id, now, now
+	}
+}
+
+// notFound reports whether err means the file does not exist (yet).
+func notFound(err error) bool { return errors.Is(err, fs.ErrNotExist) }
