@@ -201,7 +201,14 @@ func (d *daemon) onTransition(t vip.Transition) {
 	}
 }
 
-func (d *daemon) run(ctx context.Context) error {
+// run runs every part until ctx is done or one of them fails for good (a
+// fatal error). Either way every part's context is cancelled, the driver
+// releases the VIPs, the node leaves the cluster, and run returns once
+// every goroutine it started has returned: a fatal error is returned, so
+// vipd exits non-zero and systemd restarts it.
+func (d *daemon) run(parent context.Context) error {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
 	if d.cfg.MetricsAddress != "" {
 		srv, err := startStatusServer(d.cfg.MetricsAddress, d)
 		if err != nil {
@@ -273,8 +280,16 @@ func (d *daemon) run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
-		d.log.Error("stopping after a fatal error", "err", err)
+		if len(d.cfg.Addresses) > 0 {
+			d.log.Error("stopping after a fatal error: releasing VIPs", "err", err)
+		} else {
+			d.log.Error("stopping after a fatal error", "err", err)
+		}
+		notify("STOPPING=1")
 	}
+	// Every part stops on ctx; the driver releases the VIPs (bounded by
+	// releaseTimeout) in the deferred wait above.
+	cancel()
 	wg.Wait()
 	d.log.Info("vipd stopped")
 	return err
