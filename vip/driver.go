@@ -48,7 +48,7 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 	d := &Driver{
 		core: core, ann: ann, mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition,
 		events: make(chan Event, 256), stopped: make(chan struct{}),
-		state:  core.State(),
+		state: core.State(),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_vip_held", Help: "1 while this node holds the VIP.",
 		}, []string{"vip", "mode"}),
