@@ -47,8 +47,8 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 	}
 	d := &Driver{
 		core: core, ann: ann, mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition,
-		events: make(chan Event, 256), stopped: make(chan struct{}),
-		state: core.State(),
+		events: make(chan Event, 256),
+		state:  core.State(),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_vip_held", Help: "1 while this node holds the VIP.",
 		}, []string{"vip", "mode"}),
@@ -56,6 +56,7 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 			Name: "vipd_transitions_total", Help: "Changes of holding state, by VIP and new state (held or released).",
 		}, []string{"vip", "to"}),
 	}
+	d.stopped = make(chan struct{})
 	for _, s := range d.state {
 		d.held.WithLabelValues(s.VIP.String(), d.mode).Set(0)
 	}
