@@ -45,6 +45,11 @@ type Config struct {
 	Peers         []string // host[:port]
 	GossipBind    netip.AddrPort
 	GossipKeyFile string
+	// GossipInsecure allows plaintext gossip without a key file.
+	GossipInsecure bool
+	// GossipKeys are the keys in GossipKeyFile, the primary first; set by
+	// ReadGossipKeys (Load reads no files).
+	GossipKeys [][]byte
 	Priority      int
 	Quorum        Quorum
 	StateDir      string
@@ -147,6 +152,12 @@ func (c *Config) check() error {
 		if strings.TrimSpace(c.BGPPeers) == "" {
 			return &Error{Name: "VIPD_BGP_PEERS", Value: "", Accepted: "at least one peer as address:as[:option=value...] (required in bgp mode)"}
 		}
+	}
+	if (c.Mode == ModeL2 || c.Mode == ModeCloud) && len(c.Addresses) > 0 && len(c.Peers) > 0 &&
+		c.GossipKeyFile == "" && !c.GossipInsecure {
+		return &Error{Name: "VIPD_GOSSIP_KEY_FILE", Value: "", Accepted: "a key file, required with VIPD_PEERS in " + c.Mode +
+			" mode (without one anyone reaching the gossip port can join and vote): make one with `vipd keygen --out /etc/vipd/gossip.key`," +
+			" copy it to every node and set VIPD_GOSSIP_KEY_FILE=/etc/vipd/gossip.key; VIPD_GOSSIP_INSECURE=true opts out (plaintext gossip)"}
 	}
 	if c.Mode == ModeCloud && len(c.Addresses) > 1 {
 		return &Error{Name: "VIPD_ADDRESS", Value: joinPrefixes(c.Addresses), Accepted: "one reserved IPv4 address in cloud mode (a droplet holds one reserved IP)"}

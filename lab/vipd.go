@@ -11,6 +11,9 @@ import (
 	"time"
 )
 
+// labGossipKey is the gossip key of every lab node (base64 of 32 bytes).
+const labGossipKey = "bGFiLWdvc3NpcC1rZXktMzItYnl0ZXMtbG9uZy4uLi4="
+
 // StartVipd runs `vipd run` in the host's namespace with lab defaults
 // (node name, eth0, a state directory of its own, debug logs) overridden
 // by env ("KEY=value").
@@ -20,7 +23,14 @@ func (h *Host) StartVipd(bin string, env ...string) (*Proc, error) {
 		return nil, err
 	}
 	h.lab.OnClose(func() { _ = os.RemoveAll(state) })
+	// Every lab node shares one gossip key (vipd requires one with peers);
+	// a test that wants another key or none sets its own in env.
+	key := filepath.Join(state, "gossip.key")
+	if err := os.WriteFile(key, []byte(labGossipKey+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	base := []string{
+		"VIPD_GOSSIP_KEY_FILE=" + key,
 		"VIPD_NODE_NAME=" + h.Name,
 		"VIPD_INTERFACE=" + h.Link,
 		"VIPD_STATE_DIR=" + state,

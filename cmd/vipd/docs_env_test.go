@@ -153,7 +153,14 @@ func checkConfigAccepts(t *testing.T, body string) {
 		t.Setenv(s.Env, "")
 		os.Unsetenv(s.Env)
 	}
-	envFile := filepath.Join(t.TempDir(), "vipd.env")
+	// The key file the examples name is made here.
+	dir := t.TempDir()
+	key := filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(key, []byte("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	body = strings.ReplaceAll(body, "=/etc/vipd/gossip.key\n", "="+key+"\n")
+	envFile := filepath.Join(dir, "vipd.env")
 	if err := os.WriteFile(envFile, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,9 @@ func loadConfig(v *viper.Viper) (*config.Config, error) {
 	if err := checkModeSettings(c); err != nil {
 		return nil, err
 	}
+	if err := c.ReadGossipKeys(); err != nil {
+		return nil, usageError{err}
+	}
 	return c, nil
 }
 

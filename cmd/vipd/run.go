@@ -74,6 +74,11 @@ func runDaemon(c *config.Config) error {
 		os.Exit(exitFailure)
 	}()
 
+	if usesStateDir(c) {
+		if err := checkStateDir(c.StateDir); err != nil {
+			return err
+		}
+	}
 	d, err := newDaemon(ctx, c, log)
 	if err != nil {
 		return err

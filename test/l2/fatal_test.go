@@ -66,3 +66,33 @@ func TestFatalErrorReleasesAndExits(t *testing.T) {
 		}
 	}
 }
+
+// TestUnwritableStateDirStopsStartup: a state directory that cannot be
+// written stops `vipd run` with one line naming VIPD_STATE_DIR and a
+// non-zero exit, before the VIP is bound or gossip is joined.
+func TestUnwritableStateDirStopsStartup(t *testing.T) {
+	c := newClusterLab(t, 2)
+	n := c.Nodes[0]
+	notADir := filepath.Join(t.TempDir(), "state")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := c.VIP4(1)
+	env := append(c.env(n), "VIPD_ADDRESS="+v.String()+"/32", "VIPD_STATE_DIR="+notADir)
+	p, err := n.StartVipd(c.bin, env...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := p.Wait(10 * time.Second)
+	if err != nil {
+		t.Fatalf("vipd kept running with an unwritable state dir: %v\n%s", err, p.Output())
+	}
+	out := strings.TrimSpace(p.Output())
+	if code == 0 || !strings.HasPrefix(out, "vipd: VIPD_STATE_DIR "+notADir+" is not writable") || strings.Contains(out, "\n") {
+		t.Fatalf("exit %d, output %q: want non-zero and one line naming VIPD_STATE_DIR", code, out)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	if has, err := n.HasAddr(ctx, v); err != nil || has {
+		t.Fatalf("VIP bound (%v, %v) although start-up failed", has, err)
+	}
+}
