@@ -103,9 +103,15 @@ type Error struct {
 	Name     string // the environment variable
 	Value    string
 	Accepted string
+	// Secret hides Value in the message: a token or password is never
+	// echoed, only the setting's name and the accepted form.
+	Secret bool
 }
 
 func (e *Error) Error() string {
+	if e.Secret {
+		return fmt.Sprintf("invalid %s (value not shown: it is a secret): want %s", e.Name, e.Accepted)
+	}
 	return fmt.Sprintf("invalid %s=%q: want %s", e.Name, e.Value, e.Accepted)
 }
 
@@ -129,7 +135,11 @@ func Load(src Source) (*Config, error) {
 		v = strings.TrimSpace(v)
 		if err := s.parse(c, v); err != nil {
 			if errors.Is(err, errInvalid) {
-				return nil, &Error{Name: s.Env, Value: v, Accepted: s.Accepted}
+				return nil, &Error{Name: s.Env, Value: v, Accepted: s.Accepted, Secret: s.Secret}
+			}
+			var ce *Error
+			if s.Secret && errors.As(err, &ce) {
+				ce.Secret = true
 			}
 			return nil, err
 		}

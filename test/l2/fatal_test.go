@@ -78,7 +78,7 @@ func TestUnwritableStateDirStopsStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := c.VIP4(1)
-	env := append(c.env(n), "VIPD_ADDRESS="+v.String()+"/32", "VIPD_STATE_DIR="+notADir)
+	env := []string{"VIPD_ADDRESS=" + v.String() + "/32", "VIPD_PEERS=" + c.Peers(n), "VIPD_STATE_DIR=" + notADir}
 	p, err := n.StartVipd(c.bin, env...)
 	if err != nil {
 		t.Fatal(err)
