@@ -50,9 +50,9 @@ type Config struct {
 	// GossipKeys are the keys in GossipKeyFile, the primary first; set by
 	// ReadGossipKeys (Load reads no files).
 	GossipKeys [][]byte
-	Priority      int
-	Quorum        Quorum
-	StateDir      string
+	Priority   int
+	Quorum     Quorum
+	StateDir   string
 
 	BGPLocalAS    uint32
 	BGPRouterID   netip.Addr
