@@ -34,7 +34,12 @@ the VIPs in the configured mode. SIGTERM or SIGINT releases every VIP within
 a second and exits 0; a second signal exits at once.
 
 An invalid setting stops start-up with exit code 2 and one line naming the
-variable, the value and the accepted form; nothing is bound.`,
+variable, the value and the accepted form; nothing is bound. So does a state
+directory (VIPD_STATE_DIR) that cannot be written, with exit code 1.
+
+A fatal error while running (the gossip cluster fails, vipd-controllers
+rejects its configuration) releases every VIP, leaves the cluster and exits
+non-zero within about a second, so that systemd sees the failure.`,
 		Args: cobra.NoArgs,
 	}
 	v := settingsFlags(cmd.Flags())
