@@ -82,9 +82,12 @@ type EnvVar struct {
 // variables a unit receives, and the assignments systemd drops.
 type EnvFile struct {
 	Vars []EnvVar // in order of first assignment, each name once, last value wins
-	// Ignored describes assignments systemd drops (a name that is not a
-	// valid variable name, such as "export X"), one line each.
-	Ignored []string
+	// Warnings describe lines systemd reads differently from what they
+	// seem to say, one line each: assignments systemd drops (a name that
+	// is not a valid variable name, such as "export X"), and comments
+	// ending in a backslash (before systemd v254 the next line is part of
+	// the comment too).
+	Warnings []string
 }
 
 // Map returns the variables as a map.
@@ -124,7 +127,9 @@ func (e *EnvFileError) Error() string {
 //     are skipped): A="x" y gives "xy", A="x" # y gives "x# y".
 //   - A line without = is skipped. A later assignment replaces an earlier one.
 //   - A name that is not letters, digits and _ (not starting with a digit)
-//     is dropped by systemd with a log message: listed in Ignored.
+//     is dropped by systemd with a log message: listed in Warnings.
+//   - A comment ending in a backslash ends at the line's end (v254 and
+//     later); older systemd also skips the next line: listed in Warnings.
 //   - Invalid UTF-8 in a name or value makes systemd refuse the file: an
 //     *EnvFileError.
 //
@@ -174,7 +179,7 @@ func ParseEnvFile(data []byte) (EnvFile, error) {
 					errFromPush = &EnvFileError{Line: keyAt, Reason: fmt.Sprintf("invalid UTF-8 in the value of %s", name)}
 				}
 			case !validEnvName(name):
-				out.Ignored = append(out.Ignored, fmt.Sprintf("line %d: %q is not a valid variable name (letters, digits and _, not starting with a digit); systemd ignores the assignment", keyAt, name))
+				out.Warnings = append(out.Warnings, fmt.Sprintf("line %d: %q is not a valid variable name (letters, digits and _, not starting with a digit); systemd ignores the assignment", keyAt, name))
 			default:
 				if i, ok := index[name]; ok {
 					out.Vars[i].Value, out.Vars[i].Line = val, keyAt
@@ -280,6 +285,7 @@ func ParseEnvFile(data []byte) (EnvFile, error) {
 			// longer continues the comment.
 			if isNewline(c) {
 				state = preKey
+				out.Warnings = append(out.Warnings, fmt.Sprintf("line %d: a comment ends in a backslash: systemd before v254 (Debian 12, Ubuntu 22.04) also ignores line %d; remove the backslash", line, line+1))
 			} else {
 				state = comment
 			}

@@ -72,8 +72,8 @@ func TestParseEnvFileIgnoredAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Ignored) != 1 || !strings.Contains(f.Ignored[0], "line 2") || !strings.Contains(f.Ignored[0], `"export VIPD_MODE"`) {
-		t.Fatalf("Ignored = %q", f.Ignored)
+	if len(f.Warnings) != 1 || !strings.Contains(f.Warnings[0], "line 2") || !strings.Contains(f.Warnings[0], `"export VIPD_MODE"`) {
+		t.Fatalf("Warnings = %q", f.Warnings)
 	}
 	for _, in := range []string{"A=\xff\n", "\xffA=1\n", "A='\xc3'\n"} {
 		_, err := ParseEnvFile([]byte("X=1\n" + in))
@@ -81,6 +81,10 @@ func TestParseEnvFileIgnoredAndErrors(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Line != 2 || !strings.Contains(err.Error(), "UTF-8") {
 			t.Errorf("ParseEnvFile(%q) error = %v, want an *EnvFileError on line 2", in, err)
 		}
+	}
+	f, err = ParseEnvFile([]byte("# a comment \\\nA=1\n"))
+	if err != nil || f.Map()["A"] != "1" || len(f.Warnings) != 1 || !strings.Contains(f.Warnings[0], "line 1: a comment ends in a backslash") {
+		t.Fatalf("comment with a backslash: %q, %q, %v", f.Map(), f.Warnings, err)
 	}
 	f, err = ParseEnvFile([]byte("A=1\nA=2\n"))
 	if err != nil || len(f.Vars) != 1 || f.Vars[0].Line != 2 {
@@ -139,8 +143,8 @@ func TestParseEnvFileTricky(t *testing.T) {
 			}
 		}
 	}
-	if len(f.Ignored) != 2 {
-		t.Errorf("Ignored = %q, want the export line and the digit name", f.Ignored)
+	if len(f.Warnings) != 2 {
+		t.Errorf("Warnings = %q, want the export line and the digit name", f.Warnings)
 	}
 }
 

@@ -16,8 +16,14 @@ func newCheckConfigCmd() *cobra.Command {
 		Long: `check-config reads the settings exactly as "vipd run" would (flags over
 environment over defaults), validates them and prints every effective value,
 secrets redacted. An invalid value is reported as one line naming the
-variable, the value and the accepted form, with exit code 2. Nothing is bound
-and nothing is contacted.`,
+variable, the value and the accepted form (never a secret's value), with exit
+code 2. The gossip key file (VIPD_GOSSIP_KEY_FILE) is read and checked.
+Nothing is bound and nothing is contacted.
+
+--env-file reads the file exactly as systemd's EnvironmentFile= does: a "#"
+or ";" starts a comment only at the start of a line (VIPD_MODE=l2 # x sets
+"l2 # x"), quotes and backslashes follow systemd's rules, and lines systemd
+would ignore (such as "export VIPD_X=1") are reported as warnings.`,
 		Args: cobra.NoArgs,
 	}
 	v := settingsFlags(cmd.Flags())
@@ -65,5 +71,5 @@ func applyEnvFile(path string) ([]string, error) {
 			return nil, err
 		}
 	}
-	return f.Ignored, nil
+	return f.Warnings, nil
 }

@@ -116,8 +116,8 @@ func checkDocEnv(t *testing.T, body string) {
 	if err != nil {
 		t.Fatalf("systemd would refuse this file: %v\n%s", err, body)
 	}
-	if len(f.Ignored) > 0 {
-		t.Errorf("systemd ignores lines: %q\n%s", f.Ignored, body)
+	if len(f.Warnings) > 0 {
+		t.Errorf("systemd ignores lines: %q\n%s", f.Warnings, body)
 	}
 	for _, v := range f.Vars {
 		if i := strings.IndexAny(v.Value, "#;"); i > 0 && strings.ContainsAny(v.Value[i-1:i], " \t") {
