@@ -215,7 +215,8 @@ func (d *daemon) onTransition(t vip.Transition) {
 // fatal error). Either way every part's context is cancelled, the driver
 // releases the VIPs, the node leaves the cluster, and run returns once
 // every goroutine it started has returned: a fatal error is returned, so
-// vipd exits non-zero and systemd restarts it.
+// vipd exits non-zero (1, restarted by systemd; 2 when vipd-controllers
+// rejected the configuration, which a restart cannot fix).
 func (d *daemon) run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
