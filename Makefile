@@ -40,7 +40,7 @@ endif
 
 ifeq ($(shell id -u),0)
 
-.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver package test-packaging clean
+.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver package test-packaging clean simulate
 
 all: build
 
@@ -85,6 +85,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+## simulate: the deterministic cluster simulator over 200 seeds (make test runs 12)
+simulate:
+	$(GO) run ./cluster/sim/cmd/vipd-sim -seeds $${SEEDS:-200}
 
 ## demo: a 3-node network-namespace lab showing the VIP and a failover
 demo: deps build

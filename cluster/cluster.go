@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -23,20 +22,25 @@ import (
 
 // Config shapes a cluster node.
 type Config struct {
-	Name     string
-	Bind     netip.AddrPort // VIPD_GOSSIP_BIND
-	Peers    []string       // VIPD_PEERS, host[:port]
-	KeyFile  string         // VIPD_GOSSIP_KEY_FILE
+	Name    string
+	Bind    netip.AddrPort // VIPD_GOSSIP_BIND
+	Peers   []string       // VIPD_PEERS, host[:port]
+	KeyFile string         // VIPD_GOSSIP_KEY_FILE
+	// Insecure allows gossip without a key (VIPD_GOSSIP_INSECURE). Without
+	// it, New refuses peers without a key.
+	Insecure bool
 	Priority int
 	Quorum   QuorumRule
 	StateDir string
 	VIPs     []string
 	Timings  Timings
-	// ClaimSettle is how long a claim is gossiped before this node acts
-	// on it. Zero for l2, where acquiring is quick and a probe guards it;
-	// cloud mode waits a couple of gossip rounds, because two nodes
-	// assigning the same reserved IP at once each cost an API action.
+	// ClaimSettle: see ElectionConfig.
 	ClaimSettle time.Duration
+	// MemberExpiry: see ElectionConfig (VIPD_MEMBER_EXPIRY).
+	MemberExpiry time.Duration
+	// LocalAddrs returns this host's addresses, to drop this node from
+	// Peers (nil: the host's interface addresses).
+	LocalAddrs func() ([]netip.Addr, error)
 }
 
 // Timings are the memberlist failure-detector settings.
@@ -77,31 +81,29 @@ func DefaultTimings() Timings {
 // DefaultPort is the gossip port when a peer is given without one.
 const DefaultPort = 7950
 
-// BootstrapGrace is how long a node with configured peers, that has never
-// seen another member, waits for them before it holds VIPs alone.
-const BootstrapGrace = 2 * time.Second
-
-// Node is this node's membership in the cluster and its elections.
+// Node is this node's membership in the cluster: the glue between
+// memberlist and the Election state machine, which it owns. Every input
+// reaches the election through Run's goroutine, one at a time.
 type Node struct {
-	cfg Config
-	log *slog.Logger
-	ml  *memberlist.Memberlist
+	cfg   Config
+	peers []string // VIPD_PEERS without this node's own addresses
+	log   *slog.Logger
+	ml    *memberlist.Memberlist
 
-	mu          sync.Mutex
-	meta        Meta
-	healthy     bool
-	known       Known
-	knownMod    time.Time
-	quorum      QuorumResult
-	decisions   map[string]Decision
-	wake        chan struct{}
-	started     time.Time
-	keyErrAt    time.Time            // last gossip rejected for a key mismatch
-	claimedAt   map[string]time.Time // when we claimed each VIP
-	pausedUntil map[string]time.Time // no claim before this (after a release)
+	inbox chan Event // health, holding, failures, key errors, conflicts
+	wake  chan struct{}
 
-	mMembers *prometheus.GaugeVec
-	mQuorum  prometheus.Gauge
+	mu       sync.Mutex
+	metaEnc  []byte // what NodeMeta hands memberlist
+	left     []string
+	status   StatusDoc
+	election *Election // touched by Run's goroutine only (and New)
+	knownMod time.Time
+
+	mMembers  *prometheus.GaugeVec
+	mQuorum   prometheus.Gauge
+	mBroken   *prometheus.GaugeVec
+	mConflict prometheus.Gauge
 }
 
 // New validates the configuration and creates the memberlist (it binds the
@@ -110,32 +112,52 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	if cfg.Timings == (Timings{}) {
 		cfg.Timings = DefaultTimings()
 	}
+	if err := MetaFits(cfg.VIPs); err != nil {
+		return nil, err
+	}
+	peers, err := dropSelf(cfg.Peers, cfg.Bind, cfg.LocalAddrs)
+	if err != nil {
+		return nil, err
+	}
+	if len(peers) > 0 && cfg.KeyFile == "" && !cfg.Insecure {
+		return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE is not set: with VIPD_PEERS, gossip must be authenticated (make a key with `vipd keygen --out /etc/vipd/gossip.key` and set VIPD_GOSSIP_KEY_FILE on every node, or set VIPD_GOSSIP_INSECURE=true to accept unauthenticated peers)")
+	}
 	known, mod, err := LoadKnown(cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("VIPD_STATE_DIR: %w", err)
 	}
 	n := &Node{
-		cfg: cfg, log: log.With("component", "cluster"),
-		meta:      Meta{Priority: cfg.Priority},
-		known:     known,
-		knownMod:  mod,
-		decisions: map[string]Decision{},
-		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{},
-		wake:    make(chan struct{}, 1),
-		started: time.Now(),
+		cfg: cfg, peers: peers, log: log.With("component", "cluster"),
+		knownMod: mod,
+		inbox:    make(chan Event, 64),
+		wake:     make(chan struct{}, 1),
+		election: NewElection(ElectionConfig{
+			Name: cfg.Name, VIPs: cfg.VIPs, Priority: cfg.Priority, Quorum: cfg.Quorum, Peers: len(peers) > 0,
+			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry,
+		}, known, time.Now()),
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "vipd_cluster_members", Help: "Gossip members by state (alive, suspect, dead, left).",
+			Name: "vipd_cluster_members", Help: "Gossip members by state (alive, suspect), and known members (known).",
 		}, []string{"state"}),
 		mQuorum: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "vipd_cluster_quorum", Help: "1 while this node has quorum (or is bootstrapping alone).",
 		}),
+		mBroken: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vipd_vip_broken", Help: "1 while this node cannot hold the VIP (acquire failed, interface down, another holder) and leaves it to the others.",
+		}, []string{"vip"}),
+		mConflict: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vipd_cluster_name_conflict", Help: "1 while another node gossips under this node's name (VIPD_NODE_NAME); this node then holds nothing.",
+		}),
 	}
+	n.metaEnc, _ = encodeMeta(n.election.Meta())
 	if reg != nil {
-		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum} {
+		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mBroken, n.mConflict} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
+	}
+	for _, v := range cfg.VIPs {
+		n.mBroken.WithLabelValues(v).Set(0)
 	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -156,16 +178,21 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	mc.DeadNodeReclaimTime = 5 * time.Second // a restarted node may rejoin under its name at once
 	mc.Delegate = (*delegate)(n)
 	mc.Events = (*events)(n)
-	mc.Logger = log2slog(n.log, n.keyMismatch)
+	mc.Conflict = (*conflicts)(n)
+	mc.Logger = log2slog(n.log, func() { n.send(KeyMismatch{}) })
 	if cfg.KeyFile != "" {
-		key, err := readKey(cfg.KeyFile)
+		keys, err := readKeys(cfg.KeyFile)
 		if err != nil {
 			return nil, err
 		}
-		mc.SecretKey = key
+		ring, err := memberlist.NewKeyring(keys, keys[0])
+		if err != nil {
+			return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE %s: %w", cfg.KeyFile, err)
+		}
+		mc.Keyring = ring
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	} else {
-		n.log.Warn("gossip is not encrypted: set VIPD_GOSSIP_KEY_FILE so that only nodes with the key can join and vote")
+		n.log.Warn("gossip is not authenticated (VIPD_GOSSIP_INSECURE=true): anyone who reaches the gossip port can join and vote")
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -175,102 +202,116 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	return n, nil
 }
 
-// readKey reads a 16, 24 or 32 byte AES key, raw or base64.
-func readKey(path string) ([]byte, error) {
+// dropSelf removes the peers that are this node itself (an address of this
+// host at the gossip port): the same VIPD_PEERS on every node is the
+// documented setup, and joining oneself would count as reaching a peer.
+func dropSelf(peers []string, bind netip.AddrPort, local func() ([]netip.Addr, error)) ([]string, error) {
+	if local == nil {
+		local = interfaceAddrs
+	}
+	addrs, err := local()
+	if err != nil {
+		return nil, fmt.Errorf("VIPD_PEERS: cannot list this host's addresses: %w", err)
+	}
+	mine := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		mine[a.Unmap()] = true
+	}
+	if bind.Addr().IsValid() && !bind.Addr().IsUnspecified() {
+		mine = map[netip.Addr]bool{bind.Addr().Unmap(): true}
+	}
+	var out []string
+	for _, p := range peers {
+		hp := withPort(p)
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			out = append(out, p)
+			continue
+		}
+		a, err := netip.ParseAddr(host)
+		if err == nil && mine[a.Unmap()] && port == strconv.Itoa(int(bind.Port())) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func interfaceAddrs() ([]netip.Addr, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out, nil
+}
+
+// readKeys reads the gossip keys: one a line, the first is used to send,
+// every one is accepted (rotation: add the new key on a second line on every
+// node, then move it to the first line, then remove the old one). Each key is
+// 16, 24 or 32 bytes, base64 or raw, or a passphrase hashed to 32 bytes.
+func readKeys(path string) ([][]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE: %w", err)
 	}
-	s := strings.TrimSpace(string(b))
+	var keys [][]byte
+	for _, line := range strings.Split(string(b), "\n") {
+		s := strings.TrimSpace(line)
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		keys = append(keys, parseKey(s))
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE %s has no key: want a key of 16, 24 or 32 bytes (base64 or raw) or a passphrase; `vipd keygen` makes one", path)
+	}
+	return keys, nil
+}
+
+func parseKey(s string) []byte {
 	if k, err := base64.StdEncoding.DecodeString(s); err == nil && validKeyLen(len(k)) {
-		return k, nil
+		return k
 	}
 	if validKeyLen(len(s)) {
-		return []byte(s), nil
+		return []byte(s)
 	}
-	if len(s) > 0 {
-		// Any other passphrase: derive a 32-byte key, as MetalLB does.
-		k := sha256.Sum256([]byte(s))
-		return k[:], nil
-	}
-	return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE %s is empty: want a key of 16, 24 or 32 bytes (raw or base64) or a passphrase", path)
+	// Any other passphrase: derive a 32-byte key, as MetalLB does.
+	k := sha256.Sum256([]byte(s))
+	return k[:]
 }
 
 func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // SetHealthy publishes this node's apiserver health.
-func (n *Node) SetHealthy(healthy bool) {
-	n.mu.Lock()
-	n.healthy = healthy
-	n.mu.Unlock()
-	n.poke()
-}
+func (n *Node) SetHealthy(healthy bool) { n.send(HealthChanged{Healthy: healthy}) }
 
 // SetHolding reports the core's holding state for vip. The cluster claims
-// a VIP itself, before the core acquires it (see evaluate); a release by the
-// core (health lost, shutdown, failed acquire) withdraws the claim at once
-// and keeps the node from claiming it again for ReclaimPause, so another
-// node gets its chance.
-func (n *Node) SetHolding(vip string, holding bool) {
-	n.mu.Lock()
-	changed := false
-	if holding {
-		// Only confirm a claim the election stands behind: an acquire that
-		// finished after the decision changed must not make a new claim.
-		if n.decisions[vip].Holder {
-			changed = n.claimLocked(vip)
-		}
-	} else {
-		changed = n.unclaimLocked(vip)
-		n.pausedUntil[vip] = time.Now().Add(ReclaimPause)
-		time.AfterFunc(ReclaimPause, n.poke)
-	}
-	n.mu.Unlock()
-	if changed {
-		n.publish()
+// a VIP itself, before the core acquires it; a release by the core withdraws
+// the claim at once and keeps the node from claiming it again for
+// ReclaimPause, so another node gets its chance.
+func (n *Node) SetHolding(vip string, holding bool) { n.send(HoldingChanged{VIP: vip, Held: holding}) }
+
+// SetFailed reports that this node could not acquire vip or lost it: the
+// election leaves it to another node for a while.
+func (n *Node) SetFailed(vip, reason string) { n.send(AcquireFailed{VIP: vip, Reason: reason}) }
+
+// send queues an event for Run. It never blocks: when the queue is full
+// the event is dropped after a wake-up (every input is a level that the
+// next one repeats, except holding changes, which the core repeats on its
+// next transition).
+func (n *Node) send(ev Event) {
+	select {
+	case n.inbox <- ev:
+	default:
+		n.log.Warn("election queue full: event dropped", "event", fmt.Sprintf("%T", ev))
 	}
 	n.poke()
-}
-
-// ReclaimPause is how long a node does not claim a VIP again after its core
-// released it.
-const ReclaimPause = 500 * time.Millisecond
-
-// claimLocked adds vip to our claims with a term above every term seen, so
-// the newest claim wins a healed partition. It reports whether the claim is
-// new.
-func (n *Node) claimLocked(vip string) bool {
-	if n.meta.Holds(vip) {
-		return false
-	}
-	term := n.meta.Term
-	if n.ml != nil {
-		for _, m := range n.ml.Members() {
-			if mm, err := decodeMeta(m.Meta); err == nil && mm.Term > term {
-				term = mm.Term
-			}
-		}
-	}
-	n.meta.Term = term + 1
-	n.meta.Holding = append(append([]string(nil), n.meta.Holding...), vip)
-	n.claimedAt[vip] = time.Now()
-	return true
-}
-
-// unclaimLocked removes vip from our claims; it reports whether it was there.
-func (n *Node) unclaimLocked(vip string) bool {
-	if !n.meta.Holds(vip) {
-		return false
-	}
-	h := make([]string, 0, len(n.meta.Holding))
-	for _, v := range n.meta.Holding {
-		if v != vip {
-			h = append(h, v)
-		}
-	}
-	n.meta.Holding = h
-	delete(n.claimedAt, vip)
-	return true
 }
 
 func (n *Node) poke() {
@@ -280,39 +321,143 @@ func (n *Node) poke() {
 	}
 }
 
-// publish gossips the current metadata at once.
-func (n *Node) publish() {
-	if err := n.ml.UpdateNode(time.Second); err != nil {
-		n.log.Warn("gossip metadata update failed", "err", err)
-	}
-}
-
 // Run joins the peers and reports every change of decision through decide
 // until ctx is done. It keeps re-joining peers that are not members.
-func (n *Node) Run(ctx context.Context, decide func(vip string, holder bool, reason string)) error {
-	n.join()
+func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) error {
+	go n.join() // a slow peer must not delay the first decision
 	rejoin := time.NewTicker(5 * time.Second)
 	defer rejoin.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	safety := time.NewTicker(500 * time.Millisecond)
 	defer safety.Stop()
 	for {
-		n.evaluate(decide)
+		n.step(Tick{}, decide, timer)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-n.wake:
+		case <-timer.C:
 		case <-safety.C:
 		case <-rejoin.C:
-			if n.ml.NumMembers()-1 < len(n.cfg.Peers) {
-				n.join()
+			if n.ml.NumMembers()-1 < len(n.peers) {
+				go n.join()
+			}
+		}
+		for more := true; more; {
+			select {
+			case ev := <-n.inbox:
+				n.step(ev, decide, nil)
+			default:
+				more = false
 			}
 		}
 	}
 }
 
+// step feeds the view and one event to the election and carries out its
+// output; timer (when not nil) is armed for the next deadline.
+func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) {
+	now := time.Now()
+	n.mu.Lock()
+	left := n.left
+	n.left = nil
+	n.mu.Unlock()
+	n.pickUpForget()
+	out := n.election.Step(ViewChanged{Members: n.members(), Left: left}, now)
+	o2 := n.election.Step(ev, now)
+	out.Decisions = mergeDecisions(out.Decisions, o2.Decisions)
+	out.Logs = append(out.Logs, o2.Logs...)
+	if o2.Meta != nil {
+		out.Meta = o2.Meta
+	}
+	if o2.Known != nil {
+		out.Known = o2.Known
+	}
+	out.Next = o2.Next
+	for _, l := range out.Logs {
+		lvl := slog.LevelInfo
+		if l.Warn {
+			lvl = slog.LevelWarn
+		}
+		n.log.Log(context.Background(), lvl, l.Msg, l.Args...)
+	}
+	if out.Known != nil {
+		if mod, err := SaveKnown(n.cfg.StateDir, *out.Known); err != nil {
+			n.log.Error("cannot persist cluster members", "err", err)
+		} else {
+			n.mu.Lock()
+			n.knownMod = mod
+			n.mu.Unlock()
+		}
+	}
+	if out.Meta != nil {
+		b, err := encodeMeta(*out.Meta)
+		if err == nil && len(b) <= MetaLimit {
+			n.mu.Lock()
+			n.metaEnc = b
+			n.mu.Unlock()
+			if err := n.ml.UpdateNode(time.Second); err != nil {
+				n.log.Warn("gossip metadata update failed", "err", err)
+			}
+		} else {
+			n.log.Error("node metadata does not fit the gossip limit: keeping the last one", "bytes", len(b), "limit", MetaLimit)
+		}
+	}
+	st := n.election.Status(now)
+	n.updateMetrics(st)
+	n.mu.Lock()
+	n.status.Election = st
+	n.mu.Unlock()
+	for _, d := range out.Decisions {
+		n.log.Info("election", "vip", d.VIP, "holder", d.Holder, "leader", d.Leader, "lone", d.Lone, "reason", d.Reason)
+		decide(d.VIP, d.Decision)
+	}
+	if timer != nil && !out.Next.IsZero() {
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(max(time.Until(out.Next), 0))
+	}
+}
+
+// mergeDecisions keeps the last decision of each VIP.
+func mergeDecisions(a, b []VIPDecision) []VIPDecision {
+	for _, d := range b {
+		found := false
+		for i := range a {
+			if a[i].VIP == d.VIP {
+				a[i], found = d, true
+			}
+		}
+		if !found {
+			a = append(a, d)
+		}
+	}
+	return a
+}
+
+// pickUpForget reloads the member list after `vipd forget` changed it.
+func (n *Node) pickUpForget() {
+	k, mod, err := LoadKnown(n.cfg.StateDir)
+	n.mu.Lock()
+	same := mod.Equal(n.knownMod)
+	n.mu.Unlock()
+	if err != nil || same {
+		return
+	}
+	n.election.Forgotten(k)
+	n.mu.Lock()
+	n.knownMod = mod
+	n.mu.Unlock()
+}
+
 func (n *Node) join() {
 	var peers []string
-	for _, p := range n.cfg.Peers {
+	for _, p := range n.peers {
 		peers = append(peers, withPort(p))
 	}
 	if len(peers) == 0 {
@@ -320,9 +465,8 @@ func (n *Node) join() {
 	}
 	joined, err := n.ml.Join(peers)
 	if err != nil {
-		msg := err.Error()
-		if strings.Contains(msg, "decrypt") || strings.Contains(msg, "encrypt") || strings.Contains(msg, "No installed keys") {
-			n.keyMismatch()
+		if isKeyError(err.Error()) {
+			n.send(KeyMismatch{})
 			n.log.Error("gossip peers rejected: encryption key mismatch (check VIPD_GOSSIP_KEY_FILE on every node)", "joined", joined, "err", err)
 			return
 		}
@@ -330,6 +474,19 @@ func (n *Node) join() {
 		return
 	}
 	n.log.Debug("gossip join", "joined", joined)
+}
+
+// isKeyError reports whether a memberlist error or log line means that the
+// other side uses another gossip key, or none.
+func isKeyError(s string) bool {
+	s = strings.ToLower(s)
+	for _, k := range []string{"no installed keys could decrypt", "encryption is configured but remote state is not encrypted",
+		"remote state is encrypted and encryption is not configured", "decrypt packet failed"} {
+		if strings.Contains(s, k) {
+			return true
+		}
+	}
+	return false
 }
 
 func withPort(p string) string {
@@ -342,124 +499,10 @@ func withPort(p string) string {
 	return net.JoinHostPort(strings.Trim(p, "[]"), strconv.Itoa(DefaultPort))
 }
 
-// keyMismatch records that gossip failed for a key mismatch.
-func (n *Node) keyMismatch() {
-	n.mu.Lock()
-	n.keyErrAt = time.Now()
-	n.mu.Unlock()
-	n.poke()
-}
-
-// evaluate recomputes quorum, eligibility and every decision, and reports
-// the decisions that changed.
-func (n *Node) evaluate(decide func(vip string, holder bool, reason string)) {
-	view := n.view()
-	n.mu.Lock()
-	n.rememberLocked(view)
-	q := Quorum(view, n.known.Names(), n.cfg.Quorum)
-	if q.Bootstrap && len(n.cfg.Peers) > 0 && time.Since(n.started) < BootstrapGrace {
-		// Nodes of a new cluster start together: give the configured peers
-		// a moment to answer before holding alone, or each would bootstrap.
-		q.OK = false
-		q.Reason = fmt.Sprintf("bootstrap: waiting up to %v for the configured peers", BootstrapGrace)
-	}
-	if q.Bootstrap && !n.keyErrAt.IsZero() && time.Since(n.keyErrAt) < time.Minute {
-		// Alone because the peers reject our key (or we theirs): holding
-		// alone would be a split brain with the real cluster.
-		q.OK = false
-		q.Reason = "gossip key mismatch with peers (VIPD_GOSSIP_KEY_FILE): not holding alone"
-	}
-	eligible := n.healthy && q.OK
-	metaChanged := eligible != n.meta.Eligible || n.healthy != n.meta.Healthy
-	if q.OK != n.quorum.OK && n.quorum.Reason != "" {
-		if q.OK {
-			n.log.Info("quorum regained", "reason", q.Reason)
-		} else {
-			n.log.Warn("quorum lost: releasing every VIP", "reason", q.Reason)
-		}
-	}
-	n.quorum = q
-	n.meta.Eligible, n.meta.Healthy = eligible, n.healthy
-	n.mu.Unlock()
-	if metaChanged {
-		n.publish()
-		view = n.view()
-	}
-	n.updateMetrics(view, q)
-	type change struct {
-		vip string
-		d   Decision
-	}
-	var changes []change
-	n.mu.Lock()
-	claimed := false
-	for _, v := range n.cfg.VIPs {
-		d := Decide(view, v)
-		switch {
-		case d.Holder && !n.meta.Holds(v) && time.Now().Before(n.pausedUntil[v]):
-			d = Decision{Reason: "released moments ago: letting another node take it"}
-		case d.Holder && !n.meta.Holds(v):
-			// Claim first, act after: the claim is gossiped before (l2: as)
-			// the VIP is acquired, so nodes elected at the same moment from
-			// different views settle on one (highest term, then name).
-			claimed = n.claimLocked(v) || claimed
-			if n.cfg.ClaimSettle > 0 {
-				time.AfterFunc(n.cfg.ClaimSettle, n.poke)
-				d = Decision{Leader: n.cfg.Name, Reason: "claimed; letting the claim settle"}
-			}
-		case d.Holder && time.Since(n.claimedAt[v]) < n.cfg.ClaimSettle:
-			d = Decision{Leader: n.cfg.Name, Reason: "claimed; letting the claim settle"}
-		case !d.Holder && n.meta.Holds(v):
-			claimed = n.unclaimLocked(v) || claimed
-		}
-		old, seen := n.decisions[v]
-		if !seen || old.Holder != d.Holder || old.Leader != d.Leader {
-			changes = append(changes, change{v, d})
-		}
-		n.decisions[v] = d
-	}
-	n.mu.Unlock()
-	if claimed {
-		n.publish()
-	}
-	for _, c := range changes {
-		n.log.Info("election", "vip", c.vip, "holder", c.d.Holder, "leader", c.d.Leader, "reason", c.d.Reason)
-		decide(c.vip, c.d.Holder, c.d.Reason)
-	}
-}
-
-// rememberLocked adds alive members to the persisted known set.
-func (n *Node) rememberLocked(v View) {
-	// Pick up `vipd forget` edits made while running.
-	if k, mod, err := LoadKnown(n.cfg.StateDir); err == nil && !mod.Equal(n.knownMod) {
-		n.known, n.knownMod = k, mod
-	}
-	changed := false
-	for _, m := range v.Members {
-		if m.State != Alive {
-			continue
-		}
-		if _, ok := n.known.Members[m.Name]; !ok {
-			n.known.Members[m.Name] = KnownMember{Addr: m.Addr, FirstSeen: time.Now().UTC()}
-			changed = true
-			if m.Name != n.cfg.Name {
-				n.log.Info("new cluster member remembered", "member", m.Name, "addr", m.Addr)
-			}
-		}
-	}
-	if changed {
-		mod, err := SaveKnown(n.cfg.StateDir, n.known)
-		if err != nil {
-			n.log.Error("cannot persist cluster members", "err", err)
-			return
-		}
-		n.knownMod = mod
-	}
-}
-
-// view converts memberlist's members into the election's view.
-func (n *Node) view() View {
-	v := View{Self: n.cfg.Name}
+// members converts memberlist's members (alive and suspect) into the
+// election's view.
+func (n *Node) members() []Member {
+	var out []Member
 	for _, m := range n.ml.Members() {
 		meta, err := decodeMeta(m.Meta)
 		if err != nil {
@@ -475,24 +518,37 @@ func (n *Node) view() View {
 		case memberlist.StateLeft:
 			st = Left
 		}
-		v.Members = append(v.Members, Member{Name: m.Name, Addr: m.Address(), State: st, Meta: meta})
+		out = append(out, Member{Name: m.Name, Addr: m.Address(), State: st, Meta: meta})
 	}
-	return v
+	return out
 }
 
-func (n *Node) updateMetrics(v View, q QuorumResult) {
+func (n *Node) updateMetrics(st ElectionStatus) {
 	counts := map[State]int{}
-	for _, m := range v.Members {
-		counts[m.State]++
+	for _, m := range n.ml.Members() {
+		switch m.State {
+		case memberlist.StateSuspect:
+			counts[Suspect]++
+		default:
+			counts[Alive]++
+		}
 	}
-	for _, s := range []State{Alive, Suspect, Dead, Left} {
-		n.mMembers.WithLabelValues(s.String()).Set(float64(counts[s]))
+	n.mMembers.WithLabelValues("alive").Set(float64(counts[Alive]))
+	n.mMembers.WithLabelValues("suspect").Set(float64(counts[Suspect]))
+	n.mMembers.WithLabelValues("known").Set(float64(len(st.Known)))
+	n.mQuorum.Set(b2f(st.Quorum.OK))
+	for _, v := range n.cfg.VIPs {
+		_, broken := st.Broken[v]
+		n.mBroken.WithLabelValues(v).Set(b2f(broken))
 	}
-	if q.OK {
-		n.mQuorum.Set(1)
-	} else {
-		n.mQuorum.Set(0)
+	n.mConflict.Set(b2f(st.NameConflict != ""))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
 	}
+	return 0
 }
 
 // Close leaves the cluster (so the others react at once instead of waiting
@@ -504,10 +560,14 @@ func (n *Node) Close() error {
 
 // StatusDoc is the cluster's section of /status.
 type StatusDoc struct {
-	Quorum    QuorumResult        `json:"quorum"`
-	Members   []MemberStatus      `json:"members"`
-	Known     []string            `json:"known"`
-	Elections map[string]Decision `json:"elections"`
+	Election ElectionStatus `json:"-"`
+	// Flattened for /status readers (vipd status).
+	Quorum       QuorumResult        `json:"quorum"`
+	Members      []MemberStatus      `json:"members"`
+	Known        []string            `json:"known"`
+	Elections    map[string]Decision `json:"elections"`
+	Broken       map[string]string   `json:"broken,omitempty"`
+	NameConflict string              `json:"name_conflict,omitempty"`
 }
 
 // MemberStatus is one member in /status.
@@ -520,31 +580,22 @@ type MemberStatus struct {
 	Priority int      `json:"priority"`
 	Term     uint64   `json:"term"`
 	Holding  []string `json:"holding,omitempty"`
+	Broken   []string `json:"broken,omitempty"`
 }
 
 // Status returns the cluster view for /status.
 func (n *Node) Status() any {
-	v := n.view()
+	ms := n.members()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	doc := StatusDoc{Quorum: n.quorum, Known: n.known.Names(), Elections: map[string]Decision{}}
-	for k, d := range n.decisions {
-		doc.Elections[k] = d
-	}
-	for _, m := range v.Members {
+	st := n.status.Election
+	n.mu.Unlock()
+	doc := StatusDoc{Quorum: st.Quorum, Known: st.Known, Elections: st.Elections, Broken: st.Broken, NameConflict: st.NameConflict}
+	for _, m := range ms {
 		doc.Members = append(doc.Members, MemberStatus{Name: m.Name, Addr: m.Addr, State: m.State.String(),
-			Healthy: m.Meta.Healthy, Eligible: m.Meta.Eligible, Priority: m.Meta.Priority, Term: m.Meta.Term, Holding: m.Meta.Holding})
+			Healthy: m.Meta.Healthy, Eligible: m.Meta.Eligible, Priority: m.Meta.Priority, Term: m.Meta.Term,
+			Holding: m.Meta.Holding, Broken: m.Meta.Broken})
 	}
 	return doc
-}
-
-func decodeMeta(b []byte) (Meta, error) {
-	var m Meta
-	if len(b) == 0 {
-		return m, nil
-	}
-	err := json.Unmarshal(b, &m)
-	return m, err
 }
 
 // delegate gives memberlist our metadata.
@@ -552,13 +603,11 @@ type delegate Node
 
 func (d *delegate) NodeMeta(limit int) []byte {
 	d.mu.Lock()
-	b, err := json.Marshal(d.meta)
-	d.mu.Unlock()
-	if err != nil || len(b) > limit {
-		d.log.Error("node metadata too large to gossip: too many VIPs", "bytes", len(b), "limit", limit)
-		return nil
+	defer d.mu.Unlock()
+	if len(d.metaEnc) > limit {
+		return nil // never happens: New checked MetaFits and step keeps the last fitting one
 	}
-	return b
+	return d.metaEnc
 }
 func (d *delegate) NotifyMsg([]byte)                           {}
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
@@ -576,6 +625,9 @@ func (e *events) NotifyLeave(m *memberlist.Node) {
 	how := "left or died"
 	if m.State == memberlist.StateLeft {
 		how = "left"
+		e.mu.Lock()
+		e.left = append(e.left, m.Name)
+		e.mu.Unlock()
 	} else if m.State == memberlist.StateDead {
 		how = "declared dead"
 	}
@@ -584,6 +636,23 @@ func (e *events) NotifyLeave(m *memberlist.Node) {
 }
 func (e *events) NotifyUpdate(*memberlist.Node) { (*Node)(e).poke() }
 
+// conflicts hears of two nodes with one name.
+type conflicts Node
+
+func (c *conflicts) NotifyConflict(existing, other *memberlist.Node) {
+	n := (*Node)(c)
+	if existing.Name == n.cfg.Name {
+		addr := other.Address()
+		if existing.Address() != n.ml.LocalNode().Address() {
+			addr = existing.Address()
+		}
+		n.log.Error("another node uses this node's name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "other", addr)
+		n.send(NameConflict{Addr: addr})
+		return
+	}
+	n.log.Error("two nodes use one name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "addr", existing.Address(), "other", other.Address())
+}
+
 // log2slog routes memberlist's log lines ("[LEVEL] memberlist: ...") into
 // slog at the matching level.
 func log2slog(l *slog.Logger, keyMismatch func()) *log.Logger {
@@ -591,7 +660,7 @@ func log2slog(l *slog.Logger, keyMismatch func()) *log.Logger {
 		s := strings.TrimSpace(string(p))
 		lvl := slog.LevelDebug
 		switch {
-		case strings.HasPrefix(s, "[ERR]"):
+		case strings.HasPrefix(s, "[ERR"):
 			lvl = slog.LevelError
 		case strings.HasPrefix(s, "[WARN]"):
 			lvl = slog.LevelWarn
@@ -599,7 +668,7 @@ func log2slog(l *slog.Logger, keyMismatch func()) *log.Logger {
 		if i := strings.Index(s, "memberlist: "); i >= 0 {
 			s = s[i+len("memberlist: "):]
 		}
-		if strings.Contains(s, "No installed keys could decrypt") || strings.Contains(s, "Encryption is configured but remote state is not encrypted") {
+		if isKeyError(s) {
 			lvl = slog.LevelError
 			keyMismatch()
 			s = "gossip from a node with another key or no key rejected (check VIPD_GOSSIP_KEY_FILE): " + s

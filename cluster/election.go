@@ -2,28 +2,36 @@
 // hashicorp/memberlist gossip: no Kubernetes API is needed, so the first
 // control-plane node can hold the VIP before the cluster exists.
 //
+// The package has two halves. Election (this file and membership.go) is a
+// deterministic state machine: events go in with the time they happened
+// (membership view, health, holding, failed acquires, key errors, name
+// conflicts, ticks) and out come the metadata to gossip, the decisions that
+// changed, the member list to persist and the next deadline. It has no
+// goroutines, sockets or clock, so every rule is a table test and the whole
+// protocol runs in the simulator (package cluster/sim). Node (cluster.go) is
+// the glue that feeds it from memberlist and carries its output out.
+//
 // Each node gossips its metadata: whether its apiserver is healthy, whether
-// it has quorum (together: eligible), its priority, the VIPs it holds and a
-// term that grows with every acquire. From the membership view every node
-// computes the same decision with the pure function Decide:
+// it may hold VIPs (eligible: healthy, quorum, unique name), its priority,
+// the VIPs it claims with a term that grows with every claim, the VIPs it
+// cannot hold now (a failed acquire, its VIP interface down) and the hashes
+// of the members it counts. From that view every node computes the same
+// decision with the pure function Decide:
 //
 //   - a node that is not eligible holds nothing;
-//   - a VIP that an eligible member holds stays with it (no preemption); if
+//   - a VIP that an eligible member claims stays with it (no preemption); if
 //     several claim it (a healed partition), the highest term wins, then the
 //     lowest name;
 //   - a VIP whose holder is suspect stays unassigned until that holder is
 //     declared dead or left: break before make;
-//   - otherwise the eligible alive member with the highest priority, then the
-//     lowest sha256(name + "#" + vip), takes it.
-//
-// Quorum is a majority of the known members: every member ever seen
-// (persisted in the state directory) plus the ones alive now. A node that has
-// never seen another member is bootstrapping and needs no quorum.
+//   - otherwise the eligible alive member that can hold it, with the highest
+//     priority, then the lowest sha256(name + "#" + vip), takes it.
 package cluster
 
 import (
 	"crypto/sha256"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -54,17 +62,33 @@ func (s State) String() string {
 	return fmt.Sprintf("state(%d)", int(s))
 }
 
-// Meta is what each node gossips about itself (at most 512 bytes encoded).
+// Meta is what each node gossips about itself (at most MetaLimit bytes
+// encoded; MetaFits checks a configuration against it at start-up).
 type Meta struct {
 	Healthy  bool     `json:"h,omitempty"`
-	Eligible bool     `json:"e,omitempty"` // healthy and quorum (or bootstrap)
+	Eligible bool     `json:"e,omitempty"` // healthy, quorum (or bootstrap), unique name
 	Priority int      `json:"p,omitempty"`
 	Term     uint64   `json:"t,omitempty"`
-	Holding  []string `json:"v,omitempty"` // VIPs held, as prefixes
+	Holding  []string `json:"v,omitempty"` // VIPs claimed, as prefixes
+	Broken   []string `json:"b,omitempty"` // VIPs this node cannot hold now
+	// Counts are the hashes of the members this node counts for quorum
+	// (nil from a version that did not send them, or above MaxCounted).
+	Counts Hashes `json:"k,omitempty"`
 }
 
 // Holds reports whether the member claims vip.
 func (m Meta) Holds(vip string) bool { return slices.Contains(m.Holding, vip) }
+
+// CannotHold reports whether the member says it cannot hold vip now.
+func (m Meta) CannotHold(vip string) bool { return slices.Contains(m.Broken, vip) }
+
+// counts reports whether the member counts name for its quorum. A member
+// that sends no list (an older version) counts everybody.
+// A member that knows nobody else yet (it just started or joined) counts
+// as agreeing: it is on no other side.
+func (m Meta) counts(name string) bool {
+	return len(m.Counts) <= 1 || slices.Contains(m.Counts, NameHash(name))
+}
 
 // Member is one node in the view.
 type Member struct {
@@ -94,6 +118,10 @@ type Decision struct {
 	Holder bool   `json:"holder"` // this node should hold the VIP
 	Leader string `json:"leader"` // who should hold it ("" when nobody may yet)
 	Reason string `json:"reason"`
+	// Lone is set while this node holds by bootstrapping alone: nobody
+	// vouches for it, so the VIP is watched for another holder on the
+	// segment and given up to it.
+	Lone bool `json:"lone,omitempty"`
 }
 
 // Decide computes who holds vip. It is a pure function of the view.
@@ -139,14 +167,17 @@ func Decide(v View, vip string) Decision {
 	if !self.Meta.Eligible {
 		return Decision{Reason: "not eligible"}
 	}
+	if self.Meta.CannotHold(vip) {
+		return Decision{Reason: "cannot hold it now (acquire failed): stepping aside"}
+	}
 	var cands []Member
 	for _, m := range v.Members {
-		if m.State == Alive && m.Meta.Eligible {
+		if m.State == Alive && m.Meta.Eligible && !m.Meta.CannotHold(vip) {
 			cands = append(cands, m)
 		}
 	}
 	sort.Slice(cands, func(i, j int) bool { return better(cands[i], cands[j], vip) })
-	w := cands[0] // self is eligible and alive in its own view
+	w := cands[0] // self is eligible, able and alive in its own view
 	if w.Name == self.Name {
 		r := "elected: no holder"
 		if len(cands) > 1 {
@@ -182,6 +213,15 @@ func names(ms []Member) string {
 	return strings.Join(s, ",")
 }
 
+// nextTerm is the term of a new claim: above every term seen, saturating
+// instead of wrapping to zero (a wrapped term would lose every tie).
+func nextTerm(seen uint64) uint64 {
+	if seen == math.MaxUint64 {
+		return seen
+	}
+	return seen + 1
+}
+
 // QuorumRule is VIPD_QUORUM.
 type QuorumRule struct {
 	Off   bool
@@ -191,15 +231,18 @@ type QuorumRule struct {
 // QuorumResult explains a quorum computation.
 type QuorumResult struct {
 	OK        bool   `json:"ok"`
-	Alive     int    `json:"alive"` // members alive or suspect, self included
-	Known     int    `json:"known"` // members known (ever seen plus alive now)
+	Alive     int    `json:"alive"` // known members alive or suspect that count this node, self included
+	Known     int    `json:"known"` // members known
 	Needed    int    `json:"needed"`
-	Bootstrap bool   `json:"bootstrap"` // never seen another member
+	Bootstrap bool   `json:"bootstrap"` // no other member known
 	Reason    string `json:"reason"`
 }
 
-// Quorum decides whether this node may hold VIPs given who is alive.
-// known is the persisted set of members ever seen (self may be missing).
+// Quorum decides whether this node may hold VIPs given who is alive. known
+// is the set of members this node counts (self may be missing). A member
+// counts towards the majority when it is known, alive or suspect, and counts
+// this node in turn: two nodes whose member lists disagree (one was removed
+// by the other side of a partition) cannot form a majority together.
 func Quorum(v View, known []string, rule QuorumRule) QuorumResult {
 	set := map[string]bool{v.Self: true}
 	for _, k := range known {
@@ -207,11 +250,14 @@ func Quorum(v View, known []string, rule QuorumRule) QuorumResult {
 	}
 	alive := 0
 	for _, m := range v.Members {
-		if m.State == Alive || m.State == Suspect {
+		if m.Name == v.Self {
+			continue
+		}
+		if (m.State == Alive || m.State == Suspect) && set[m.Name] && m.Meta.counts(v.Self) {
 			alive++
-			set[m.Name] = true
 		}
 	}
+	alive++ // self
 	r := QuorumResult{Alive: alive, Known: len(set)}
 	switch {
 	case rule.Off:
@@ -222,7 +268,7 @@ func Quorum(v View, known []string, rule QuorumRule) QuorumResult {
 		r.Reason = fmt.Sprintf("%d of fixed %d alive", alive, rule.Fixed)
 	case len(set) == 1:
 		r.OK, r.Needed, r.Bootstrap = true, 1, true
-		r.Reason = "bootstrap: no other member ever seen"
+		r.Reason = "bootstrap: no other member known"
 	default:
 		r.Needed = len(set)/2 + 1
 		r.OK = alive >= r.Needed

@@ -93,6 +93,14 @@ func TestDecideAgreement(t *testing.T) {
 	}
 }
 
+// counting sets the names a member says it counts.
+func counting(mb Member, names ...string) Member {
+	for _, n := range names {
+		mb.Meta.Counts = append(mb.Meta.Counts, NameHash(n))
+	}
+	return mb
+}
+
 func TestQuorum(t *testing.T) {
 	alive := func(names ...string) []Member {
 		var ms []Member
@@ -119,7 +127,10 @@ func TestQuorum(t *testing.T) {
 		{"two known, quorum off", alive("n1"), []string{"n1", "n2"}, QuorumRule{Off: true}, true, 0, false},
 		{"five known, three alive", alive("n1", "n2", "n3"), []string{"n1", "n2", "n3", "n4", "n5"}, QuorumRule{}, true, 3, false},
 		{"five known, two alive", alive("n1", "n2"), []string{"n1", "n2", "n3", "n4", "n5"}, QuorumRule{}, false, 3, false},
-		{"new member not yet persisted counts", alive("n1", "n2", "n3", "n4"), []string{"n1", "n2", "n3"}, QuorumRule{}, true, 3, false},
+		{"member not yet admitted is not counted", alive("n1", "n2", "n3", "n4"), []string{"n1", "n2", "n3"}, QuorumRule{}, true, 2, false},
+		{"members that do not count us are not counted", []Member{m("n1", Alive, eligible), counting(m("n2", Alive, eligible), "n2", "n9"), counting(m("n3", Alive, eligible), "n3", "n9")}, []string{"n1", "n2", "n3"}, QuorumRule{}, false, 2, false},
+		{"members that count us are counted", []Member{m("n1", Alive, eligible), counting(m("n2", Alive, eligible), "n1", "n2"), counting(m("n3", Alive, eligible), "n3", "n9")}, []string{"n1", "n2", "n3"}, QuorumRule{}, true, 2, false},
+		{"a member that knows nobody yet counts", []Member{m("n1", Alive, eligible), counting(m("n2", Alive, eligible), "n2")}, []string{"n1", "n2"}, QuorumRule{}, true, 2, false},
 		{"suspect counts as alive", []Member{m("n1", Alive, eligible), m("n2", Suspect, eligible), m("n3", Dead, eligible)}, []string{"n1", "n2", "n3"}, QuorumRule{}, true, 2, false},
 		{"fixed N", alive("n1", "n2"), []string{"n1"}, QuorumRule{Fixed: 3}, false, 3, false},
 	}

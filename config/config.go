@@ -45,14 +45,15 @@ type Config struct {
 	Peers         []string // host[:port]
 	GossipBind    netip.AddrPort
 	GossipKeyFile string
-	// GossipInsecure allows plaintext gossip without a key file.
+	Priority      int
+	Quorum        Quorum
+	StateDir      string
+	MemberExpiry  time.Duration
+	// GossipInsecure allows peers without VIPD_GOSSIP_KEY_FILE.
 	GossipInsecure bool
 	// GossipKeys are the keys in GossipKeyFile, the primary first; set by
 	// ReadGossipKeys (Load reads no files).
 	GossipKeys [][]byte
-	Priority   int
-	Quorum     Quorum
-	StateDir   string
 
 	BGPLocalAS    uint32
 	BGPRouterID   netip.Addr

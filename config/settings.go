@@ -158,6 +158,9 @@ var table = []Setting{
 			}
 			return nil
 		}, format: func(c *Config) string { return c.Quorum.String() }},
+	durationSetting("VIPD_MEMBER_EXPIRY", "member-expiry", "10m", SecCluster,
+		"How long a member may be dead before the members that still have quorum stop counting it (a member that leaves gracefully is not counted from then on).",
+		10*time.Second, 30*24*time.Hour, func(c *Config) *time.Duration { return &c.MemberExpiry }),
 	pathSetting("VIPD_STATE_DIR", "state-dir", "/var/lib/vipd", SecCluster,
 		"Directory for persistent state (members ever seen).",
 		func(c *Config) *string { return &c.StateDir }),

@@ -2,17 +2,18 @@ package lab
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 )
-
-// labGossipKey is the gossip key of every lab node (base64 of 32 bytes).
-const labGossipKey = "bGFiLWdvc3NpcC1rZXktMzItYnl0ZXMtbG9uZy4uLi4="
 
 // StartVipd runs `vipd run` in the host's namespace with lab defaults
 // (node name, eth0, a state directory of its own, debug logs) overridden
@@ -23,20 +24,22 @@ func (h *Host) StartVipd(bin string, env ...string) (*Proc, error) {
 		return nil, err
 	}
 	h.lab.OnClose(func() { _ = os.RemoveAll(state) })
-	// Every lab node shares one gossip key (vipd requires one with peers);
-	// a test that wants another key or none sets its own in env.
-	key := filepath.Join(state, "gossip.key")
-	if err := os.WriteFile(key, []byte(labGossipKey+"\n"), 0o600); err != nil {
-		return nil, err
-	}
 	base := []string{
-		"VIPD_GOSSIP_KEY_FILE=" + key,
 		"VIPD_NODE_NAME=" + h.Name,
 		"VIPD_INTERFACE=" + h.Link,
 		"VIPD_STATE_DIR=" + state,
 		"VIPD_METRICS_ADDRESS=127.0.0.1:9469",
 		"VIPD_LOG_LEVEL=debug",
 		"VIPD_SA_TOKEN_PATH=" + filepath.Join(state, "no-token"),
+	}
+	// Gossip is authenticated by default: nodes started with peers share
+	// the lab's key unless the test names its own key file.
+	if hasEnv(env, "VIPD_PEERS") && !hasEnv(env, "VIPD_GOSSIP_KEY_FILE") && !hasEnv(env, "VIPD_GOSSIP_INSECURE") {
+		key, err := h.lab.GossipKey()
+		if err != nil {
+			return nil, err
+		}
+		base = append(base, "VIPD_GOSSIP_KEY_FILE="+key)
 	}
 	return h.Start("vipd "+h.Name, append(base, env...), bin, "run")
 }
@@ -145,4 +148,38 @@ func (h *Host) Neigh(ctx context.Context, addr netip.Addr) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+func hasEnv(env []string, name string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// GossipKey returns the path of the lab's gossip key file (made once, with
+// the same bytes for every node of the lab).
+func (l *Lab) GossipKey() (string, error) {
+	p := filepath.Join(os.TempDir(), "vipd-lab-"+l.ID+"-gossip.key")
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return "", err
+	}
+	// Written aside and linked into place: nodes started at once agree
+	// on the first key linked.
+	tmp := fmt.Sprintf("%s.%d", p, time.Now().UnixNano())
+	if err := os.WriteFile(tmp, []byte(base64.StdEncoding.EncodeToString(k)+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, p); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	l.OnClose(func() { _ = os.Remove(p) })
+	return p, nil
 }

@@ -25,3 +25,14 @@ type Announcer interface {
 	// Close releases resources (sockets, sessions). It does not release VIPs.
 	Close() error
 }
+
+// Checker is implemented by announcers that can tell whether a VIP this node
+// holds still works. The driver calls Check for every held VIP on each reconcile.
+type Checker interface {
+	// Check returns nil while the held VIP works; an error wrapping ErrLinkDown
+	// when its interface is down or gone; a *ConflictError when probe is true
+	// and another MAC answers for the VIP (an ARP request / neighbour
+	// solicitation sent from this node while it holds the VIP: replies from any
+	// MAC other than ours are a conflict).
+	Check(ctx context.Context, vip netip.Prefix, probe bool) error
+}

@@ -10,6 +10,7 @@
 package vip
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -25,6 +26,14 @@ const (
 	RetryMin       = 500 * time.Millisecond
 	RetryMax       = 2 * time.Second
 	ReconcileEvery = time.Second
+	// CheckEvery is how often a held VIP is checked (interface up); a lone
+	// holder (no election vouches for it) also probes the segment for
+	// another holder every ProbeEvery.
+	CheckEvery = time.Second
+	ProbeEvery = 2 * time.Second
+	// FirstProbe is how soon after binding a lone holder first probes: two
+	// lone nodes that bound in the same probe window find each other then.
+	FirstProbe = 250 * time.Millisecond
 )
 
 // ActionKind is what the driver must do.
@@ -35,6 +44,9 @@ const (
 	Acquire ActionKind = iota + 1
 	Release
 	Announce
+	// Check asks whether a held VIP still works (Checker); Probe also
+	// looks for another holder on the segment.
+	Check
 )
 
 func (k ActionKind) String() string {
@@ -45,6 +57,8 @@ func (k ActionKind) String() string {
 		return "release"
 	case Announce:
 		return "announce"
+	case Check:
+		return "check"
 	}
 	return fmt.Sprintf("action(%d)", int(k))
 }
@@ -54,6 +68,7 @@ type Action struct {
 	Kind  ActionKind
 	VIP   netip.Prefix
 	Cause string
+	Probe bool // Check: also probe for another holder
 }
 
 // Transition records that the core changed its mind about holding a VIP.
@@ -62,6 +77,10 @@ type Transition struct {
 	Held  bool
 	At    time.Time
 	Cause string
+	// Failed is set when this node could not acquire the VIP or lost it
+	// (interface down, another holder): the election should let another
+	// node take it. A failed acquire is reported although it never held.
+	Failed bool
 }
 
 // Output is what one step asks of the driver.
@@ -88,6 +107,10 @@ type Elected struct {
 	VIP    netip.Prefix
 	Holder bool
 	Reason string
+	// Lone is set when this node holds by bootstrapping alone: nobody
+	// vouches for it, so it gives the VIP up to another holder it finds
+	// on the segment.
+	Lone bool
 }
 
 // Observed reports what the outside world says: whether the VIP is present
@@ -125,21 +148,28 @@ func (Shutdown) isEvent()      {}
 
 // vipState is the core's view of one VIP.
 type vipState struct {
-	elected     bool
-	electReason string
-	held        bool      // the core wants it held and has asked for it
-	acquiredAt  time.Time // start of the current announce schedule
-	announced   int       // announcements made since acquiredAt (the acquire counts as the first)
-	nextAnn     time.Time
-	retryAt     time.Time // acquire retry after a failure; zero: none pending
-	failures    int
-	last        Transition
+	elected      bool
+	electReason  string
+	lone         bool      // held without anybody vouching (bootstrap, no election)
+	acquiring    bool      // an Acquire is under way (until Done or Failed)
+	held         bool      // acquired and not released since
+	nextCheck    time.Time // next Check of a held VIP
+	nextProbe    time.Time // next Check with Probe of a lone holder
+	acquiredAt   time.Time // start of the current announce schedule
+	announced    int       // announcements made since acquiredAt (the acquire counts as the first)
+	nextAnn      time.Time
+	retryAt      time.Time // acquire retry after a failure; zero: none pending
+	failures     int
+	pendingCause string
+	last         Transition
 }
 
 // Core is the state machine. Use New; the zero value is not usable.
 type Core struct {
 	elect    bool // holding needs an Elected{Holder:true}
 	announce bool // schedule Announce actions (l2)
+	check    bool // schedule Check actions (l2)
+	jitter   time.Duration
 	healthy  bool
 	hReason  string
 	stopping bool
@@ -154,12 +184,19 @@ type Options struct {
 	Elect bool
 	// Announce schedules Announce actions after every acquire (l2).
 	Announce bool
+	// Check schedules Check actions for held VIPs (l2: interface up,
+	// another holder on the segment).
+	Check bool
+	// Jitter is added to the back-off after a failure, different on each
+	// node (e.g. from a hash of its name), so that two lone holders that
+	// both gave the VIP up do not retry in step.
+	Jitter time.Duration
 }
 
 // New returns a core for the given VIPs, starting unhealthy and holding
 // nothing.
 func New(vips []netip.Prefix, opts Options) *Core {
-	c := &Core{elect: opts.Elect, announce: opts.Announce, hReason: "no health check yet", vips: map[netip.Prefix]*vipState{}}
+	c := &Core{elect: opts.Elect, announce: opts.Announce, check: opts.Check, jitter: opts.Jitter, hReason: "no health check yet", vips: map[netip.Prefix]*vipState{}}
 	for _, v := range vips {
 		if _, dup := c.vips[v]; dup {
 			continue
@@ -208,16 +245,17 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 		if !ok {
 			break
 		}
-		s.elected, s.electReason = e.Holder, e.Reason
+		if e.Lone && !s.lone && s.held && c.check {
+			s.nextProbe = now.Add(FirstProbe)
+		}
+		s.elected, s.electReason, s.lone = e.Holder, e.Reason, e.Lone
 		c.converge(e.VIP, now, &out, c.cause(e.VIP, e.Reason))
 	case Observed:
 		c.observe(e, now, &out)
 	case Failed:
 		c.failed(e, now, &out)
 	case Done:
-		if s, ok := c.vips[e.Action.VIP]; ok && e.Action.Kind == Acquire && s.held && c.announce && s.announced == 1 {
-			s.nextAnn = now.Add(BurstSpacing)
-		}
+		c.done(e, now, &out)
 	case Tick:
 		for _, v := range c.order {
 			c.tick(v, now, &out)
@@ -263,18 +301,21 @@ func (c *Core) cause(v netip.Prefix, reason string) string {
 func (c *Core) converge(v netip.Prefix, now time.Time, out *Output, cause string) {
 	s := c.vips[v]
 	w := c.want(v)
-	if w == s.held {
+	if w == (s.held || s.acquiring) {
 		return
 	}
 	if w {
 		c.acquire(v, now, out, cause)
 		return
 	}
-	s.held = false
+	wasHeld := s.held
+	s.held, s.acquiring = false, false
 	s.retryAt, s.failures = time.Time{}, 0
-	s.nextAnn = time.Time{}
+	s.nextAnn, s.nextCheck, s.nextProbe = time.Time{}, time.Time{}, time.Time{}
 	out.Actions = append(out.Actions, Action{Kind: Release, VIP: v, Cause: cause})
-	c.transition(v, false, now, cause, out)
+	if wasHeld {
+		c.transition(v, false, now, cause, out)
+	}
 }
 
 func (c *Core) acquire(v netip.Prefix, now time.Time, out *Output, cause string) {
@@ -282,12 +323,37 @@ func (c *Core) acquire(v netip.Prefix, now time.Time, out *Output, cause string)
 	if !s.retryAt.IsZero() && now.Before(s.retryAt) {
 		return // a failed acquire is retried at retryAt by tick
 	}
-	s.held = true
+	s.acquiring = true
 	s.retryAt = time.Time{}
+	s.pendingCause = cause
 	out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: v, Cause: cause})
-	c.startAnnouncing(v, now, out)
-	c.transition(v, true, now, cause, out)
 }
+
+// done completes an action: an Acquire makes the VIP held, starts the
+// announcements and the checks.
+func (c *Core) done(e Done, now time.Time, out *Output) {
+	s, ok := c.vips[e.Action.VIP]
+	if !ok || e.Action.Kind != Acquire || !s.acquiring {
+		return
+	}
+	s.acquiring = false
+	s.failures = 0
+	wasHeld := s.held
+	s.held = true
+	c.startAnnouncing(e.Action.VIP, now, out)
+	if c.check {
+		s.nextCheck = now.Add(CheckEvery)
+		if c.lone(s) {
+			s.nextProbe = now.Add(FirstProbe)
+		}
+	}
+	if !wasHeld {
+		c.transition(e.Action.VIP, true, now, s.pendingCause, out)
+	}
+}
+
+// lone reports whether s is held without anybody vouching for it.
+func (c *Core) lone(s *vipState) bool { return !c.elect || s.lone }
 
 // startAnnouncing begins the burst: the acquire itself is followed at once
 // by an announcement, then BurstCount-1 more at BurstSpacing.
@@ -314,13 +380,14 @@ func (c *Core) observe(e Observed, now time.Time, out *Output) {
 		return
 	}
 	switch {
+	case s.acquiring:
+		// An acquire is under way: Done or Failed settles it.
 	case s.held && !e.Present:
 		// Someone removed the VIP while we hold it: put it back and
 		// announce again, as after a fresh acquire.
-		out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: e.VIP, Cause: "reconcile: VIP missing while held"})
-		c.startAnnouncing(e.VIP, now, out)
+		s.acquiring, s.pendingCause = true, "reconcile: VIP missing while held"
+		out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: e.VIP, Cause: s.pendingCause})
 	case s.held && e.Present:
-		s.failures = 0 // the acquire took effect
 	case !s.held && e.Present:
 		// Present but not ours to hold: a crash left it behind, another
 		// tool added it, or an acquire failed half-way. Remove it.
@@ -335,18 +402,25 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 	}
 	switch e.Action.Kind {
 	case Acquire:
-		if !s.held {
+		if !s.acquiring {
 			return // released meanwhile
 		}
-		s.held = false
-		s.failures++
-		backoff := RetryMin << (s.failures - 1)
-		if backoff > RetryMax || backoff <= 0 {
-			backoff = RetryMax
+		c.giveUp(e.Action.VIP, now, out, "acquire failed", e.Err)
+	case Check:
+		if !s.held {
+			return
 		}
-		s.retryAt = now.Add(backoff)
-		s.nextAnn = time.Time{}
-		c.transition(e.Action.VIP, false, now, fmt.Sprintf("acquire failed (retry in %v): %v", backoff, e.Err), out)
+		var conflict *ConflictError
+		switch {
+		case errors.As(e.Err, &conflict) && !c.lone(s):
+			// The election vouches for us: the other answerer is the
+			// stray one. Win the neighbours' caches back.
+			out.Actions = append(out.Actions, Action{Kind: Announce, VIP: e.Action.VIP, Cause: "another holder answers: " + conflict.MAC.String()})
+		case errors.As(e.Err, &conflict):
+			c.giveUp(e.Action.VIP, now, out, "another holder answers on the segment and nobody vouches for this node", e.Err)
+		case errors.Is(e.Err, ErrLinkDown):
+			c.giveUp(e.Action.VIP, now, out, "VIP interface down", e.Err)
+		}
 	case Release:
 		// Try again at the next reconcile: Observed(Present) re-issues it.
 	case Announce:
@@ -354,9 +428,39 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 	}
 }
 
+// giveUp releases v (whatever may be left of it: nothing half-applied stays
+// behind), backs off before trying again and tells the election, which
+// leaves the VIP to another node meanwhile.
+func (c *Core) giveUp(v netip.Prefix, now time.Time, out *Output, what string, err error) {
+	s := c.vips[v]
+	s.held, s.acquiring = false, false
+	s.failures++
+	backoff := RetryMin << (s.failures - 1)
+	if backoff > RetryMax || backoff <= 0 {
+		backoff = RetryMax
+	}
+	backoff += c.jitter
+	s.retryAt = now.Add(backoff)
+	s.nextAnn, s.nextCheck, s.nextProbe = time.Time{}, time.Time{}, time.Time{}
+	out.Actions = append(out.Actions, Action{Kind: Release, VIP: v, Cause: what})
+	t := Transition{VIP: v, Held: false, At: now, Cause: fmt.Sprintf("%s (retry in %v): %v", what, backoff, err), Failed: true}
+	s.last = t
+	out.Transitions = append(out.Transitions, t)
+}
+
 func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 	s := c.vips[v]
-	if !s.held && !s.retryAt.IsZero() && !now.Before(s.retryAt) {
+	if s.held && c.check {
+		probe := c.lone(s) && !s.nextProbe.IsZero() && !now.Before(s.nextProbe)
+		if probe || (!s.nextCheck.IsZero() && !now.Before(s.nextCheck)) {
+			s.nextCheck = now.Add(CheckEvery)
+			if probe {
+				s.nextProbe = now.Add(ProbeEvery)
+			}
+			out.Actions = append(out.Actions, Action{Kind: Check, VIP: v, Probe: probe})
+		}
+	}
+	if !s.held && !s.acquiring && !s.retryAt.IsZero() && !now.Before(s.retryAt) {
 		s.retryAt = time.Time{}
 		if c.want(v) {
 			c.acquire(v, now, out, "retry: "+c.cause(v, ""))
@@ -384,7 +488,7 @@ func (c *Core) next() time.Time {
 	var n time.Time
 	for _, v := range c.order {
 		s := c.vips[v]
-		for _, t := range []time.Time{s.nextAnn, s.retryAt} {
+		for _, t := range []time.Time{s.nextAnn, s.retryAt, s.nextCheck, s.nextProbe} {
 			if !t.IsZero() && (n.IsZero() || t.Before(n)) {
 				n = t
 			}

@@ -31,10 +31,34 @@ func acts(out Output) []string {
 	return s
 }
 
+// stepDone is Step followed by what a driver whose actions all succeed
+// does: every Acquire completes (Done) at once, and its output is merged.
+func stepDone(c *Core, ev Event, now time.Time) Output {
+	out := c.Step(ev, now)
+	for i := 0; i < len(out.Actions); i++ {
+		if a := out.Actions[i]; a.Kind == Acquire {
+			o := c.Step(Done{Action: a}, now)
+			out.Actions = append(out.Actions, o.Actions...)
+			out.Transitions = append(out.Transitions, o.Transitions...)
+			out.Next = o.Next
+		}
+	}
+	return out
+}
+
 func run(t *testing.T, c *Core, steps []step) {
 	t.Helper()
 	for i, st := range steps {
-		out := c.Step(st.ev, t0.Add(st.at))
+		var out Output
+		// The action fails when the next step says so; it succeeds at once otherwise.
+		if i+1 < len(steps) {
+			if f, ok := steps[i+1].ev.(Failed); ok && f.Action.Kind == Acquire {
+				out = c.Step(st.ev, t0.Add(st.at))
+				goto check
+			}
+		}
+		out = stepDone(c, st.ev, t0.Add(st.at))
+	check:
 		got := strings.Join(acts(out), "; ")
 		want := strings.Join(st.want, "; ")
 		if got != want {
@@ -61,7 +85,7 @@ func TestCoreTransitions(t *testing.T) {
 			{4 * time.Second, up, []string{"acquire 10.0.0.100/32", "announce 10.0.0.100/32"}},
 		}},
 		{"dual stack acts on both", []netip.Prefix{v4, v6}, Options{Announce: true}, []step{
-			{0, up, []string{"acquire 10.0.0.100/32", "announce 10.0.0.100/32", "acquire fd00::100/128", "announce fd00::100/128"}},
+			{0, up, []string{"acquire 10.0.0.100/32", "acquire fd00::100/128", "announce 10.0.0.100/32", "announce fd00::100/128"}},
 			{time.Second, Shutdown{Reason: "SIGTERM"}, []string{"release 10.0.0.100/32", "release fd00::100/128"}},
 			{2 * time.Second, up, nil}, // stopping: never acquire again
 		}},
@@ -100,22 +124,22 @@ func TestCoreTransitions(t *testing.T) {
 		}},
 		{"failed acquire backs off and retries", []netip.Prefix{v4}, Options{}, []step{
 			{0, up, []string{"acquire 10.0.0.100/32"}},
-			{10 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("conflict")}, nil},
+			{10 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("conflict")}, []string{"release 10.0.0.100/32"}},
 			{100 * time.Millisecond, Tick{}, nil},
 			{100 * time.Millisecond, up, nil}, // health news does not bypass the backoff
 			{510 * time.Millisecond, Tick{}, []string{"acquire 10.0.0.100/32"}},
-			{520 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("conflict")}, nil},
+			{520 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("conflict")}, []string{"release 10.0.0.100/32"}},
 			{1300 * time.Millisecond, Tick{}, nil}, // second backoff is 1 s
 			{1520 * time.Millisecond, Tick{}, []string{"acquire 10.0.0.100/32"}},
 		}},
 		{"a failed acquire left bound is removed by reconcile", []netip.Prefix{v4}, Options{}, []step{
 			{0, up, []string{"acquire 10.0.0.100/32"}},
-			{10 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("x")}, nil},
+			{10 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("x")}, []string{"release 10.0.0.100/32"}},
 			{20 * time.Millisecond, Observed{VIP: v4, Present: true}, []string{"release 10.0.0.100/32"}},
 		}},
 		{"retry abandoned when no longer wanted", []netip.Prefix{v4}, Options{}, []step{
 			{0, up, []string{"acquire 10.0.0.100/32"}},
-			{10 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("x")}, nil},
+			{10 * time.Millisecond, Failed{Action: Action{Kind: Acquire, VIP: v4}, Err: errors.New("x")}, []string{"release 10.0.0.100/32"}},
 			{20 * time.Millisecond, down, nil},
 			{time.Second, Tick{}, nil},
 		}},
@@ -135,7 +159,7 @@ func TestCoreTransitions(t *testing.T) {
 
 func TestCoreAnnounceSchedule(t *testing.T) {
 	c := New([]netip.Prefix{v4}, Options{Announce: true})
-	out := c.Step(HealthChanged{Healthy: true}, t0)
+	out := stepDone(c, HealthChanged{Healthy: true}, t0)
 	var sent []time.Duration
 	sent = append(sent, 0) // with the acquire
 	for out.Next.Sub(t0) < 2*time.Minute {
@@ -166,6 +190,10 @@ func TestCoreTransitionsCarryCause(t *testing.T) {
 	c := New([]netip.Prefix{v4}, Options{Elect: true})
 	c.Step(HealthChanged{Healthy: true, Reason: "ok"}, t0)
 	out := c.Step(Elected{VIP: v4, Holder: true, Reason: "incumbent"}, t0.Add(time.Second))
+	if len(out.Transitions) != 0 {
+		t.Fatalf("held before the acquire was done: %+v", out.Transitions)
+	}
+	out = c.Step(Done{Action: out.Actions[0]}, t0.Add(time.Second))
 	if len(out.Transitions) != 1 || !out.Transitions[0].Held || !strings.Contains(out.Transitions[0].Cause, "incumbent") {
 		t.Fatalf("transitions: %+v", out.Transitions)
 	}
@@ -210,5 +238,120 @@ func TestCoalesce(t *testing.T) {
 	}
 	if len(q) != 0 {
 		t.Fatal("queue not drained")
+	}
+}
+
+func TestCoreAcquiringAndChecks(t *testing.T) {
+	up := HealthChanged{Healthy: true, Reason: "ok"}
+	linkDown := fmt.Errorf("eth0: %w", ErrLinkDown)
+	conflict := &ConflictError{VIP: v4.Addr(), MAC: []byte{2, 0, 0, 0, 0, 9}}
+	acquire := Action{Kind: Acquire, VIP: v4}
+	tests := []struct {
+		name string
+		opts Options
+		do   func(c *Core) []Output
+		want func(t *testing.T, outs []Output, c *Core)
+	}{
+		{"nothing is announced or held before the acquire is done", Options{Announce: true, Check: true}, func(c *Core) []Output {
+			return []Output{c.Step(up, t0)}
+		}, func(t *testing.T, outs []Output, c *Core) {
+			if got := acts(outs[0]); fmt.Sprint(got) != "[acquire 10.0.0.100/32]" || len(outs[0].Transitions) != 0 || c.State()[0].Held {
+				t.Fatalf("before Done: %v %+v", got, outs[0].Transitions)
+			}
+		}},
+		{"a failed acquire is a failed transition and cleans up", Options{Announce: true, Check: true}, func(c *Core) []Output {
+			c.Step(up, t0)
+			return []Output{c.Step(Failed{Action: acquire, Err: linkDown}, t0.Add(time.Millisecond))}
+		}, func(t *testing.T, outs []Output, c *Core) {
+			o := outs[0]
+			if fmt.Sprint(acts(o)) != "[release 10.0.0.100/32]" || len(o.Transitions) != 1 || !o.Transitions[0].Failed || o.Transitions[0].Held {
+				t.Fatalf("got %v %+v", acts(o), o.Transitions)
+			}
+		}},
+		{"a held VIP is checked every second, a lone one probed soon after binding, then every two", Options{Announce: true, Check: true}, func(c *Core) []Output {
+			stepDone(c, up, t0)
+			var outs []Output
+			for i := 1; i <= 4; i++ {
+				outs = append(outs, c.Step(Tick{}, t0.Add(time.Duration(i)*time.Second)))
+			}
+			return outs
+		}, func(t *testing.T, outs []Output, c *Core) {
+			var probes []bool
+			for _, o := range outs {
+				for _, a := range o.Actions {
+					if a.Kind == Check {
+						probes = append(probes, a.Probe)
+					}
+				}
+			}
+			if fmt.Sprint(probes) != "[true false true false]" {
+				t.Fatalf("checks (probe flags) %v", probes)
+			}
+		}},
+		{"an elected, vouched-for holder never probes", Options{Elect: true, Check: true}, func(c *Core) []Output {
+			c.Step(up, t0)
+			stepDone(c, Elected{VIP: v4, Holder: true}, t0)
+			var outs []Output
+			for i := 1; i <= 4; i++ {
+				outs = append(outs, c.Step(Tick{}, t0.Add(time.Duration(i)*time.Second)))
+			}
+			return outs
+		}, func(t *testing.T, outs []Output, c *Core) {
+			for _, o := range outs {
+				for _, a := range o.Actions {
+					if a.Kind == Check && a.Probe {
+						t.Fatalf("probe by a vouched-for holder: %+v", a)
+					}
+				}
+			}
+		}},
+		{"interface down: give up, back off, tell the election", Options{Elect: true, Check: true, Jitter: 100 * time.Millisecond}, func(c *Core) []Output {
+			c.Step(up, t0)
+			stepDone(c, Elected{VIP: v4, Holder: true}, t0)
+			o := c.Step(Failed{Action: Action{Kind: Check, VIP: v4}, Err: linkDown}, t0.Add(time.Second))
+			early := c.Step(Tick{}, t0.Add(time.Second+550*time.Millisecond))
+			late := c.Step(Tick{}, t0.Add(time.Second+600*time.Millisecond))
+			return []Output{o, early, late}
+		}, func(t *testing.T, outs []Output, c *Core) {
+			o := outs[0]
+			if fmt.Sprint(acts(o)) != "[release 10.0.0.100/32]" || len(o.Transitions) != 1 || !o.Transitions[0].Failed {
+				t.Fatalf("got %v %+v", acts(o), o.Transitions)
+			}
+			if len(outs[1].Actions) != 0 || fmt.Sprint(acts(outs[2])) != "[acquire 10.0.0.100/32]" {
+				t.Fatalf("retry: before jittered back-off %v, after %v", acts(outs[1]), acts(outs[2]))
+			}
+		}},
+		{"conflict seen by a lone holder: give up", Options{Announce: true, Check: true}, func(c *Core) []Output {
+			stepDone(c, up, t0)
+			return []Output{c.Step(Failed{Action: Action{Kind: Check, VIP: v4, Probe: true}, Err: conflict}, t0.Add(2*time.Second))}
+		}, func(t *testing.T, outs []Output, c *Core) {
+			if fmt.Sprint(acts(outs[0])) != "[release 10.0.0.100/32]" || !outs[0].Transitions[0].Failed {
+				t.Fatalf("got %v %+v", acts(outs[0]), outs[0].Transitions)
+			}
+		}},
+		{"conflict seen by an elected holder: keep it and re-announce", Options{Elect: true, Announce: true, Check: true}, func(c *Core) []Output {
+			c.Step(up, t0)
+			stepDone(c, Elected{VIP: v4, Holder: true}, t0)
+			return []Output{c.Step(Failed{Action: Action{Kind: Check, VIP: v4, Probe: true}, Err: conflict}, t0.Add(2*time.Second))}
+		}, func(t *testing.T, outs []Output, c *Core) {
+			if fmt.Sprint(acts(outs[0])) != "[announce 10.0.0.100/32]" || len(outs[0].Transitions) != 0 || !c.State()[0].Held {
+				t.Fatalf("got %v %+v", acts(outs[0]), outs[0].Transitions)
+			}
+		}},
+		{"elected lone holder gives up on conflict", Options{Elect: true, Announce: true, Check: true}, func(c *Core) []Output {
+			c.Step(up, t0)
+			stepDone(c, Elected{VIP: v4, Holder: true, Lone: true}, t0)
+			return []Output{c.Step(Failed{Action: Action{Kind: Check, VIP: v4, Probe: true}, Err: conflict}, t0.Add(2*time.Second))}
+		}, func(t *testing.T, outs []Output, c *Core) {
+			if fmt.Sprint(acts(outs[0])) != "[release 10.0.0.100/32]" {
+				t.Fatalf("got %v", acts(outs[0]))
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New([]netip.Prefix{v4}, tt.opts)
+			tt.want(t, tt.do(c), c)
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -183,42 +184,31 @@ func (d *Driver) apply(ctx context.Context, ev Event, timer *time.Timer) {
 	d.publish()
 }
 
-// perform carries out the actions of one step (and of the failures they
-// cause) and returns the core's next deadline.
+// perform carries out the actions of one step, feeding each result back
+// to the core (Done or Failed) and carrying out what that asks in turn, and
+// returns the core's next deadline.
 func (d *Driver) perform(ctx context.Context, out Output) time.Time {
-	for {
-		var failed []Failed
-		acquireFailed := map[netip.Prefix]bool{}
-		for _, a := range out.Actions {
-			if a.Kind == Announce && acquireFailed[a.VIP] {
-				continue // never announce a VIP we could not bind (a conflict)
-			}
-			if err := d.do(ctx, a); err != nil {
-				failed = append(failed, Failed{Action: a, Err: err})
-				if a.Kind == Acquire {
-					acquireFailed[a.VIP] = true
-				}
-			} else if a.Kind == Acquire {
-				out.Next = d.core.Step(Done{Action: a}, time.Now()).Next
-			}
+	queue := out.Actions
+	next := out.Next
+	for _, t := range out.Transitions {
+		d.transition(t)
+	}
+	for len(queue) > 0 {
+		a := queue[0]
+		queue = queue[1:]
+		var o Output
+		if err := d.do(ctx, a); err != nil {
+			o = d.core.Step(Failed{Action: a, Err: err}, time.Now())
+		} else {
+			o = d.core.Step(Done{Action: a}, time.Now())
 		}
-		for _, t := range out.Transitions {
-			if t.Held && acquireFailed[t.VIP] {
-				continue // never announce a hold that did not happen
-			}
+		queue = append(queue, o.Actions...)
+		for _, t := range o.Transitions {
 			d.transition(t)
 		}
-		if len(failed) == 0 {
-			return out.Next
-		}
-		out = Output{}
-		for _, f := range failed {
-			o := d.core.Step(f, time.Now())
-			out.Actions = append(out.Actions, o.Actions...)
-			out.Transitions = append(out.Transitions, o.Transitions...)
-			out.Next = o.Next
-		}
+		next = o.Next
 	}
+	return next
 }
 
 func (d *Driver) do(ctx context.Context, a Action) error {
@@ -232,14 +222,20 @@ func (d *Driver) do(ctx context.Context, a Action) error {
 		err = d.ann.Release(cctx, a.VIP)
 	case Announce:
 		err = d.ann.Announce(cctx, a.VIP)
+	case Check:
+		if c, ok := d.ann.(Checker); ok {
+			err = c.Check(cctx, a.VIP, a.Probe)
+		}
 	}
 	if err != nil {
 		d.log.Warn("action failed", "action", a.Kind.String(), "vip", a.VIP, "cause", a.Cause, "err", err)
 		return err
 	}
-	if a.Kind == Announce {
+	switch {
+	case a.Kind == Announce:
 		d.log.Debug("announced", "vip", a.VIP, "cause", a.Cause)
-	} else if a.Cause != "" && len(a.Cause) > 10 && a.Cause[:10] == "reconcile:" {
+	case a.Kind == Check:
+	case strings.HasPrefix(a.Cause, "reconcile:"):
 		d.log.Info("reconciled", "action", a.Kind.String(), "vip", a.VIP, "cause", a.Cause)
 	}
 	return nil
@@ -249,6 +245,9 @@ func (d *Driver) transition(t Transition) {
 	to, v := "released", 0.0
 	if t.Held {
 		to, v = "held", 1
+	}
+	if t.Failed && d.core != nil {
+		to = "failed"
 	}
 	d.held.WithLabelValues(t.VIP.String(), d.mode).Set(v)
 	d.trans.WithLabelValues(t.VIP.String(), to).Inc()

@@ -1,20 +1,28 @@
 package vip
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/ndp"
+	"github.com/mdlayher/packet"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/net/bpf"
+	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,6 +50,11 @@ func (e *ConflictError) Unwrap() error { return ErrConflict }
 // are added with IFA_F_NODAD: they are usable at once and can never be left
 // tentative or dadfailed. Addresses are added with preferred_lft 0 so the
 // kernel never picks a VIP as a source address.
+//
+// The VIP's address is vipd's whatever form it is bound in: Present counts
+// an entry with any prefix length or label, Release removes every one and
+// verifies it, Acquire replaces a foreign one by its own. A VIP is bound
+// only on an interface that is up (ErrLinkDown otherwise).
 type L2 struct {
 	ifname       string
 	label        string
@@ -49,6 +62,9 @@ type L2 struct {
 	log          *slog.Logger
 	announced    *prometheus.CounterVec
 	conflicts    *prometheus.CounterVec
+	// index is the interface's index when last found by name, to find its
+	// addresses after a rename.
+	index atomic.Int32
 }
 
 // L2Options shape an L2 announcer.
@@ -61,7 +77,8 @@ type L2Options struct {
 
 // NewL2 checks the interface and returns an announcer for it.
 func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, error) {
-	if _, err := net.InterfaceByName(opts.Interface); err != nil {
+	ifi, err := net.InterfaceByName(opts.Interface)
+	if err != nil {
 		return nil, fmt.Errorf("VIPD_INTERFACE %q: %w", opts.Interface, err)
 	}
 	label := opts.Interface + ":vipd"
@@ -74,9 +91,10 @@ func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, er
 			Name: "vipd_announcements_total", Help: "Gratuitous ARP and unsolicited neighbour advertisements sent, by VIP and kind.",
 		}, []string{"vip", "kind"}),
 		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vipd_conflicts_total", Help: "Times another host answered the probe for a VIP before binding it.",
+			Name: "vipd_conflicts_total", Help: "Times another host answered the conflict probe for a VIP, before binding it or while holding it.",
 		}, []string{"vip"}),
 	}
+	l.index.Store(int32(ifi.Index))
 	if reg != nil {
 		if err := reg.Register(l.announced); err != nil {
 			return nil, err
@@ -114,14 +132,69 @@ func isZeroMask(m net.IPMask) bool {
 	return ones == 0
 }
 
-func (l *L2) link() (netlink.Link, *net.Interface, error) {
+// ErrLinkDown means the VIP interface cannot carry the VIP: it is
+// administratively down, has no carrier (operationally down), or no longer
+// exists under its configured name.
+var ErrLinkDown = errors.New("VIP interface is down or missing")
+
+// linkDownReason says why a link cannot carry a VIP, or "" when it can. A
+// link must be administratively up and operationally up; drivers that do
+// not report an operational state (unknown: dummy, some tunnels) must at
+// least have a carrier.
+func linkDownReason(a *netlink.LinkAttrs) string {
+	if a.Flags&net.FlagUp == 0 {
+		return "administratively down"
+	}
+	switch a.OperState {
+	case netlink.OperUp:
+		return ""
+	case netlink.OperUnknown:
+		if a.RawFlags&unix.IFF_LOWER_UP == 0 {
+			return "without carrier"
+		}
+		return ""
+	default:
+		return "operationally " + a.OperState.String()
+	}
+}
+
+// lookup finds the VIP interface by name. When the name is gone but the
+// interface seen last still exists under another name (renamed), it returns
+// that one together with an error wrapping ErrLinkDown: addresses stay on an
+// interface when it is renamed, so Present and Release must still find them
+// there.
+func (l *L2) lookup() (netlink.Link, error) {
 	link, err := netlink.LinkByName(l.ifname)
+	if err == nil {
+		l.index.Store(int32(link.Attrs().Index))
+		return link, nil
+	}
+	var nf netlink.LinkNotFoundError
+	if !errors.As(err, &nf) {
+		return nil, fmt.Errorf("interface %s: %w", l.ifname, err)
+	}
+	if idx := l.index.Load(); idx > 0 {
+		if old, ierr := netlink.LinkByIndex(int(idx)); ierr == nil {
+			return old, fmt.Errorf("interface %s does not exist any more (renamed to %s?): %w", l.ifname, old.Attrs().Name, ErrLinkDown)
+		}
+	}
+	return nil, fmt.Errorf("interface %s does not exist (renamed or removed?): %w", l.ifname, ErrLinkDown)
+}
+
+// upLink returns the VIP interface if it can carry a VIP now, or an error
+// wrapping ErrLinkDown when it is down or gone (with the link, when there
+// is one: down, or renamed, so that the caller can unbind from it).
+func (l *L2) upLink() (netlink.Link, *net.Interface, error) {
+	link, err := l.lookup()
 	if err != nil {
-		return nil, nil, fmt.Errorf("interface %s: %w", l.ifname, err)
+		return link, nil, err
+	}
+	if why := linkDownReason(link.Attrs()); why != "" {
+		return link, nil, fmt.Errorf("interface %s is %s: %w", l.ifname, why, ErrLinkDown)
 	}
 	ifi, err := net.InterfaceByName(l.ifname)
 	if err != nil {
-		return nil, nil, fmt.Errorf("interface %s: %w", l.ifname, err)
+		return link, nil, fmt.Errorf("interface %s: %w", l.ifname, err)
 	}
 	return link, ifi, nil
 }
@@ -140,78 +213,247 @@ func (l *L2) addr(vip netip.Prefix) *netlink.Addr {
 	return a
 }
 
-// Acquire probes for the VIP (unless it is already bound) and binds it.
+func family(vip netip.Prefix) int {
+	if vip.Addr().Is6() {
+		return netlink.FAMILY_V6
+	}
+	return netlink.FAMILY_V4
+}
+
+// entries returns every address on link equal to the VIP's address,
+// whatever its prefix length or label (vipd's own, one left by an operator,
+// by kube-vip or by a crashed vipd), and all addresses of the family.
+func (l *L2) entries(link netlink.Link, vip netip.Prefix) (match, all []netlink.Addr, err error) {
+	all, err = netlink.AddrList(link, family(vip))
+	if err != nil {
+		return nil, nil, fmt.Errorf("list addresses on %s: %w", link.Attrs().Name, err)
+	}
+	for _, a := range all {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == vip.Addr() {
+			match = append(match, a)
+		}
+	}
+	return match, all, nil
+}
+
+// ours reports whether a is exactly the entry Acquire binds for vip.
+func (l *L2) ours(a netlink.Addr, vip netip.Prefix) bool {
+	ones, _ := a.Mask.Size()
+	if ones != vip.Bits() {
+		return false
+	}
+	return vip.Addr().Is6() || a.Label == l.label
+}
+
+// Acquire probes for the VIP (unless it is already bound) and binds it. It
+// fails with an error wrapping ErrLinkDown, and leaves the VIP unbound, when
+// the interface is down or gone. A VIP already bound in another form (other
+// prefix length or label) is adopted: it is replaced by vipd's own entry.
 func (l *L2) Acquire(ctx context.Context, vip netip.Prefix) error {
-	link, ifi, err := l.link()
+	link, ifi, err := l.upLink()
+	if err != nil {
+		if link != nil && errors.Is(err, ErrLinkDown) {
+			l.unbindAfter(link, vip, err)
+		}
+		return err
+	}
+	match, _, err := l.entries(link, vip)
 	if err != nil {
 		return err
 	}
-	present, err := l.present(link, vip)
-	if err != nil {
-		return err
-	}
-	if !present && l.probeTimeout > 0 {
+	if !usable(match) && l.probeTimeout > 0 {
 		if err := l.probe(ctx, ifi, vip.Addr()); err != nil {
-			if errors.Is(err, ErrConflict) {
+			var ce *ConflictError
+			if errors.As(err, &ce) {
 				l.conflicts.WithLabelValues(vip.String()).Inc()
+				l.log.Warn("VIP conflict: another host answered the probe; not binding", "vip", vip.Addr(), "mac", ce.MAC.String(), "interface", ifi.Name)
 			}
+			return err
+		}
+	}
+	// Entries in another form are removed first: the kernel keys IPv6
+	// addresses (and IPv4 ones of the same prefix length) by address alone,
+	// so a replace would keep the foreign prefix length or label.
+	var foreign []netlink.Addr
+	for _, a := range match {
+		if !l.ours(a, vip) {
+			foreign = append(foreign, a)
+		}
+	}
+	if len(foreign) > 0 {
+		l.log.Info("adopting a VIP bound in another form", "vip", vip, "interface", l.ifname, "found", describe(foreign))
+		if err := l.remove(link, vip, foreign); err != nil {
 			return err
 		}
 	}
 	if err := netlink.AddrReplace(link, l.addr(vip)); err != nil {
 		return fmt.Errorf("bind %s on %s: %w", vip, l.ifname, err)
 	}
+	// The link may have gone down while probing or binding: never leave a
+	// VIP bound on a link that cannot carry it (it would answer the moment
+	// the link comes back, maybe next to another holder).
+	if _, _, err := l.upLink(); err != nil {
+		l.unbindAfter(link, vip, err)
+		return err
+	}
 	return nil
 }
 
-// Release removes the VIP from the interface.
-func (l *L2) Release(_ context.Context, vip netip.Prefix) error {
-	link, err := netlink.LinkByName(l.ifname)
-	if err != nil {
-		return fmt.Errorf("interface %s: %w", l.ifname, err)
+// unbindAfter removes the VIP after a failed acquire, logging a failure to
+// do so (the caller reports the acquire's own error).
+func (l *L2) unbindAfter(link netlink.Link, vip netip.Prefix, cause error) {
+	match, _, err := l.entries(link, vip)
+	if err == nil && len(match) > 0 {
+		err = l.remove(link, vip, match)
 	}
-	if err := netlink.AddrDel(link, l.addr(vip)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-		return fmt.Errorf("remove %s from %s: %w", vip, l.ifname, err)
+	if err != nil {
+		l.log.Error("cannot unbind the VIP after a failed acquire", "vip", vip, "interface", l.ifname, "cause", cause, "err", err)
+	}
+}
+
+// Release removes every address equal to the VIP from the interface,
+// whatever its prefix length or label, and checks that none is left.
+func (l *L2) Release(_ context.Context, vip netip.Prefix) error {
+	link, err := l.lookup()
+	if link == nil {
+		if errors.Is(err, ErrLinkDown) {
+			return nil // the interface is gone, and its addresses with it
+		}
+		return err
+	}
+	match, _, err := l.entries(link, vip)
+	if err != nil {
+		return err
+	}
+	return l.remove(link, vip, match)
+}
+
+// remove deletes the given entries of the VIP and verifies they are gone.
+// Deleting a primary IPv4 address deletes its secondaries too unless
+// promote_secondaries is set (a leftover VIP/24 bound before the node's own
+// address in that subnet): such collateral losses are put back.
+func (l *L2) remove(link netlink.Link, vip netip.Prefix, entries []netlink.Addr) error {
+	name := link.Attrs().Name
+	_, before, err := l.entries(link, vip)
+	if err != nil {
+		return err
+	}
+	for i := range entries {
+		if err := netlink.AddrDel(link, &entries[i]); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("remove %s from %s: %w", entries[i].IPNet, name, err)
+		}
+	}
+	left, after, err := l.entries(link, vip)
+	if err != nil {
+		return err
+	}
+	l.restore(link, vip, before, after)
+	for _, a := range left {
+		for _, e := range entries {
+			if a.Equal(e) {
+				return fmt.Errorf("remove %s from %s: still bound after deleting it", a.IPNet, name)
+			}
+		}
 	}
 	return nil
+}
+
+// restore re-adds addresses other than the VIP that vanished while the VIP
+// was removed.
+func (l *L2) restore(link netlink.Link, vip netip.Prefix, before, after []netlink.Addr) {
+	for _, b := range before {
+		if ip, ok := netip.AddrFromSlice(b.IP); ok && ip.Unmap() == vip.Addr() {
+			continue
+		}
+		gone := true
+		for _, a := range after {
+			if a.Equal(b) {
+				gone = false
+				break
+			}
+		}
+		if !gone {
+			continue
+		}
+		r := b
+		r.Flags &^= unix.IFA_F_SECONDARY
+		err := netlink.AddrAdd(link, &r)
+		l.log.Warn("the kernel removed an address together with the VIP (a primary VIP entry with secondaries, promote_secondaries off); re-added it",
+			"vip", vip, "interface", link.Attrs().Name, "address", b.IPNet.String(), "err", err)
+	}
+}
+
+// describe lists addresses as ip prints them, for logs.
+func describe(as []netlink.Addr) string {
+	var out []string
+	for _, a := range as {
+		s := a.IPNet.String()
+		if a.Label != "" {
+			s += " label " + a.Label
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ", ")
 }
 
 // Present reports whether the VIP is bound and usable (not tentative or
-// dadfailed) on the interface.
+// dadfailed) on the interface, in any form: vipd's own entry or one with
+// another label or prefix length. On a renamed interface it still reports
+// the addresses there, so that they are released.
 func (l *L2) Present(_ context.Context, vip netip.Prefix) (bool, error) {
-	link, err := netlink.LinkByName(l.ifname)
-	if err != nil {
-		return false, fmt.Errorf("interface %s: %w", l.ifname, err)
-	}
-	return l.present(link, vip)
-}
-
-func (l *L2) present(link netlink.Link, vip netip.Prefix) (bool, error) {
-	family := netlink.FAMILY_V4
-	if vip.Addr().Is6() {
-		family = netlink.FAMILY_V6
-	}
-	addrs, err := netlink.AddrList(link, family)
-	if err != nil {
-		return false, fmt.Errorf("list addresses on %s: %w", l.ifname, err)
-	}
-	for _, a := range addrs {
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok || ip.Unmap() != vip.Addr() {
-			continue
-		}
-		if a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
+	link, err := l.lookup()
+	if link == nil {
+		if errors.Is(err, ErrLinkDown) {
 			return false, nil
 		}
-		return true, nil
+		return false, err
 	}
-	return false, nil
+	match, _, err := l.entries(link, vip)
+	if err != nil {
+		return false, err
+	}
+	return usable(match), nil
+}
+
+// usable reports whether any entry answers for the address.
+func usable(match []netlink.Addr) bool {
+	for _, a := range match {
+		if a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Check reports whether a VIP this node holds still works: nil while it
+// does, an error wrapping ErrLinkDown when the interface is down or gone,
+// and with probe a *ConflictError when another MAC answers for the VIP.
+//
+// The probe works while we hold the VIP ourselves: an RFC 5227 ARP probe
+// (sender IP 0.0.0.0) or a neighbour solicitation sent from a socket is
+// never answered by our own kernel on the wire, and answers carrying our own
+// MAC are ignored. A probe waits ProbeTimeout when nobody else answers (the
+// usual case); with a zero ProbeTimeout no probe is sent.
+func (l *L2) Check(ctx context.Context, vip netip.Prefix, probe bool) error {
+	_, ifi, err := l.upLink()
+	if err != nil || !probe || l.probeTimeout <= 0 {
+		return err
+	}
+	if err := l.probe(ctx, ifi, vip.Addr()); err != nil {
+		var ce *ConflictError
+		if errors.As(err, &ce) {
+			l.conflicts.WithLabelValues(vip.String()).Inc()
+			l.log.Warn("VIP conflict: another host answers for a VIP this node holds", "vip", vip.Addr(), "mac", ce.MAC.String(), "interface", ifi.Name)
+		}
+		return err
+	}
+	return nil
 }
 
 // Announce sends gratuitous ARP (Request and Reply) for an IPv4 VIP or an
 // unsolicited neighbour advertisement with the Override flag for IPv6.
 func (l *L2) Announce(_ context.Context, vip netip.Prefix) error {
-	_, ifi, err := l.link()
+	_, ifi, err := l.upLink()
 	if err != nil {
 		return err
 	}
@@ -262,7 +504,9 @@ func (l *L2) unsolicitedNA(ifi *net.Interface, vip netip.Addr) error {
 	return nil
 }
 
-// probe asks whether anybody already answers for vip; ErrConflict if so.
+// probe asks whether anybody else answers for vip: a *ConflictError naming
+// the first other MAC that does, nil when nobody does before the timeout.
+// Answers from our own MAC never count.
 func (l *L2) probe(ctx context.Context, ifi *net.Interface, vip netip.Addr) error {
 	deadline := time.Now().Add(l.probeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -278,15 +522,16 @@ func (l *L2) probe(ctx context.Context, ifi *net.Interface, vip netip.Addr) erro
 	if err != nil {
 		return err
 	}
-	if mac != nil {
-		l.log.Warn("VIP conflict: another host answered the probe; not binding", "vip", vip, "mac", mac.String(), "interface", ifi.Name)
-		return &ConflictError{VIP: vip, MAC: mac}
+	if len(mac) == 0 {
+		return nil
 	}
-	return nil
+	return &ConflictError{VIP: vip, MAC: mac}
 }
 
 // arpProbe sends an RFC 5227 probe (sender IP 0.0.0.0) and returns the MAC
-// of whoever claims vip before the deadline.
+// of whoever else claims vip before the deadline. Our own kernel never sees
+// the frame we send, so it does not answer even while we hold the VIP; an
+// ARP packet carrying our own MAC is ignored all the same.
 func (l *L2) arpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (net.HardwareAddr, error) {
 	c, err := arp.Dial(ifi)
 	if err != nil {
@@ -304,23 +549,50 @@ func (l *L2) arpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (n
 		return nil, err
 	}
 	for {
-		r, _, err := c.Read()
+		r, eth, err := c.Read()
 		if err != nil {
 			if isTimeout(err) {
 				return nil, nil
 			}
 			return nil, fmt.Errorf("ARP probe for %s: %w", vip, err)
 		}
-		if r.SenderIP == vip && r.SenderHardwareAddr.String() != ifi.HardwareAddr.String() {
-			return r.SenderHardwareAddr, nil
+		if mac := arpClaim(r, eth, vip, ifi.HardwareAddr); mac != nil {
+			return mac, nil
 		}
 	}
 }
 
-// ndpProbe sends a duplicate-address-detection neighbour solicitation
-// (source ::) and returns the MAC of whoever advertises vip.
+// arpClaim returns the MAC of another host claiming vip in an ARP packet
+// (a reply to our probe, or its own announcement), nil if the packet is no
+// such claim or comes from us.
+func arpClaim(p *arp.Packet, eth *ethernet.Frame, vip netip.Addr, own net.HardwareAddr) net.HardwareAddr {
+	if p == nil || p.SenderIP != vip || len(p.SenderHardwareAddr) == 0 {
+		return nil
+	}
+	if bytes.Equal(p.SenderHardwareAddr, own) || eth != nil && bytes.Equal(eth.Source, own) {
+		return nil
+	}
+	return p.SenderHardwareAddr
+}
+
+// ndpProbe sends a neighbour solicitation for vip to its solicited-node
+// multicast group and returns the MAC of whoever else advertises it. Answers
+// are read as raw frames, so the sender's MAC is known even when the
+// advertisement carries no target link-layer option; our own frames and
+// advertisements naming our own MAC are ignored.
 func (l *L2) ndpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (net.HardwareAddr, error) {
+	rc, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_IPV6, &packet.Config{Filter: naFilter})
+	if err != nil {
+		return nil, fmt.Errorf("neighbour probe on %s: %w", ifi.Name, err)
+	}
+	defer rc.Close()
+	// From our link-local address, so a holder answers (by unicast) as it
+	// would any host resolving the VIP; :: (bound to the interface) when
+	// there is no link-local address.
 	c, _, err := ndp.Listen(ifi, ndp.LinkLocal)
+	if err != nil {
+		c, _, err = ndp.Listen(ifi, ndp.Unspecified)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("neighbour probe on %s: %w", ifi.Name, err)
 	}
@@ -329,9 +601,6 @@ func (l *L2) ndpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (n
 	if err != nil {
 		return nil, err
 	}
-	// Ask like a host doing DAD would, but from our link-local address so
-	// the holder answers by unicast-or-multicast NA that we can read; a
-	// holder answers either way.
 	ns := &ndp.NeighborSolicitation{
 		TargetAddress: vip,
 		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: ifi.HardwareAddr}},
@@ -339,29 +608,86 @@ func (l *L2) ndpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (n
 	if err := c.WriteTo(ns, nil, snm); err != nil {
 		return nil, fmt.Errorf("neighbour probe for %s: %w", vip, err)
 	}
-	if err := c.SetReadDeadline(deadline); err != nil {
+	if err := rc.SetReadDeadline(deadline); err != nil {
 		return nil, err
 	}
+	buf := make([]byte, 1500)
 	for {
-		m, _, _, err := c.ReadFrom()
+		n, _, err := rc.ReadFrom(buf)
 		if err != nil {
 			if isTimeout(err) {
 				return nil, nil
 			}
 			return nil, fmt.Errorf("neighbour probe for %s: %w", vip, err)
 		}
-		na, ok := m.(*ndp.NeighborAdvertisement)
-		if !ok || na.TargetAddress != vip {
-			continue
+		if mac := naClaim(buf[:n], vip, ifi.HardwareAddr); mac != nil {
+			return mac, nil
 		}
-		for _, o := range na.Options {
-			if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target && lla.Addr.String() != ifi.HardwareAddr.String() {
-				return lla.Addr, nil
-			}
-		}
-		// An NA without a target link-layer option still proves a holder.
-		return net.HardwareAddr{}, nil
 	}
+}
+
+// naFilter passes only Ethernet frames carrying IPv6 ICMPv6 neighbour
+// advertisements without extension headers (what hosts send).
+var naFilter = mustAssemble([]bpf.Instruction{
+	bpf.LoadAbsolute{Off: 12, Size: 2},
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_IPV6, SkipTrue: 5},
+	bpf.LoadAbsolute{Off: 14 + 6, Size: 1},
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_ICMPV6, SkipTrue: 3},
+	bpf.LoadAbsolute{Off: 14 + 40, Size: 1},
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(ipv6.ICMPTypeNeighborAdvertisement), SkipTrue: 1},
+	bpf.RetConstant{Val: 1 << 16},
+	bpf.RetConstant{Val: 0},
+})
+
+func mustAssemble(p []bpf.Instruction) []bpf.RawInstruction {
+	raw, err := bpf.Assemble(p)
+	if err != nil {
+		panic(err)
+	}
+	return raw
+}
+
+// naClaim returns the MAC of another host advertising vip in an Ethernet
+// frame, or nil: not a neighbour advertisement for vip, or sent by us (the
+// frame's source or the advertised link-layer address is our own MAC). The
+// MAC returned is the advertised target link-layer address, or the frame's
+// source when the advertisement carries none; never empty.
+func naClaim(frame []byte, vip netip.Addr, own net.HardwareAddr) net.HardwareAddr {
+	const eth, ip6 = 14, 40
+	if len(frame) < eth+ip6+4 || binary.BigEndian.Uint16(frame[12:14]) != unix.ETH_P_IPV6 || frame[eth+6] != unix.IPPROTO_ICMPV6 {
+		return nil
+	}
+	src := net.HardwareAddr(frame[6:12])
+	if bytes.Equal(src, own) {
+		return nil
+	}
+	m, err := ndp.ParseMessage(frame[eth+ip6:])
+	if err != nil {
+		return nil
+	}
+	na, ok := m.(*ndp.NeighborAdvertisement)
+	if !ok || na.TargetAddress != vip {
+		return nil
+	}
+	mac := slices.Clone(src)
+	for _, o := range na.Options {
+		if lla, ok := o.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target && len(lla.Addr) > 0 {
+			mac = lla.Addr
+		}
+	}
+	if bytes.Equal(mac, own) || isZeroMAC(mac) {
+		return nil
+	}
+	return mac
+}
+
+func isZeroMAC(m net.HardwareAddr) bool {
+	for _, b := range m {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func isTimeout(err error) bool {
@@ -371,3 +697,5 @@ func isTimeout(err error) bool {
 
 // Close releases nothing: sockets are opened per operation.
 func (l *L2) Close() error { return nil }
+
+var _ Checker = (*L2)(nil)

@@ -117,6 +117,8 @@ type elector interface {
 	SetHealthy(healthy bool)
 	// SetHolding publishes whether this node holds vip.
 	SetHolding(vip string, holding bool)
+	// SetFailed reports that this node could not acquire vip or lost it.
+	SetFailed(vip, reason string)
 	// Run feeds election decisions into send until ctx is done, then
 	// leaves the cluster.
 	Run(ctx context.Context, send func(vip.Event)) error
@@ -182,7 +184,7 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 			return nil, err
 		}
 	}
-	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2})
+	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2, Check: c.Mode == config.ModeL2, Jitter: nodeJitter(c.NodeName)})
 	d.driver, err = vip.NewDriver(core, d.ann, log, d.reg, vip.DriverOptions{
 		Mode: c.Mode, ActionTimeout: actionTimeout(c), OnTransition: d.onTransition,
 	})
@@ -206,9 +208,14 @@ func actionTimeout(c *config.Config) time.Duration {
 func (d *daemon) addStatus(name string, fn func() any) { d.extra[name] = fn }
 
 func (d *daemon) onTransition(t vip.Transition) {
-	if d.elector != nil {
-		d.elector.SetHolding(t.VIP.String(), t.Held)
+	if d.elector == nil {
+		return
 	}
+	if t.Failed {
+		d.elector.SetFailed(t.VIP.String(), t.Cause)
+		return
+	}
+	d.elector.SetHolding(t.VIP.String(), t.Held)
 }
 
 // run runs every part until ctx is done or one of them fails for good (a

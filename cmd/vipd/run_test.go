@@ -55,10 +55,11 @@ type failingElector struct {
 	closed chan struct{}
 }
 
-func (e *failingElector) SetHealthy(bool)         {}
-func (e *failingElector) SetHolding(string, bool) {}
-func (e *failingElector) Status() any             { return nil }
-func (e *failingElector) Close() error            { close(e.closed); return nil }
+func (e *failingElector) SetHealthy(bool)          {}
+func (e *failingElector) SetHolding(string, bool)  {}
+func (e *failingElector) SetFailed(string, string) {}
+func (e *failingElector) Status() any              { return nil }
+func (e *failingElector) Close() error             { close(e.closed); return nil }
 func (e *failingElector) Run(ctx context.Context, _ func(vip.Event)) error {
 	select {
 	case <-ctx.Done():

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -256,6 +258,13 @@ func printCluster(w io.Writer, v any) error {
 		return err
 	}
 	fmt.Fprintf(w, "\ncluster:\tquorum %v (%s)\n", c.Quorum.OK, c.Quorum.Reason)
+	fmt.Fprintf(w, "known members:\t%s\n", strings.Join(c.Known, ", "))
+	if c.NameConflict != "" {
+		fmt.Fprintf(w, "NAME CONFLICT:\tanother node (%s) uses this node's name: holding nothing; set a unique VIPD_NODE_NAME\n", c.NameConflict)
+	}
+	for _, v := range slices.Sorted(maps.Keys(c.Broken)) {
+		fmt.Fprintf(w, "CANNOT HOLD %s:\t%s\n", v, c.Broken[v])
+	}
 	fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSTATE\tHEALTHY\tELIGIBLE\tPRIORITY\tTERM\tHOLDING")
 	for _, m := range c.Members {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%v\t%d\t%d\t%s\n", m.Name, m.Addr, m.State, m.Healthy, m.Eligible, m.Priority, m.Term, strings.Join(m.Holding, ","))

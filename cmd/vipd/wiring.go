@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -40,6 +42,15 @@ func checkModeSettings(c *config.Config) error {
 		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
 			Accepted: "a provider token for VIPD_CONTROLLERS: DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE, and/or CLOUDFLARE_API_TOKEN"}
 	}
+	if c.Mode != config.ModeBGP && len(c.Peers) > 0 {
+		vips := make([]string, len(c.Addresses))
+		for i, a := range c.Addresses {
+			vips[i] = a.String()
+		}
+		if err := cluster.MetaFits(vips); err != nil {
+			return usageError{err}
+		}
+	}
 	if c.Mode == config.ModeBGP && len(c.Addresses) > 0 {
 		if err := checkBGPSettings(c); err != nil {
 			return err
@@ -55,8 +66,9 @@ func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (
 		vips[i] = a.String()
 	}
 	n, err := cluster.New(cluster.Config{
-		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Priority: c.Priority,
-		Quorum: cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
+		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Insecure: c.GossipInsecure, Priority: c.Priority,
+		MemberExpiry: c.MemberExpiry,
+		Quorum:       cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
 		ClaimSettle: claimSettle(c.Mode),
 	}, log, reg)
 	if err != nil {
@@ -74,15 +86,23 @@ func claimSettle(mode string) time.Duration {
 	return 0
 }
 
+// nodeJitter is this node's share of the back-off after a failure: a
+// stable function of its name, so that two lone holders that both gave a
+// VIP up do not try again in step.
+func nodeJitter(name string) time.Duration {
+	h := sha256.Sum256([]byte(name))
+	return time.Duration(binary.BigEndian.Uint16(h[:2])%500) * time.Millisecond
+}
+
 // clusterElector adapts cluster.Node to the daemon's elector.
 type clusterElector struct{ *cluster.Node }
 
 func (e clusterElector) Run(ctx context.Context, send func(vip.Event)) error {
-	return e.Node.Run(ctx, func(v string, holder bool, reason string) {
+	return e.Node.Run(ctx, func(v string, d cluster.Decision) {
 		p, err := netip.ParsePrefix(v)
 		if err != nil {
 			return
 		}
-		send(vip.Elected{VIP: p, Holder: holder, Reason: reason})
+		send(vip.Elected{VIP: p, Holder: d.Holder, Reason: d.Reason, Lone: d.Lone})
 	})
 }

@@ -1,0 +1,524 @@
+package cluster
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Defaults of ElectionConfig.
+const (
+	// ReclaimPause is how long a node does not claim a VIP again after its
+	// core released it, so that another node gets its chance.
+	ReclaimPause = 500 * time.Millisecond
+	// BootstrapGrace is how long a node with configured peers, that knows
+	// no other member, waits for them before it holds VIPs alone.
+	BootstrapGrace = 2 * time.Second
+	// DefaultMemberExpiry is how long a member may be dead before the
+	// members that still have quorum forget it (VIPD_MEMBER_EXPIRY).
+	DefaultMemberExpiry = 10 * time.Minute
+	// KeyVeto is how long after a gossip key mismatch a node that knows no
+	// other member refuses to hold alone.
+	KeyVeto = time.Minute
+	// ConflictHold is how long after the last sign of another node with
+	// this node's name this node stays ineligible.
+	ConflictHold = 30 * time.Second
+	// StepAsideMin and StepAsideMax bound how long a node that could not
+	// acquire a VIP leaves it to the others (doubling on each failure).
+	StepAsideMin = 2 * time.Second
+	StepAsideMax = 30 * time.Second
+)
+
+// ElectionConfig shapes an Election.
+type ElectionConfig struct {
+	Name     string
+	VIPs     []string
+	Priority int
+	Quorum   QuorumRule
+	// Peers is set when VIPD_PEERS names other nodes: a node that knows
+	// no member then waits BootstrapGrace for them before holding alone.
+	Peers bool
+	// ClaimSettle is how long a claim is gossiped before this node acts
+	// on it. Zero for l2, where acquiring is quick and a probe guards it;
+	// cloud mode waits a couple of gossip rounds, because two nodes
+	// assigning the same reserved IP at once each cost an API action.
+	ClaimSettle time.Duration
+	// MemberExpiry: see DefaultMemberExpiry. Zero means the default.
+	MemberExpiry time.Duration
+}
+
+// Event is an input to the Election.
+type Event interface{ isElectionEvent() }
+
+// ViewChanged is memberlist's current membership (alive and suspect
+// members, self included), with the members that left gracefully since the
+// last view.
+type ViewChanged struct {
+	Members []Member
+	Left    []string
+}
+
+// HealthChanged is the local apiserver's health.
+type HealthChanged struct{ Healthy bool }
+
+// HoldingChanged reports the core's holding state for a VIP.
+type HoldingChanged struct {
+	VIP  string
+	Held bool
+}
+
+// AcquireFailed reports that this node could not acquire a VIP, or lost it
+// (its interface went down, another holder answers on the segment): it
+// steps aside for a while so that another node takes it.
+type AcquireFailed struct {
+	VIP    string
+	Reason string
+}
+
+// KeyMismatch reports gossip rejected for another encryption key.
+type KeyMismatch struct{}
+
+// NameConflict reports another node gossiping under this node's name.
+type NameConflict struct{ Addr string }
+
+// Tick is the passing of time, sent at Output.Next.
+type Tick struct{}
+
+func (ViewChanged) isElectionEvent()    {}
+func (HealthChanged) isElectionEvent()  {}
+func (HoldingChanged) isElectionEvent() {}
+func (AcquireFailed) isElectionEvent()  {}
+func (KeyMismatch) isElectionEvent()    {}
+func (NameConflict) isElectionEvent()   {}
+func (Tick) isElectionEvent()           {}
+
+// VIPDecision is a changed decision for one VIP.
+type VIPDecision struct {
+	VIP string
+	Decision
+}
+
+// Output is what one step asks of the glue.
+type Output struct {
+	// Meta, when set, is new metadata to gossip at once.
+	Meta *Meta
+	// Decisions that changed, in VIP order.
+	Decisions []VIPDecision
+	// Known, when set, is the member list to persist.
+	Known *Known
+	// Logs are notable changes, for the operator's log.
+	Logs []LogLine
+	// Next is when the election next wants a Tick; zero: no timer needed.
+	Next time.Time
+}
+
+// LogLine is one message for the log.
+type LogLine struct {
+	Warn bool
+	Msg  string
+	Args []any
+}
+
+// Election is the pure election state machine of one node. Use NewElection.
+type Election struct {
+	cfg     ElectionConfig
+	started time.Time
+
+	healthy bool
+	view    []Member // latest view, self included
+	known   map[string]KnownMember
+	seen    map[string]time.Time // last time each known member was alive or suspect
+
+	meta      Meta
+	quorum    QuorumResult
+	decisions map[string]Decision
+
+	claimedAt   map[string]time.Time
+	pausedUntil map[string]time.Time
+	broken      map[string]brokenVIP
+	keyErrAt    time.Time
+	conflictAt  time.Time
+	conflictBy  string
+}
+
+type brokenVIP struct {
+	until    time.Time
+	failures int
+	reason   string
+}
+
+// NewElection starts an election at now with the persisted member list.
+func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
+	if cfg.MemberExpiry <= 0 {
+		cfg.MemberExpiry = DefaultMemberExpiry
+	}
+	e := &Election{
+		cfg: cfg, started: now,
+		known:     map[string]KnownMember{},
+		seen:      map[string]time.Time{},
+		meta:      Meta{Priority: cfg.Priority},
+		decisions: map[string]Decision{},
+		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
+	}
+	for n, m := range known.Members {
+		e.known[n] = m
+		e.seen[n] = now // a member is dead for the expiry from our start, not from the file's age
+	}
+	e.view = []Member{{Name: cfg.Name, State: Alive}}
+	return e
+}
+
+// Meta returns the metadata to gossip now.
+func (e *Election) Meta() Meta { return e.meta.clone() }
+
+// Step feeds one event that happened at now.
+func (e *Election) Step(ev Event, now time.Time) Output {
+	var out Output
+	prevMeta := e.meta.clone()
+	switch ev := ev.(type) {
+	case ViewChanged:
+		e.view = ev.Members
+		for _, n := range ev.Left {
+			if n == e.cfg.Name {
+				continue
+			}
+			if _, ok := e.known[n]; ok {
+				delete(e.known, n)
+				delete(e.seen, n)
+				out.Known = e.knownDoc()
+				out.log(false, "member left gracefully: no longer counted for quorum", "member", n)
+			}
+		}
+	case HealthChanged:
+		e.healthy = ev.Healthy
+	case HoldingChanged:
+		if ev.Held {
+			// Only confirm a claim the election stands behind: an acquire
+			// that finished after the decision changed makes no claim.
+			if e.decisions[ev.VIP].Holder {
+				e.claim(ev.VIP, now)
+			}
+		} else {
+			e.unclaim(ev.VIP)
+			e.pausedUntil[ev.VIP] = now.Add(ReclaimPause)
+		}
+	case AcquireFailed:
+		b := e.broken[ev.VIP]
+		b.failures++
+		wait := StepAsideMin << (b.failures - 1)
+		if wait > StepAsideMax || wait <= 0 {
+			wait = StepAsideMax
+		}
+		b.until, b.reason = now.Add(wait), ev.Reason
+		e.broken[ev.VIP] = b
+		e.unclaim(ev.VIP)
+		out.log(true, "cannot hold the VIP: leaving it to another node", "vip", ev.VIP, "for", wait, "reason", ev.Reason)
+	case KeyMismatch:
+		e.keyErrAt = now
+	case NameConflict:
+		if e.conflictAt.IsZero() || now.Sub(e.conflictAt) > ConflictHold {
+			out.log(true, "another node gossips under this node's name: not holding any VIP (give every node a unique VIPD_NODE_NAME)", "name", e.cfg.Name, "other", ev.Addr)
+		}
+		e.conflictAt, e.conflictBy = now, ev.Addr
+	case Tick:
+	}
+	e.evaluate(now, &out)
+	if !e.meta.equal(prevMeta) {
+		m := e.meta.clone()
+		out.Meta = &m
+	}
+	out.Next = e.next(now)
+	return out
+}
+
+func (o *Output) log(warn bool, msg string, args ...any) {
+	o.Logs = append(o.Logs, LogLine{Warn: warn, Msg: msg, Args: args})
+}
+
+// evaluate recomputes membership, quorum, eligibility and every decision.
+func (e *Election) evaluate(now time.Time, out *Output) {
+	e.updateMembership(now, out)
+	view := e.currentView()
+	q := Quorum(view, e.knownNames(), e.cfg.Quorum)
+	switch {
+	case q.Bootstrap && e.cfg.Peers && now.Sub(e.started) < BootstrapGrace:
+		// Nodes of a new cluster start together: give the configured peers
+		// a moment to answer before holding alone, or each would bootstrap.
+		q.OK = false
+		q.Reason = fmt.Sprintf("bootstrap: waiting up to %v for the configured peers", BootstrapGrace)
+	case q.Bootstrap && !e.keyErrAt.IsZero() && now.Sub(e.keyErrAt) < KeyVeto:
+		// Alone because the peers reject our key (or we theirs): holding
+		// alone would be a split brain with the real cluster.
+		q.OK = false
+		q.Reason = "gossip key mismatch with peers (VIPD_GOSSIP_KEY_FILE): not holding alone"
+	}
+	conflict := !e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold
+	eligible := e.healthy && q.OK && !conflict
+	if q.OK != e.quorum.OK && e.quorum.Reason != "" {
+		if q.OK {
+			out.log(false, "quorum regained", "reason", q.Reason)
+		} else {
+			out.log(true, "quorum lost: releasing every VIP", "reason", q.Reason)
+		}
+	}
+	e.quorum = q
+	e.meta.Eligible, e.meta.Healthy = eligible, e.healthy
+	e.meta.Counts = e.counts()
+	var broken []string
+	for _, v := range e.cfg.VIPs {
+		if b, ok := e.broken[v]; ok {
+			if now.Before(b.until) {
+				broken = append(broken, v)
+			} else {
+				// Keep the failure count, so a node that keeps failing
+				// backs off longer; forget it after a quiet spell.
+				if now.Sub(b.until) > StepAsideMax {
+					delete(e.broken, v)
+				}
+			}
+		}
+	}
+	e.meta.Broken = broken
+
+	for _, v := range e.cfg.VIPs {
+		view = e.currentView() // claims below change our own metadata
+		d := Decide(view, v)
+		switch {
+		case d.Holder && !e.meta.Holds(v) && now.Before(e.pausedUntil[v]):
+			d = Decision{Reason: "released moments ago: letting another node take it"}
+		case d.Holder && !e.meta.Holds(v):
+			// Claim first, act after: the claim is gossiped before (l2: as)
+			// the VIP is acquired, so nodes elected at the same moment from
+			// different views settle on one (highest term, then name).
+			e.claim(v, now)
+			if e.cfg.ClaimSettle > 0 {
+				d = Decision{Leader: e.cfg.Name, Reason: "claimed; letting the claim settle"}
+			}
+		case d.Holder && now.Sub(e.claimedAt[v]) < e.cfg.ClaimSettle:
+			d = Decision{Leader: e.cfg.Name, Reason: "claimed; letting the claim settle"}
+		case !d.Holder && e.meta.Holds(v):
+			e.unclaim(v)
+		}
+		d.Lone = d.Holder && q.Bootstrap && !e.cfg.Quorum.Off && e.cfg.Quorum.Fixed == 0
+		old, seen := e.decisions[v]
+		if !seen || old.Holder != d.Holder || old.Leader != d.Leader || old.Lone != d.Lone {
+			out.Decisions = append(out.Decisions, VIPDecision{VIP: v, Decision: d})
+		}
+		e.decisions[v] = d
+	}
+}
+
+// updateMembership applies the membership rules to the current view:
+//
+//   - a member that left gracefully is forgotten at once (ViewChanged.Left);
+//   - an alive member that is not known is remembered when this node is
+//     bootstrapping or has quorum without it: a node on the minority side
+//     of a partition cannot admit members (that would be a majority made
+//     up on one side only);
+//   - a known member dead for MemberExpiry is forgotten while this node
+//     has quorum; the minority side never forgets anybody.
+func (e *Election) updateMembership(now time.Time, out *Output) {
+	alive := map[string]Member{}
+	for _, m := range e.view {
+		if m.State == Alive || m.State == Suspect {
+			alive[m.Name] = m
+		}
+	}
+	for n := range e.known {
+		if _, ok := alive[n]; ok {
+			e.seen[n] = now
+		}
+	}
+	changed := false
+	if _, ok := e.known[e.cfg.Name]; !ok {
+		e.known[e.cfg.Name] = KnownMember{FirstSeen: now.UTC()}
+		e.seen[e.cfg.Name] = now
+		changed = true
+	}
+	before := Quorum(e.currentView(), e.knownNames(), QuorumRule{})
+	admit := before.OK || e.cfg.Quorum.Off || e.cfg.Quorum.Fixed > 0
+	names := slices.Sorted(maps.Keys(alive))
+	for _, n := range names {
+		m := alive[n]
+		if _, ok := e.known[n]; ok || m.State != Alive {
+			continue
+		}
+		if !admit {
+			continue
+		}
+		e.known[n] = KnownMember{Addr: m.Addr, FirstSeen: now.UTC()}
+		e.seen[n] = now
+		changed = true
+		out.log(false, "new cluster member remembered", "member", n, "addr", m.Addr)
+	}
+	if before.OK && !before.Bootstrap {
+		for _, n := range slices.Sorted(maps.Keys(e.known)) {
+			if _, ok := alive[n]; ok || n == e.cfg.Name {
+				continue
+			}
+			if now.Sub(e.seen[n]) >= e.cfg.MemberExpiry {
+				delete(e.known, n)
+				delete(e.seen, n)
+				changed = true
+				out.log(true, "member dead for longer than VIPD_MEMBER_EXPIRY forgotten: no longer counted for quorum", "member", n, "expiry", e.cfg.MemberExpiry)
+			}
+		}
+	}
+	if changed {
+		out.Known = e.knownDoc()
+	}
+}
+
+// currentView is the latest view with our own metadata as it is now (the
+// copy memberlist has may lag behind).
+func (e *Election) currentView() View {
+	v := View{Self: e.cfg.Name}
+	self := false
+	for _, m := range e.view {
+		if m.Name == e.cfg.Name {
+			m.Meta, m.State, self = e.meta, Alive, true
+		}
+		v.Members = append(v.Members, m)
+	}
+	if !self {
+		v.Members = append(v.Members, Member{Name: e.cfg.Name, State: Alive, Meta: e.meta})
+	}
+	return v
+}
+
+func (e *Election) knownNames() []string { return slices.Sorted(maps.Keys(e.known)) }
+
+func (e *Election) knownDoc() *Known {
+	k := Known{Members: maps.Clone(e.known)}
+	return &k
+}
+
+// counts returns the hashes of the known members, nil above MaxCounted.
+func (e *Election) counts() Hashes {
+	if len(e.known) > MaxCounted {
+		return nil
+	}
+	h := make(Hashes, 0, len(e.known))
+	for _, n := range e.knownNames() {
+		h = append(h, NameHash(n))
+	}
+	sort.Slice(h, func(i, j int) bool { return h[i] < h[j] })
+	return h
+}
+
+// claim adds vip to our claims with a term above every term seen, so the
+// newest claim wins a healed partition.
+func (e *Election) claim(vip string, now time.Time) {
+	if e.meta.Holds(vip) {
+		return
+	}
+	term := e.meta.Term
+	for _, m := range e.view {
+		if m.Meta.Term > term {
+			term = m.Meta.Term
+		}
+	}
+	e.meta.Term = nextTerm(term)
+	e.meta.Holding = append(slices.Clone(e.meta.Holding), vip)
+	e.claimedAt[vip] = now
+}
+
+func (e *Election) unclaim(vip string) {
+	if !e.meta.Holds(vip) {
+		return
+	}
+	e.meta.Holding = slices.DeleteFunc(slices.Clone(e.meta.Holding), func(v string) bool { return v == vip })
+	delete(e.claimedAt, vip)
+}
+
+// next returns the earliest time at which a rule may change its answer.
+func (e *Election) next(now time.Time) time.Time {
+	var ts []time.Time
+	add := func(t time.Time) {
+		if t.After(now) {
+			ts = append(ts, t)
+		}
+	}
+	add(e.started.Add(BootstrapGrace))
+	if !e.keyErrAt.IsZero() {
+		add(e.keyErrAt.Add(KeyVeto))
+	}
+	if !e.conflictAt.IsZero() {
+		add(e.conflictAt.Add(ConflictHold))
+	}
+	for _, t := range e.pausedUntil {
+		add(t)
+	}
+	for _, t := range e.claimedAt {
+		add(t.Add(e.cfg.ClaimSettle))
+	}
+	for _, b := range e.broken {
+		add(b.until)
+		add(b.until.Add(StepAsideMax + time.Millisecond))
+	}
+	for n, t := range e.seen {
+		if n != e.cfg.Name {
+			add(t.Add(e.cfg.MemberExpiry))
+		}
+	}
+	if len(ts) == 0 {
+		return time.Time{}
+	}
+	return slices.MinFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+}
+
+// ElectionStatus is the election's section of /status.
+type ElectionStatus struct {
+	Quorum    QuorumResult        `json:"quorum"`
+	Known     []string            `json:"known"`
+	Elections map[string]Decision `json:"elections"`
+	// Broken lists the VIPs this node cannot hold now, with why.
+	Broken map[string]string `json:"broken,omitempty"`
+	// NameConflict is the address of another node using this node's name.
+	NameConflict string `json:"name_conflict,omitempty"`
+}
+
+// Status returns the election's state for /status and metrics.
+func (e *Election) Status(now time.Time) ElectionStatus {
+	s := ElectionStatus{Quorum: e.quorum, Known: e.knownNames(), Elections: maps.Clone(e.decisions)}
+	for v, b := range e.broken {
+		if now.Before(b.until) {
+			if s.Broken == nil {
+				s.Broken = map[string]string{}
+			}
+			s.Broken[v] = b.reason
+		}
+	}
+	if !e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold {
+		s.NameConflict = e.conflictBy
+	}
+	return s
+}
+
+func (m Meta) clone() Meta {
+	c := m
+	c.Holding = slices.Clone(m.Holding)
+	c.Broken = slices.Clone(m.Broken)
+	c.Counts = slices.Clone(m.Counts)
+	return c
+}
+
+func (m Meta) equal(o Meta) bool {
+	return m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
+		slices.Equal(m.Holding, o.Holding) && slices.Equal(m.Broken, o.Broken) && slices.Equal(m.Counts, o.Counts) &&
+		(m.Counts == nil) == (o.Counts == nil)
+}
+
+// Forgotten applies a member list edited by `vipd forget`: members missing
+// from k are no longer counted (one that is alive is remembered again by
+// the next step when this node has quorum without it).
+func (e *Election) Forgotten(k Known) {
+	for n := range e.known {
+		if _, ok := k.Members[n]; !ok && n != e.cfg.Name {
+			delete(e.known, n)
+			delete(e.seen, n)
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	t0   = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	vip1 = "10.0.0.100/32"
+)
+
+// peer is a member as seen by the election under test.
+func peer(name string, st State, meta Meta) Member { return Member{Name: name, State: st, Meta: meta} }
+
+func counts(names ...string) Hashes {
+	var h Hashes
+	for _, n := range names {
+		h = append(h, NameHash(n))
+	}
+	return h
+}
+
+func newEl(known ...string) *Election {
+	k := Known{Members: map[string]KnownMember{}}
+	for _, n := range known {
+		k.Members[n] = KnownMember{}
+	}
+	return NewElection(ElectionConfig{Name: "n1", VIPs: []string{vip1}, Peers: true, MemberExpiry: time.Minute}, k, t0)
+}
+
+func decision(out Output, vip string) (Decision, bool) {
+	for _, d := range out.Decisions {
+		if d.VIP == vip {
+			return d.Decision, true
+		}
+	}
+	return Decision{}, false
+}
+
+func TestElectionBootstrap(t *testing.T) {
+	tests := []struct {
+		name   string
+		events func(e *Election) Output
+		holder bool
+		lone   bool
+		reason string
+	}{
+		{"waits for configured peers before holding alone", func(e *Election) Output {
+			return e.Step(HealthChanged{Healthy: true}, t0.Add(time.Second))
+		}, false, false, ""},
+		{"holds alone after the grace, marked lone", func(e *Election) Output {
+			e.Step(HealthChanged{Healthy: true}, t0.Add(time.Second))
+			return e.Step(Tick{}, t0.Add(BootstrapGrace))
+		}, true, true, "elected"},
+		{"never alone after a key mismatch", func(e *Election) Output {
+			e.Step(KeyMismatch{}, t0.Add(time.Second))
+			e.Step(HealthChanged{Healthy: true}, t0.Add(time.Second))
+			return e.Step(Tick{}, t0.Add(BootstrapGrace+time.Second))
+		}, false, false, ""},
+		{"alone again a minute after the last key mismatch", func(e *Election) Output {
+			e.Step(KeyMismatch{}, t0.Add(time.Second))
+			e.Step(HealthChanged{Healthy: true}, t0.Add(time.Second))
+			return e.Step(Tick{}, t0.Add(time.Second+KeyVeto))
+		}, true, true, ""},
+		{"a name conflict makes the node ineligible", func(e *Election) Output {
+			e.Step(HealthChanged{Healthy: true}, t0)
+			e.Step(Tick{}, t0.Add(BootstrapGrace))
+			return e.Step(NameConflict{Addr: "10.0.0.9:7950"}, t0.Add(3*time.Second))
+		}, false, false, "not eligible"},
+		{"eligible again after ConflictHold without conflicts", func(e *Election) Output {
+			e.Step(HealthChanged{Healthy: true}, t0)
+			e.Step(NameConflict{Addr: "10.0.0.9:7950"}, t0.Add(3*time.Second))
+			return e.Step(Tick{}, t0.Add(3*time.Second+ConflictHold))
+		}, true, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEl()
+			tt.events(e)
+			d := e.decisions[vip1]
+			if d.Holder != tt.holder || d.Lone != tt.lone || !strings.Contains(d.Reason, tt.reason) {
+				t.Fatalf("decision %+v, want holder=%v lone=%v reason~%q", d, tt.holder, tt.lone, tt.reason)
+			}
+		})
+	}
+}
+
+func TestElectionMembership(t *testing.T) {
+	alive3 := func(e *Election, at time.Time) Output {
+		return e.Step(ViewChanged{Members: []Member{
+			peer("n2", Alive, Meta{Counts: counts("n1", "n2", "n3")}),
+			peer("n3", Alive, Meta{Counts: counts("n1", "n2", "n3")}),
+		}}, at)
+	}
+	tests := []struct {
+		name  string
+		known []string
+		steps func(e *Election)
+		want  []string
+		ok    bool
+	}{
+		{"a bootstrapping node admits whoever it sees", nil, func(e *Election) { alive3(e, t0) }, []string{"n1", "n2", "n3"}, true},
+		{"a node with quorum admits a new member", []string{"n1", "n2", "n3"}, func(e *Election) {
+			alive3(e, t0)
+			e.Step(ViewChanged{Members: []Member{
+				peer("n2", Alive, Meta{Counts: counts("n1", "n2", "n3")}), peer("n3", Alive, Meta{Counts: counts("n1", "n2", "n3")}),
+				peer("n4", Alive, Meta{Counts: counts("n4")}),
+			}}, t0.Add(time.Second))
+		}, []string{"n1", "n2", "n3", "n4"}, true},
+		{"a node without quorum admits nobody (minority side)", []string{"n1", "n2", "n3"}, func(e *Election) {
+			e.Step(ViewChanged{Members: []Member{peer("n4", Alive, Meta{Counts: counts("n4")})}}, t0)
+		}, []string{"n1", "n2", "n3"}, false},
+		{"a graceful leave is forgotten at once", []string{"n1", "n2", "n3"}, func(e *Election) {
+			alive3(e, t0)
+			e.Step(ViewChanged{Members: []Member{peer("n2", Alive, Meta{Counts: counts("n1", "n2", "n3")})}, Left: []string{"n3"}}, t0.Add(time.Second))
+		}, []string{"n1", "n2"}, true},
+		{"a dead member is forgotten after the expiry, with quorum", []string{"n1", "n2", "n3"}, func(e *Election) {
+			alive3(e, t0)
+			for at := time.Second; at <= 62*time.Second; at += time.Second {
+				e.Step(ViewChanged{Members: []Member{peer("n2", Alive, Meta{Counts: counts("n1", "n2", "n3")})}}, t0.Add(at))
+			}
+		}, []string{"n1", "n2"}, true},
+		{"not before the expiry", []string{"n1", "n2", "n3"}, func(e *Election) {
+			alive3(e, t0)
+			e.Step(ViewChanged{Members: []Member{peer("n2", Alive, Meta{Counts: counts("n1", "n2", "n3")})}}, t0.Add(59*time.Second))
+		}, []string{"n1", "n2", "n3"}, true},
+		{"never without quorum", []string{"n1", "n2", "n3"}, func(e *Election) {
+			for at := time.Second; at <= 10*time.Minute; at += 10 * time.Second {
+				e.Step(Tick{}, t0.Add(at))
+			}
+		}, []string{"n1", "n2", "n3"}, false},
+		{"members that removed us do not count", []string{"n1", "n2", "n3"}, func(e *Election) {
+			e.Step(ViewChanged{Members: []Member{
+				peer("n2", Alive, Meta{Counts: counts("n2", "n3")}), peer("n3", Alive, Meta{Counts: counts("n2", "n3")}),
+			}}, t0)
+		}, []string{"n1", "n2", "n3"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEl(tt.known...)
+			tt.steps(e)
+			st := e.Status(t0)
+			if !slices.Equal(st.Known, tt.want) || st.Quorum.OK != tt.ok {
+				t.Fatalf("known %v quorum %+v, want %v ok=%v", st.Known, st.Quorum, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestElectionStepAside(t *testing.T) {
+	e := newEl("n1", "n2", "n3")
+	view := ViewChanged{Members: []Member{
+		peer("n2", Alive, Meta{Eligible: true, Healthy: true, Counts: counts("n1", "n2", "n3")}),
+		peer("n3", Alive, Meta{Eligible: true, Healthy: true, Counts: counts("n1", "n2", "n3")}),
+	}}
+	e.Step(view, t0)
+	e.cfg.Priority, e.meta.Priority = 100, 100 // n1 ranks first
+	out := e.Step(HealthChanged{Healthy: true}, t0)
+	if d, _ := decision(out, vip1); !d.Holder {
+		t.Fatalf("n1 should rank first: %+v", d)
+	}
+	out = e.Step(AcquireFailed{VIP: vip1, Reason: "eth1 down"}, t0.Add(10*time.Millisecond))
+	d, _ := decision(out, vip1)
+	if d.Holder || out.Meta == nil || !out.Meta.CannotHold(vip1) || out.Meta.Holds(vip1) {
+		t.Fatalf("after a failed acquire: %+v meta %+v", d, out.Meta)
+	}
+	// The others skip n1 while it says it cannot hold the VIP.
+	other := Decide(View{Self: "n2", Members: []Member{
+		{Name: "n1", State: Alive, Meta: *out.Meta},
+		{Name: "n2", State: Alive, Meta: Meta{Eligible: true}},
+		{Name: "n3", State: Alive, Meta: Meta{Eligible: true}},
+	}}, vip1)
+	if other.Leader == "n1" {
+		t.Fatalf("n2 still waits for n1: %+v", other)
+	}
+	// Back-off doubles on repeated failures.
+	e.Step(Tick{}, t0.Add(StepAsideMin+20*time.Millisecond))
+	out = e.Step(AcquireFailed{VIP: vip1, Reason: "again"}, t0.Add(StepAsideMin+30*time.Millisecond))
+	if b := e.broken[vip1]; b.until.Sub(t0.Add(StepAsideMin+30*time.Millisecond)) != 2*StepAsideMin {
+		t.Fatalf("second back-off %v", b.until.Sub(t0.Add(StepAsideMin+30*time.Millisecond)))
+	}
+}
+
+func TestTermsSaturate(t *testing.T) {
+	if nextTerm(math.MaxUint64) != math.MaxUint64 || nextTerm(1) != 2 {
+		t.Fatal("nextTerm wraps")
+	}
+	e := newEl()
+	e.Step(ViewChanged{Members: []Member{peer("n2", Alive, Meta{Term: math.MaxUint64, Counts: counts("n2")})}}, t0)
+	e.claim(vip1, t0)
+	if e.meta.Term != math.MaxUint64 {
+		t.Fatalf("term %d", e.meta.Term)
+	}
+}
+
+func TestMetaFits(t *testing.T) {
+	var v4, v6 []string
+	for i := 0; i < 40; i++ {
+		v4 = append(v4, netip.AddrFrom4([4]byte{10, 200, byte(i), 100}).String()+"/32")
+		v6 = append(v6, fmt.Sprintf("fd00:1234:5678:9abc::%x/128", 0x1000+i))
+	}
+	if err := MetaFits(v4[:12]); err != nil {
+		t.Fatalf("12 IPv4 VIPs: %v", err)
+	}
+	err := MetaFits(v4)
+	if err == nil || !strings.Contains(err.Error(), "VIPD_ADDRESS has 40 VIPs") {
+		t.Fatalf("40 VIPs: %v", err)
+	}
+	if err := MetaFits(v6); err == nil {
+		t.Fatal("40 IPv6 VIPs fit?")
+	}
+	// The limit named in the error really fits.
+	var n int
+	fmt.Sscanf(err.Error()[strings.Index(err.Error(), "holds ")+6:], "%d", &n)
+	if n < 12 || MetaFits(v4[:n]) != nil || MetaFits(v4[:n+1]) == nil {
+		t.Fatalf("limit %d is not the exact limit", n)
+	}
+	t.Logf("at most %d IPv4 VIPs per node", n)
+}
+
+func TestHashesJSON(t *testing.T) {
+	m := Meta{Counts: counts("a", "b")}
+	b, _ := json.Marshal(m)
+	var back Meta
+	if err := json.Unmarshal(b, &back); err != nil || !slices.Equal(back.Counts, m.Counts) {
+		t.Fatalf("%s -> %+v %v", b, back, err)
+	}
+	if err := json.Unmarshal([]byte(`{"k":"!!"}`), &back); err == nil {
+		t.Fatal("bad hashes accepted")
+	}
+}
+
+func TestDropSelf(t *testing.T) {
+	local := func() ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1"), netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	tests := []struct {
+		bind  string
+		peers []string
+		want  []string
+	}{
+		{"0.0.0.0:7950", []string{"10.0.0.1", "10.0.0.2", "10.0.0.3:7950"}, []string{"10.0.0.2", "10.0.0.3:7950"}},
+		{"0.0.0.0:7950", []string{"10.0.0.1:7950", "[fd00::1]:7950", "fd00::1", "fd00::2"}, []string{"fd00::2"}},
+		{"0.0.0.0:7950", []string{"10.0.0.1:7951"}, []string{"10.0.0.1:7951"}}, // another vipd on this host, another port
+		{"10.0.0.1:7950", []string{"10.0.0.1", "127.0.0.1", "cp2.example"}, []string{"127.0.0.1", "cp2.example"}},
+	}
+	for _, tt := range tests {
+		got, err := dropSelf(tt.peers, netip.MustParseAddrPort(tt.bind), local)
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("dropSelf(%v, %s) = %v %v, want %v", tt.peers, tt.bind, got, err, tt.want)
+		}
+	}
+}
+
+// memberlist's own words for a key mismatch, on every path (join errors
+// and log lines), whatever their case.
+func TestIsKeyError(t *testing.T) {
+	for _, s := range []string{
+		"[ERR] memberlist: Decrypt packet failed: no installed keys could decrypt the message from: 10.0.0.2:7950",
+		"1 error occurred:\n\t* Failed to join 10.0.0.2:7950: No installed keys could decrypt the message",
+		"failed to join: Encryption is configured but remote state is not encrypted",
+		"Remote state is encrypted and encryption is not configured",
+	} {
+		if !isKeyError(s) {
+			t.Errorf("not recognised as a key mismatch: %q", s)
+		}
+	}
+	if isKeyError("failed to join 10.0.0.2:7950: dial tcp: connection refused") {
+		t.Error("connection refused taken for a key mismatch")
+	}
+}

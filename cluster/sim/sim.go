@@ -1,0 +1,782 @@
+// Package sim is a deterministic simulator of a vipd cluster: N in-process
+// nodes, each the real cluster.Election and vip.Core, over a simulated
+// network, failure detector, data plane and clock. A seed fixes a random
+// schedule of faults (partitions, one-way links, drops, crashes, restarts
+// with and without the state directory, health flaps, failed acquires,
+// interfaces going down, joins, leaves, replacements, duplicate names, a
+// node with another gossip key) and the invariants are checked at every
+// step. A failing seed replays exactly, with its trace.
+//
+// The network model follows memberlist closely enough for the election:
+// a node hears another directly or through one intermediary (indirect
+// probes and gossip relay), metadata travels with what it hears, silence
+// makes a member suspect after SuspectAfter and dead after DeadAfter, and a
+// graceful leave is seen as "left" by those that hear it. The data plane is
+// one L2 segment: a VIP bound on a node whose interface is up answers, and
+// an acquire probe (or a lone holder's periodic probe) sees every other
+// answering node.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/vip"
+)
+
+// Timing of the simulated network.
+const (
+	Tick          = 10 * time.Millisecond
+	GossipEvery   = 50 * time.Millisecond
+	SuspectAfter  = 400 * time.Millisecond
+	DeadAfter     = 1000 * time.Millisecond
+	Detection     = DeadAfter + 500*time.Millisecond // failure noticed and acted on
+	RestartDelay  = time.Second                      // systemd's RestartSec
+	ReconcileTime = vip.ReconcileEvery
+	ProbeWindow   = 50 * time.Millisecond // the l2 conflict probe's wait
+)
+
+// VIP is the simulated VIP.
+var VIP = netip.MustParsePrefix("10.0.0.100/32")
+
+// Options shape a run.
+type Options struct {
+	Seed     int64
+	Nodes    int           // initial cluster size (3 when zero)
+	Duration time.Duration // faults are injected during this time (10 min when zero)
+	Expiry   time.Duration // VIPD_MEMBER_EXPIRY (1 min when zero)
+	Trace    bool          // keep the whole trace (else the last lines only)
+	// QuorumOff runs every node with VIPD_QUORUM=off: the invariants must
+	// catch the split brain that follows (a check that the checks work).
+	QuorumOff bool
+	// NoProbe models a mode without a data-plane probe (cloud: an assign
+	// simply moves the IP): safety rests on the election alone.
+	NoProbe bool
+	// Script replaces the random faults by these steps (scenario tests).
+	Script []Step
+	// Observe, when set, is called after every simulated tick.
+	Observe func(*Sim)
+}
+
+// Step is one scripted action at a time after the start.
+type Step struct {
+	At time.Duration
+	Do func(*Sim)
+}
+
+// Result is what one run found.
+type Result struct {
+	Seed       int64
+	Simulated  time.Duration
+	Violations []string
+	Trace      []string
+	Failovers  int
+}
+
+// node is one simulated machine with its vipd.
+type node struct {
+	id        int
+	name      string
+	key       string
+	up        bool // machine running
+	running   bool // vipd running
+	linkUp    bool // whole network
+	vipIf     bool // VIP interface up
+	healthy   bool
+	brokenAcq bool // every acquire fails (netlink refusal)
+	bound     bool // VIP bound in the kernel
+	deleted   bool
+	restartAt time.Time
+	state     *cluster.Known // the state directory (nil: none)
+
+	el    *cluster.Election
+	core  *vip.Core
+	next  time.Time // election's next deadline
+	cnext time.Time
+
+	heard      map[int]time.Time    // last time this node heard each other node
+	meta       map[int]cluster.Meta // metadata last heard from each node
+	left       map[int]bool         // nodes seen leaving gracefully
+	pending    []string             // names that left, for the next view
+	conflictAt time.Time
+	keyErrAt   time.Time
+	boundSince time.Time
+	grewAt     time.Time
+	startedAt  time.Time
+}
+
+// Sim is one simulated cluster.
+type Sim struct {
+	opt         Options
+	rnd         *rand.Rand
+	now         time.Time
+	start       time.Time
+	nodes       []*node
+	block       map[[2]int]bool // directed: from -> to dropped
+	drop        float64         // probability a gossip exchange is lost
+	trace       []string
+	viol        []string
+	multiSince  time.Time
+	noneSince   time.Time
+	lastTopo    time.Time
+	deletedAt   map[int]time.Time
+	deletedName map[string]time.Time
+	failovers   int
+	lastHolder  string
+	seq         int
+	pendingStop []stopAt
+}
+
+func vipHealth(h bool) vip.Event    { return vip.HealthChanged{Healthy: h, Reason: "sim"} }
+func elHealth(h bool) cluster.Event { return cluster.HealthChanged{Healthy: h} }
+
+// Run simulates one seed.
+func Run(opt Options) Result {
+	if opt.Nodes == 0 {
+		opt.Nodes = 3
+	}
+	if opt.Nodes < 0 {
+		opt.Nodes = 0 // the script starts every node
+	}
+	if opt.Duration == 0 {
+		opt.Duration = 10 * time.Minute
+	}
+	if opt.Expiry == 0 {
+		opt.Expiry = time.Minute
+	}
+	s := &Sim{opt: opt, rnd: rand.New(rand.NewSource(opt.Seed)), block: map[[2]int]bool{}, deletedAt: map[int]time.Time{}, deletedName: map[string]time.Time{}}
+	s.now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.start = s.now
+	for i := 0; i < opt.Nodes; i++ {
+		n := s.addNode(fmt.Sprintf("cp%d", i), "k")
+		n.healthy = true
+		s.startVipd(n, true)
+	}
+	s.lastTopo = s.now
+	end := s.now.Add(opt.Duration)
+	nextFault := s.now.Add(10 * time.Second)
+	script := opt.Script
+	for s.now.Before(end) {
+		for len(script) > 0 && !s.now.Before(s.start.Add(script[0].At)) {
+			script[0].Do(s)
+			s.lastTopo = s.now
+			script = script[1:]
+		}
+		if opt.Script == nil && !s.now.Before(nextFault) {
+			s.fault()
+			nextFault = s.now.Add(time.Duration(2+s.rnd.Intn(12)) * time.Second)
+		}
+		s.step()
+		if opt.Observe != nil {
+			opt.Observe(s)
+		}
+	}
+	// Heal everything and let the cluster settle: then exactly one holder,
+	// and every member list is the set of nodes that exist.
+	for _, p := range s.pendingStop {
+		if !p.n.deleted {
+			s.stopVipd(p.n, true)
+			s.remove(p.n)
+		}
+	}
+	s.pendingStop = nil
+	s.heal()
+	for settle := s.now.Add(opt.Expiry + 30*time.Second); s.now.Before(settle); {
+		s.step()
+	}
+	s.final()
+	return Result{Seed: opt.Seed, Simulated: s.now.Sub(s.start), Violations: s.viol, Trace: s.trace, Failovers: s.failovers}
+}
+
+func (s *Sim) logf(format string, args ...any) {
+	line := fmt.Sprintf("%9.3fs ", s.now.Sub(s.start).Seconds()) + fmt.Sprintf(format, args...)
+	s.trace = append(s.trace, line)
+	if !s.opt.Trace && len(s.trace) > 400 {
+		s.trace = s.trace[len(s.trace)-300:]
+	}
+}
+
+func (s *Sim) violate(format string, args ...any) {
+	msg := fmt.Sprintf("%9.3fs ", s.now.Sub(s.start).Seconds()) + fmt.Sprintf(format, args...)
+	s.logf("VIOLATION: %s", fmt.Sprintf(format, args...))
+	if len(s.viol) < 10 {
+		s.viol = append(s.viol, msg)
+	}
+}
+
+// remove takes n out of the cluster for good (its machine is gone).
+func (s *Sim) remove(n *node) {
+	n.deleted, n.up, n.bound = true, false, false
+	s.deletedAt[n.id] = s.now
+	s.deletedName[n.name] = s.now
+}
+
+func (s *Sim) addNode(name, key string) *node {
+	n := &node{id: len(s.nodes), name: name, key: key, up: true, linkUp: true, vipIf: true,
+		heard: map[int]time.Time{}, meta: map[int]cluster.Meta{}, left: map[int]bool{}, state: &cluster.Known{Members: map[string]cluster.KnownMember{}}}
+	s.nodes = append(s.nodes, n)
+	return n
+}
+
+// startVipd starts (or restarts) vipd on n, with its state directory or
+// without one (a wiped or new machine).
+func (s *Sim) startVipd(n *node, withState bool) {
+	if !withState || n.state == nil {
+		n.state = &cluster.Known{Members: map[string]cluster.KnownMember{}}
+	}
+	n.running, n.startedAt = true, s.now
+	n.heard, n.meta, n.left, n.pending = map[int]time.Time{}, map[int]cluster.Meta{}, map[int]bool{}, nil
+	n.el = cluster.NewElection(cluster.ElectionConfig{Name: n.name, VIPs: []string{VIP.String()}, Peers: true, MemberExpiry: s.opt.Expiry, Quorum: cluster.QuorumRule{Off: s.opt.QuorumOff}}, *n.state, s.now)
+	n.core = vip.New([]netip.Prefix{VIP}, vip.Options{Elect: true, Announce: true, Check: true, Jitter: time.Duration(n.id*37%500) * time.Millisecond})
+	n.next, n.cnext = s.now, s.now
+	s.coreStep(n, vip.Observed{VIP: VIP, Present: n.bound})
+	s.coreStep(n, vip.HealthChanged{Healthy: n.healthy})
+	s.elStep(n, cluster.HealthChanged{Healthy: n.healthy})
+	s.logf("%s: vipd started (state dir kept: %v)", n.name, withState)
+}
+
+// stopVipd stops vipd: gracefully (release, then leave) or by a crash
+// (the VIP stays bound until vipd runs again).
+func (s *Sim) stopVipd(n *node, graceful bool) {
+	if !n.running {
+		return
+	}
+	if graceful {
+		s.coreStep(n, vip.Shutdown{Reason: "stop"})
+		for _, o := range s.nodes {
+			if o != n && o.running && s.hears(o, n) {
+				o.left[n.id] = true
+				o.pending = append(o.pending, n.name)
+			}
+		}
+	}
+	n.running = false
+	n.el, n.core = nil, nil
+	s.logf("%s: vipd stopped (graceful: %v)", n.name, graceful)
+}
+
+// reach reports whether packets from a reach b directly.
+func (s *Sim) reach(a, b *node) bool {
+	return a.up && b.up && a.linkUp && b.linkUp && !s.block[[2]int{a.id, b.id}]
+}
+
+// hears reports whether o hears n: directly, or through a third node
+// (memberlist's indirect probes and gossip relay); same key only.
+func (s *Sim) hears(o, n *node) bool {
+	if !n.running || !o.running || o.key != n.key {
+		return false
+	}
+	if s.reach(n, o) {
+		return true
+	}
+	for _, m := range s.nodes {
+		if m != n && m != o && m.running && m.key == n.key && s.reach(n, m) && s.reach(m, o) {
+			return true
+		}
+	}
+	return false
+}
+
+// step advances the simulation by one Tick.
+func (s *Sim) step() {
+	s.now = s.now.Add(Tick)
+	gossip := s.now.Sub(s.start)%GossipEvery == 0
+	for len(s.pendingStop) > 0 && !s.now.Before(s.pendingStop[0].at) {
+		n := s.pendingStop[0].n
+		s.pendingStop = s.pendingStop[1:]
+		if !n.deleted {
+			s.stopVipd(n, true)
+			s.remove(n)
+			s.lastTopo = s.now
+			s.logf("%s stopped gracefully and removed (replaced)", n.name)
+		}
+	}
+	for _, n := range s.nodes {
+		if !n.up && n.running {
+			s.stopVipd(n, false)
+		}
+		if n.up && !n.running && !n.deleted && !n.restartAt.IsZero() && !s.now.Before(n.restartAt) {
+			n.restartAt = time.Time{}
+			s.startVipd(n, true)
+		}
+	}
+	if gossip {
+		for _, o := range s.nodes {
+			if !o.running {
+				continue
+			}
+			for _, n := range s.nodes {
+				if n == o || !n.running {
+					continue
+				}
+				if n.key != o.key && s.reach(n, o) && s.rnd.Float64() < 0.2 {
+					o.keyErrAt = s.now
+					s.elStep(o, cluster.KeyMismatch{})
+				}
+				if !s.hears(o, n) || s.rnd.Float64() < s.drop {
+					continue
+				}
+				if n.name == o.name {
+					s.elStep(o, cluster.NameConflict{Addr: fmt.Sprintf("node%d", n.id)})
+					continue
+				}
+				o.heard[n.id] = s.now
+				o.meta[n.id] = n.el.Meta()
+				delete(o.left, n.id)
+			}
+		}
+		for _, n := range s.nodes {
+			if n.running {
+				s.elStep(n, cluster.Tick{})
+			}
+		}
+	}
+	for _, n := range s.nodes {
+		if !n.running {
+			continue
+		}
+		if !n.next.IsZero() && !s.now.Before(n.next) {
+			s.elStep(n, cluster.Tick{})
+		}
+		if (!n.cnext.IsZero() && !s.now.Before(n.cnext)) || s.now.Sub(s.start)%ReconcileTime == 0 {
+			if s.now.Sub(s.start)%ReconcileTime == 0 {
+				s.coreStep(n, vip.Observed{VIP: VIP, Present: n.bound})
+			}
+			s.coreStep(n, vip.Tick{})
+		}
+	}
+	s.check()
+}
+
+// view is what o's memberlist reports: itself and the members it heard
+// within DeadAfter (suspect after SuspectAfter); one name once.
+func (s *Sim) view(o *node) ([]cluster.Member, []string) {
+	ms := []cluster.Member{{Name: o.name, State: cluster.Alive, Meta: o.el.Meta()}}
+	seen := map[string]bool{o.name: true}
+	ids := make([]int, 0, len(o.heard))
+	for id := range o.heard {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	for _, id := range ids {
+		t := o.heard[id]
+		n := s.nodes[id]
+		if o.left[id] || s.now.Sub(t) >= DeadAfter || seen[n.name] {
+			continue
+		}
+		seen[n.name] = true
+		st := cluster.Alive
+		if s.now.Sub(t) >= SuspectAfter {
+			st = cluster.Suspect
+		}
+		ms = append(ms, cluster.Member{Name: n.name, Addr: fmt.Sprintf("node%d", n.id), State: st, Meta: o.meta[id]})
+	}
+	left := o.pending
+	o.pending = nil
+	return ms, left
+}
+
+// elStep feeds the view and ev to n's election and carries out its output.
+func (s *Sim) elStep(n *node, ev cluster.Event) {
+	ms, left := s.view(n)
+	out := n.el.Step(cluster.ViewChanged{Members: ms, Left: left}, s.now)
+	s.elOut(n, out)
+	if n.el == nil {
+		return
+	}
+	s.elOut(n, n.el.Step(ev, s.now))
+}
+
+func (s *Sim) elOut(n *node, out cluster.Output) {
+	if out.Known != nil {
+		k := cluster.Known{Members: map[string]cluster.KnownMember{}}
+		for name, m := range out.Known.Members {
+			k.Members[name] = m
+		}
+		n.state = &k
+	}
+	n.next = out.Next
+	for _, l := range out.Logs {
+		s.logf("%s: %s %v", n.name, l.Msg, l.Args)
+	}
+	for _, d := range out.Decisions {
+		s.logf("%s: decision holder=%v leader=%q lone=%v (%s)", n.name, d.Holder, d.Leader, d.Lone, d.Reason)
+		s.coreStep(n, vip.Elected{VIP: VIP, Holder: d.Holder, Reason: d.Reason, Lone: d.Lone})
+		if n.el == nil {
+			return
+		}
+	}
+}
+
+// coreStep feeds ev to n's core and carries out its actions on the
+// simulated data plane, as the driver does.
+func (s *Sim) coreStep(n *node, ev vip.Event) {
+	if n.core == nil {
+		return
+	}
+	out := n.core.Step(ev, s.now)
+	queue := out.Actions
+	trans := out.Transitions
+	n.cnext = out.Next
+	for len(queue) > 0 {
+		a := queue[0]
+		queue = queue[1:]
+		var o vip.Output
+		if err := s.do(n, a); err != nil {
+			o = n.core.Step(vip.Failed{Action: a, Err: err}, s.now)
+		} else {
+			o = n.core.Step(vip.Done{Action: a}, s.now)
+		}
+		queue = append(queue, o.Actions...)
+		trans = append(trans, o.Transitions...)
+		n.cnext = o.Next
+	}
+	for _, t := range trans {
+		s.logf("%s: core held=%v failed=%v (%s)", n.name, t.Held, t.Failed, t.Cause)
+		switch {
+		case t.Failed:
+			s.elStep(n, cluster.AcquireFailed{VIP: VIP.String(), Reason: t.Cause})
+		default:
+			s.elStep(n, cluster.HoldingChanged{VIP: VIP.String(), Held: t.Held})
+		}
+		if n.el == nil {
+			return
+		}
+	}
+}
+
+// answering reports whether n answers for the VIP on the segment.
+func answering(n *node) bool { return n.up && n.linkUp && n.vipIf && n.bound }
+
+// do carries out one core action on the data plane.
+func (s *Sim) do(n *node, a vip.Action) error {
+	other := func() *node {
+		if s.opt.NoProbe {
+			return nil
+		}
+		for _, o := range s.nodes {
+			// A probe takes ProbeWindow: a node that bound within it is
+			// not seen (two acquires in one window both bind).
+			if o != n && answering(o) && s.now.Sub(o.boundSince) >= ProbeWindow {
+				return o
+			}
+		}
+		return nil
+	}
+	switch a.Kind {
+	case vip.Acquire:
+		if !n.linkUp || !n.vipIf {
+			return fmt.Errorf("eth0: %w", vip.ErrLinkDown)
+		}
+		if n.brokenAcq {
+			return errors.New("netlink: operation not permitted")
+		}
+		if o := other(); o != nil && !n.bound {
+			return &vip.ConflictError{VIP: VIP.Addr(), MAC: mac(o.id)}
+		}
+		if !n.bound {
+			n.boundSince = s.now
+		}
+		n.bound = true
+	case vip.Release:
+		n.bound = false
+	case vip.Check:
+		if !n.linkUp || !n.vipIf {
+			return fmt.Errorf("eth0: %w", vip.ErrLinkDown)
+		}
+		if o := other(); a.Probe && o != nil {
+			return &vip.ConflictError{VIP: VIP.Addr(), MAC: mac(o.id)}
+		}
+	}
+	return nil
+}
+
+func mac(id int) net.HardwareAddr { return net.HardwareAddr{2, 0, 0, 0, 0, byte(id)} }
+
+// members is the ground truth: nodes that exist (not deleted) and use the
+// cluster's key.
+func (s *Sim) members() []*node {
+	var out []*node
+	for _, n := range s.nodes {
+		if !n.deleted && n.key == "k" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// check asserts the invariants after a step.
+func (s *Sim) check() {
+	var holders []string
+	for _, n := range s.nodes {
+		if answering(n) {
+			holders = append(holders, n.name)
+		}
+		// No stale VIP: a running vipd whose core does not hold the VIP
+		// has it bound for at most a reconcile period.
+		if n.running && n.bound && n.core != nil && !n.core.State()[0].Held && s.now.Sub(n.boundSince) > 2*ReconcileTime && n.linkUp && n.vipIf {
+			st := n.core.State()[0]
+			if s.now.Sub(st.Last.At) > 2*ReconcileTime {
+				s.violate("stale VIP on %s: bound while its vipd does not hold it", n.name)
+				n.boundSince = s.now // report once a period
+			}
+		}
+	}
+	h := strings.Join(holders, ",")
+	if len(holders) == 1 && h != s.lastHolder {
+		if s.lastHolder != "" {
+			s.failovers++
+		}
+		s.lastHolder = h
+	}
+	// Safety: never two holders longer than one detection time.
+	if len(holders) > 1 {
+		if s.multiSince.IsZero() {
+			s.multiSince = s.now
+			s.logf("two holders: %s", h)
+		}
+		if s.now.Sub(s.multiSince) > Detection {
+			s.violate("%d holders (%s) for %v", len(holders), h, s.now.Sub(s.multiSince))
+			s.multiSince = s.now
+		}
+	} else {
+		s.multiSince = time.Time{}
+	}
+	// Liveness: a majority of healthy, mutually connected, correctly keyed
+	// members, stable for detection + 1 s, has a holder.
+	if len(holders) == 0 && s.majorityStable() {
+		if s.noneSince.IsZero() {
+			s.noneSince = s.now
+		}
+		if s.now.Sub(s.noneSince) > Detection+time.Second {
+			s.violate("no holder for %v although a healthy connected majority exists:\n%s", s.now.Sub(s.noneSince), s.Status())
+			s.noneSince = s.now
+		}
+	} else {
+		s.noneSince = time.Time{}
+	}
+	// No unbounded growth: a node with quorum stops counting a member that
+	// no longer exists within the expiry of its deletion (or of the node's
+	// own start, when it was down meanwhile).
+	exist := map[string]bool{}
+	for _, n := range s.members() {
+		exist[n.name] = true
+	}
+	for _, n := range s.nodes {
+		if !n.running || n.key != "k" || n.el == nil || s.now.Sub(n.grewAt) < time.Minute {
+			continue
+		}
+		for _, name := range n.state.Names() {
+			if exist[name] {
+				continue
+			}
+			t := s.deletedName[name]
+			if n.startedAt.After(t) {
+				t = n.startedAt
+			}
+			if s.now.Sub(t) > s.opt.Expiry+Detection+10*time.Second && n.el.Status(s.now).Quorum.OK {
+				n.grewAt = s.now
+				s.violate("%s still counts %s, deleted %v ago", n.name, name, s.now.Sub(t))
+			}
+		}
+	}
+}
+
+// majorityStable reports whether, since the last topology change plus a
+// settling time, a majority of the members are able and mutually
+// connected: the condition under which a holder is guaranteed.
+func (s *Sim) majorityStable() bool {
+	if s.now.Sub(s.lastTopo) < 2*time.Second {
+		return false
+	}
+	// Deleted members still count until the others forget them.
+	total := len(s.members())
+	for _, t := range s.deletedAt {
+		if s.now.Sub(t) < s.opt.Expiry+Detection+5*time.Second {
+			total++
+		}
+	}
+	var able []*node
+	names := map[string]int{}
+	for _, n := range s.members() {
+		names[n.name]++
+	}
+	for _, n := range s.members() {
+		if n.running && n.up && n.linkUp && n.vipIf && n.healthy && !n.brokenAcq && names[n.name] == 1 {
+			able = append(able, n)
+		}
+	}
+	// The largest mutually connected group of able nodes.
+	var best []*node
+	for _, a := range able {
+		group := []*node{a}
+		for _, b := range able {
+			if b == a {
+				continue
+			}
+			ok := true
+			for _, g := range group {
+				if !s.reach(g, b) || !s.reach(b, g) {
+					ok = false
+				}
+			}
+			if ok {
+				group = append(group, b)
+			}
+		}
+		if len(group) > len(best) {
+			best = group
+		}
+	}
+	if len(best) <= total/2 {
+		return false
+	}
+	// The protocol's own precondition: the group is a majority of every
+	// member list among it. It fails only after more than a minority of a
+	// node's members vanished without a leave it heard (documented: the
+	// rest then wait for "vipd forget").
+	for _, g := range best {
+		in := 0
+		for _, o := range best {
+			if _, ok := g.state.Members[o.name]; ok {
+				in++
+			}
+		}
+		if len(g.state.Members) > 1 && in <= len(g.state.Members)/2 {
+			return false
+		}
+	}
+	return true
+}
+
+// final checks the healed, settled cluster.
+func (s *Sim) final() {
+	var holders []string
+	for _, n := range s.nodes {
+		if answering(n) {
+			holders = append(holders, n.name)
+		}
+	}
+	if s.majorityStable() && len(holders) != 1 {
+		s.violate("after healing: %d holders (%v)", len(holders), holders)
+	}
+	// Every member list of a node with quorum holds only nodes that exist.
+	exist := map[string]bool{}
+	for _, n := range s.members() {
+		exist[n.name] = true
+	}
+	for _, n := range s.members() {
+		if n.el == nil || !n.el.Status(s.now).Quorum.OK {
+			continue
+		}
+		for _, name := range n.state.Names() {
+			if !exist[name] {
+				s.violate("after healing: %s still counts %s, which no longer exists", n.name, name)
+			}
+		}
+	}
+}
+
+// heal ends every fault: links up, partitions gone, nodes healthy and
+// running, duplicate and foreign nodes stopped.
+func (s *Sim) heal() {
+	s.block = map[[2]int]bool{}
+	s.drop = 0
+	names := map[string]bool{}
+	for _, n := range s.nodes {
+		if n.deleted {
+			continue
+		}
+		if n.key != "k" || names[n.name] {
+			// The operator removes the impostor.
+			s.stopVipd(n, true)
+			s.remove(n)
+			continue
+		}
+		names[n.name] = true
+		n.up, n.linkUp, n.vipIf, n.healthy, n.brokenAcq = true, true, true, true, false
+		if !n.running {
+			s.startVipd(n, true)
+		} else {
+			s.coreStep(n, vip.HealthChanged{Healthy: true})
+			s.elStep(n, cluster.HealthChanged{Healthy: true})
+		}
+	}
+	s.lastTopo = s.now
+	s.logf("healed")
+}
+
+// Status is every running node's election status, for debugging a trace.
+func (s *Sim) Status() string {
+	var b strings.Builder
+	for _, n := range s.nodes {
+		if n.el != nil {
+			st := n.el.Status(s.now)
+			fmt.Fprintf(&b, "%s(node%d): quorum %+v known %v\n", n.name, n.id, st.Quorum, st.Known)
+		}
+	}
+	return b.String()
+}
+
+// Scripting helpers for scenario tests.
+
+// Node returns the first node (not removed) with this name.
+func (s *Sim) Node(name string) *node {
+	for _, n := range s.nodes {
+		if n.name == name && !n.deleted {
+			return n
+		}
+	}
+	return nil
+}
+
+// Join starts a new healthy node (empty state directory) with a key.
+func (s *Sim) Join(name, key string) {
+	n := s.addNode(name, key)
+	n.healthy = true
+	s.startVipd(n, false)
+}
+
+// StopAndRemove stops a node's vipd gracefully, then its machine is gone.
+func (s *Sim) StopAndRemove(name string) {
+	n := s.Node(name)
+	s.stopVipd(n, true)
+	s.remove(n)
+}
+
+// Delete removes a node's machine without a stop.
+func (s *Sim) Delete(name string) {
+	n := s.Node(name)
+	s.stopVipd(n, false)
+	s.remove(n)
+}
+
+// Holders returns the nodes answering for the VIP.
+func (s *Sim) Holders() []string {
+	var out []string
+	for _, n := range s.nodes {
+		if answering(n) {
+			out = append(out, fmt.Sprintf("%s(node%d)", n.name, n.id))
+		}
+	}
+	return out
+}
+
+// Known returns the member list of the running node with this name.
+func (s *Sim) Known(name string) []string { return s.Node(name).state.Names() }
+
+// SetVIPInterface sets a node's VIP interface up or down.
+func (s *Sim) SetVIPInterface(name string, up bool) { s.Node(name).vipIf = up }
+
+// SetAcquireBroken makes every acquire of a node fail (or work again).
+func (s *Sim) SetAcquireBroken(name string, broken bool) { s.Node(name).brokenAcq = broken }
+
+// Now is the simulated time since the start.
+func (s *Sim) Now() time.Duration { return s.now.Sub(s.start) }
