@@ -9,12 +9,18 @@
 SHELL       := /bin/bash
 GO          ?= go
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS     := -s -w -X main.version=$(VERSION)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The binaries carry the package version (1.2.3+git4.abc1234, not the raw
+# git describe), so `vipd manifest static-pod` names the tag `make image` makes.
+BIN_VERSION := $(shell packaging/build.sh --print-version "$(VERSION)" 2>/dev/null || echo dev)
+LDFLAGS     := -s -w -X main.version=$(BIN_VERSION) -X main.commit=$(COMMIT)
 BIN         := bin/vipd
 CTRL_BIN    := bin/vipd-controllers
 CACHE       := .cache
 APT_PKGS    := frr etcd-server iproute2 tcpdump arping ndisc6 nftables iputils-ping curl \
-               debootstrap systemd-container rpm
+               debootstrap systemd-container rpm runc
+# BIRD 2: the second router of the bgp interop tests (test/bgp).
+APT_PKGS    += bird2
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 GOTEST      := $(GO) test -count=1
 # Integration packages run one at a time: they measure timings in network
@@ -40,7 +46,7 @@ endif
 
 ifeq ($(shell id -u),0)
 
-.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver package test-packaging clean simulate
+.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver package test-packaging clean simulate image promtool
 
 all: build
 
@@ -65,10 +71,20 @@ deps:
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	@$(MAKE) --no-print-directory go-deps
+	@$(MAKE) --no-print-directory go-deps promtool
 
 go-deps:
 	$(GO) mod download
+
+# promtool alone, from Debian's prometheus package: installing the package
+# would also start a Prometheus server. Tests find it in .cache/ (or on PATH).
+PROMTOOL := $(CACHE)/promtool/promtool
+promtool: $(PROMTOOL)
+$(PROMTOOL):
+	@mkdir -p $(CACHE)/promtool
+	cd $(CACHE)/promtool && rm -rf x *.deb && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null; }; } && \
+		dpkg-deb -x prometheus_*.deb x && mv x/usr/bin/promtool promtool && rm -rf x *.deb
+	@$(PROMTOOL) --version | head -1
 
 kube-apiserver:
 	nice -n 5 hack/kube-apiserver.sh
@@ -102,6 +118,10 @@ bench: deps build
 
 package:
 	packaging/build.sh $(VERSION)
+
+## image: the container image, an OCI archive in dist/ (no Docker daemon)
+image:
+	packaging/image.sh $(VERSION)
 
 test-packaging: deps build
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GOTEST) -timeout 20m ./test/packaging/

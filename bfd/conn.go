@@ -17,6 +17,8 @@ import (
 const (
 	// ControlPort is the UDP port single-hop BFD Control packets go to.
 	ControlPort = 3784
+	// MultihopPort is the UDP port of multihop BFD (RFC 5883 section 5).
+	MultihopPort = 4784
 	// SourcePortMin and SourcePortMax bound the source port of our packets.
 	SourcePortMin = 49152
 	SourcePortMax = 65535
@@ -30,6 +32,7 @@ const (
 type rxPacket struct {
 	src netip.Addr
 	dst netip.Addr // zero when the kernel gave no destination
+	ttl int        // TTL / hop limit it arrived with
 	pkt ControlPacket
 }
 
@@ -38,6 +41,9 @@ type listener struct {
 	conn *net.UDPConn
 	v4   *ipv4.PacketConn
 	v6   *ipv6.PacketConn
+	// multihop listeners (RFC 5883) leave the TTL check to the session,
+	// which knows its minimum; single-hop ones require 255 (RFC 5881).
+	multihop bool
 }
 
 // listen opens the UDP receive socket on addr:port with TTL / hop limit and
@@ -99,7 +105,8 @@ func (l *listener) read(buf []byte) (rx rxPacket, dropErr error, err error) {
 		return rx, fmt.Errorf("bfd: unexpected source address type %T", src), nil
 	}
 	rx.src = ua.AddrPort().Addr().Unmap().WithZone("")
-	if ttl != gtsmTTL {
+	rx.ttl = ttl
+	if !l.multihop && ttl != gtsmTTL {
 		return rx, errGTSM, nil
 	}
 	if d, ok := netip.AddrFromSlice(dst); ok {

@@ -1,9 +1,10 @@
-// Package bfd is a single-hop asynchronous BFD (RFC 5880, RFC 5881),
+// Package bfd is an asynchronous BFD (RFC 5880) for single-hop (RFC 5881)
+// and multihop (RFC 5883) sessions,
 // interoperable with FRR's bfdd. It has three layers:
 //
 //   - ControlPacket: the 24-byte Control packet codec with the receive
 //     checks of RFC 5880 section 6.8.6 that need no session.
-//     Authentication, Echo, Demand mode and multihop are not supported.
+//     Authentication, Echo and Demand mode are not supported.
 //   - Session: the pure state machine (AdminDown/Down/Init/Up), timers,
 //     interval negotiation, jitter and Poll/Final. No goroutines, sockets or
 //     clock: time is an argument, packets and state changes come out as
@@ -13,7 +14,9 @@
 //     (GTSM), demultiplexes by Your Discriminator or, when that is zero, by
 //     source address, and sends from one socket per session with a source
 //     port in 49152-65535 and TTL 255. Each session runs on its own
-//     goroutine.
+//     goroutine. AddMultihop starts a multihop session instead: port 4784,
+//     a listener of its own, and a per-session minimum TTL in place of
+//     GTSM.
 //
 // # Using it from BGP
 //

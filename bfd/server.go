@@ -29,6 +29,8 @@ type ServerConfig struct {
 	// Port is the receive and destination UDP port; 0 means 3784. Other
 	// values are for tests only.
 	Port int
+	// MultihopPort is the same for multihop sessions; 0 means 4784.
+	MultihopPort int
 	// OnStateChange is called on every state change of every session,
 	// except for the AdminDown that Remove and Close cause.
 	OnStateChange StateChangeFunc
@@ -47,6 +49,8 @@ type ServerConfig struct {
 type PeerStatus struct {
 	Peer       netip.Addr `json:"peer"`
 	Local      netip.Addr `json:"local,omitzero"`
+	Multihop   bool       `json:"multihop,omitempty"` // RFC 5883 session
+	MinTTL     int        `json:"min_ttl,omitempty"`  // multihop: lowest TTL accepted
 	Session    Status     `json:"session"`
 	LastChange time.Time  `json:"last_change,omitzero"`
 	Flaps      uint64     `json:"flaps"` // times the session left Up
@@ -77,10 +81,11 @@ var (
 // calls these from a thread in that namespace (see the package example in
 // frr_test.go). No socket is opened later from another goroutine.
 type Server struct {
-	cfg  ServerConfig
-	log  *slog.Logger
-	rand func() float64
-	port int
+	cfg    ServerConfig
+	log    *slog.Logger
+	rand   func() float64
+	port   int
+	mhPort int
 
 	up    *prometheus.GaugeVec
 	flaps *prometheus.CounterVec
@@ -89,8 +94,8 @@ type Server struct {
 	closed    bool
 	byPeer    map[netip.Addr]*peerSession
 	byDisc    map[uint32]*peerSession
-	listeners map[bool]*listener // key: is IPv6
-	wg        sync.WaitGroup     // read loops and sessions
+	listeners map[listenerKey]*listener
+	wg        sync.WaitGroup // read loops and sessions
 
 	notes *notifier
 
@@ -106,7 +111,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		port:      cfg.Port,
 		byPeer:    map[netip.Addr]*peerSession{},
 		byDisc:    map[uint32]*peerSession{},
-		listeners: map[bool]*listener{},
+		listeners: map[listenerKey]*listener{},
+		mhPort:    cfg.MultihopPort,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -120,6 +126,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if s.port < 1 || s.port > 65535 {
 		return nil, fmt.Errorf("bfd: port %d out of range 1-65535", cfg.Port)
+	}
+	if s.mhPort == 0 {
+		s.mhPort = MultihopPort
+	}
+	if s.mhPort < 1 || s.mhPort > 65535 || s.mhPort == s.port {
+		return nil, fmt.Errorf("bfd: multihop port %d out of range 1-65535 or equal to the single-hop port", cfg.MultihopPort)
 	}
 	seen := map[bool]bool{}
 	for _, a := range cfg.ListenAddrs {
@@ -154,6 +166,25 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // kernel choose). It opens the receive socket for the peer's address
 // family if needed and the session's own transmit socket.
 func (s *Server) Add(peer, local netip.Addr, cfg SessionConfig) error {
+	return s.add(peer, local, cfg, 0)
+}
+
+// AddMultihop starts a multihop session (RFC 5883) to peer: packets go to
+// UDP 4784 with TTL 255, and arrive through a listener on 4784 that
+// accepts them only with a TTL / hop limit of at least minTTL (1-255;
+// 255 - minTTL is the number of routers allowed in between). Demultiplexing
+// is by discriminator, or by source address (and local address when set)
+// while the peer does not know ours yet.
+func (s *Server) AddMultihop(peer, local netip.Addr, cfg SessionConfig, minTTL int) error {
+	if minTTL < 1 || minTTL > 255 {
+		return fmt.Errorf("bfd: multihop minimum TTL (VIPD_BFD_MULTIHOP_MIN_TTL) is %d, want 1-255", minTTL)
+	}
+	return s.add(peer, local, cfg, minTTL)
+}
+
+// add starts a session; minTTL > 0 makes it multihop.
+func (s *Server) add(peer, local netip.Addr, cfg SessionConfig, minTTL int) error {
+	multihop := minTTL > 0
 	if !peer.IsValid() || peer.IsUnspecified() || peer.IsMulticast() {
 		return fmt.Errorf("bfd: peer address %q is not a unicast address", peer)
 	}
@@ -177,10 +208,14 @@ func (s *Server) Add(peer, local netip.Addr, cfg SessionConfig) error {
 	if _, ok := s.byPeer[key]; ok {
 		return fmt.Errorf("%w: %s", ErrSessionExists, peer)
 	}
-	if err := s.ensureListener(peer.Is6()); err != nil {
+	if err := s.ensureListener(listenerKey{v6: peer.Is6(), multihop: multihop}); err != nil {
 		return err
 	}
-	conn, err := dialSession(local, peer, s.port, s.rand)
+	port := s.port
+	if multihop {
+		port = s.mhPort
+	}
+	conn, err := dialSession(local, peer, port, s.rand)
 	if err != nil {
 		return err
 	}
@@ -195,14 +230,14 @@ func (s *Server) Add(peer, local netip.Addr, cfg SessionConfig) error {
 		return err
 	}
 	ps := &peerSession{
-		srv: s, peer: peer, local: local, disc: disc, conn: conn, sess: sess,
+		srv: s, peer: peer, local: local, disc: disc, conn: conn, sess: sess, multihop: multihop, minTTL: minTTL,
 		rx:   make(chan rxPacket, 16),
 		ctl:  make(chan func(*Session, time.Time) Actions),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 		log:  s.log.With("peer", peer.String()),
 	}
-	ps.status = PeerStatus{Peer: peer, Local: local, Session: sess.Status()}
+	ps.status = PeerStatus{Peer: peer, Local: local, Session: sess.Status(), Multihop: multihop, MinTTL: minTTL}
 	s.byPeer[key] = ps
 	s.byDisc[disc] = ps
 	s.up.WithLabelValues(peer.String()).Set(0)
@@ -210,13 +245,18 @@ func (s *Server) Add(peer, local netip.Addr, cfg SessionConfig) error {
 	s.wg.Add(1)
 	go ps.run()
 	ps.log.Info("BFD session added", "local", addrString(local), "source_port", conn.LocalAddr().(*net.UDPAddr).Port,
-		"discriminator", disc, "detect_mult", cfg.DetectMult, "tx", cfg.DesiredMinTx, "rx", cfg.RequiredMinRx)
+		"discriminator", disc, "detect_mult", cfg.DetectMult, "tx", cfg.DesiredMinTx, "rx", cfg.RequiredMinRx,
+		"multihop", multihop, "min_ttl", minTTL)
 	return nil
 }
 
+// listenerKey names a receive socket: one per family and hop mode.
+type listenerKey struct{ v6, multihop bool }
+
 // ensureListener opens the receive socket of a family; s.mu is held.
-func (s *Server) ensureListener(v6 bool) error {
-	if s.listeners[v6] != nil {
+func (s *Server) ensureListener(k listenerKey) error {
+	v6 := k.v6
+	if s.listeners[k] != nil {
 		return nil
 	}
 	addr := netip.IPv4Unspecified()
@@ -228,11 +268,16 @@ func (s *Server) ensureListener(v6 bool) error {
 			addr = a
 		}
 	}
-	l, err := listen(addr, s.port)
+	port := s.port
+	if k.multihop {
+		port = s.mhPort
+	}
+	l, err := listen(addr, port)
 	if err != nil {
 		return err
 	}
-	s.listeners[v6] = l
+	l.multihop = k.multihop
+	s.listeners[k] = l
 	s.wg.Add(1)
 	go s.readLoop(l)
 	return nil
@@ -273,7 +318,19 @@ func (s *Server) readLoop(l *listener) {
 		if ps != nil && ps.local.IsValid() && rx.dst.IsValid() && rx.dst != ps.local.WithZone("") {
 			ps = nil
 		}
+		// A packet on the other hop mode's port is not this session's.
+		if ps != nil && ps.multihop != l.multihop {
+			ps = nil
+		}
+		lowTTL := ps != nil && ps.multihop && rx.ttl < ps.minTTL
 		s.mu.RUnlock()
+		if lowTTL {
+			s.mu.Lock()
+			s.gtsmDrops++
+			s.mu.Unlock()
+			s.log.Debug("BFD packet dropped", "src", rx.src, "reason", "multihop TTL below the minimum", "ttl", rx.ttl, "min_ttl", ps.minTTL)
+			continue
+		}
 		if ps == nil {
 			s.mu.Lock()
 			s.unknownDrops++
@@ -444,6 +501,8 @@ type peerSession struct {
 	done        chan struct{}
 	log         *slog.Logger
 	stopOnce    sync.Once
+	multihop    bool
+	minTTL      int
 
 	mu     sync.Mutex
 	status PeerStatus

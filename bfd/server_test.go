@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -346,4 +347,74 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 		}
 		time.Sleep(10 * ms)
 	}
+}
+
+// TestServerMultihop: two multihop sessions (RFC 5883) come Up over the
+// multihop port; packets below the minimum TTL are dropped, packets at it
+// are accepted, and a multihop peer's packet on the single-hop port does
+// not reach its session.
+func TestServerMultihop(t *testing.T) {
+	port := 20000 + rand.IntN(20000)
+	mh := port + 1
+	ipA, ipB, ipC := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
+	ra := newRecorder()
+	a, err := NewServer(ServerConfig{ListenAddrs: []netip.Addr{ipA}, Port: port, MultihopPort: mh, OnStateChange: ra.fn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := NewServer(ServerConfig{ListenAddrs: []netip.Addr{ipB}, Port: port, MultihopPort: mh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cfg := SessionConfig{DetectMult: 3, DesiredMinTx: 50 * ms, RequiredMinRx: 50 * ms}
+	if err := a.AddMultihop(ipB, ipA, cfg, 254); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddMultihop(ipA, ipB, cfg, 254); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "multihop session Up", func() bool {
+		st, _ := a.Status(ipB)
+		return st.Session.State == StateUp && st.Multihop && st.MinTTL == 254
+	})
+	if err := a.AddMultihop(ipC, ipA, DefaultSessionConfig(), 0); err == nil || !strings.Contains(err.Error(), "VIPD_BFD_MULTIHOP_MIN_TTL") {
+		t.Errorf("min TTL 0 accepted or error does not name the setting: %v", err)
+	}
+	if err := a.AddMultihop(ipC, ipA, DefaultSessionConfig(), 250); err != nil {
+		t.Fatal(err)
+	}
+	// A single-hop session elsewhere opens the single-hop listener.
+	if err := a.Add(netip.MustParseAddr("127.0.0.4"), ipA, DefaultSessionConfig()); err != nil {
+		t.Fatal(err)
+	}
+	send := func(dport, ttl int, p ControlPacket) {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: ipC.AsSlice()}, &net.UDPAddr{IP: ipA.AsSlice(), Port: dport})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := ipv4.NewConn(c).SetTTL(ttl); err != nil {
+			t.Fatal(err)
+		}
+		buf, _ := p.MarshalBinary()
+		if _, err := c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	down := ControlPacket{State: StateDown, DetectMult: 3, MyDiscriminator: 99, DesiredMinTxInterval: 1e6, RequiredMinRxInterval: 1e6}
+	g0, _, u0 := a.Drops()
+	send(mh, 249, down)
+	waitUntil(t, 2*time.Second, "TTL 249 dropped", func() bool { g, _, _ := a.Drops(); return g == g0+1 })
+	send(port, 255, down) // single-hop port: not the multihop session's
+	waitUntil(t, 2*time.Second, "single-hop port packet not matched", func() bool { _, _, u := a.Drops(); return u == u0+1 })
+	if st, _ := a.Status(ipC); st.RxPackets != 0 {
+		t.Fatalf("a dropped packet reached the session: %+v", st)
+	}
+	send(mh, 250, down)
+	waitUntil(t, 2*time.Second, "TTL 250 accepted", func() bool {
+		st, _ := a.Status(ipC)
+		return st.Session.State == StateInit && st.Session.RemoteDiscriminator == 99
+	})
 }

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -15,11 +17,26 @@ import (
 
 // netlinkBinder binds VIPs as host addresses on one interface (lo) of the
 // current network namespace.
+//
+// Bound answers from one address dump of the interface kept for
+// snapshotTTL (and updated by Bind and Unbind): the driver asks about every
+// VIP on each reconcile pass, and a dump per VIP made a pass over 2,000
+// VIPs cost 2,000 dumps of 2,000 addresses. A VIP removed by someone else
+// is noticed at most snapshotTTL later.
 type netlinkBinder struct {
 	iface string
+
+	mu     sync.Mutex
+	snap   map[netip.Prefix]bool
+	snapAt time.Time
 }
 
-func (b netlinkBinder) addr(vip netip.Prefix) *netlink.Addr {
+// snapshotTTL bounds how stale Bound's view of the interface may be.
+const snapshotTTL = 250 * time.Millisecond
+
+func newNetlinkBinder(iface string) *netlinkBinder { return &netlinkBinder{iface: iface} }
+
+func (b *netlinkBinder) addr(vip netip.Prefix) *netlink.Addr {
 	a := &netlink.Addr{IPNet: &net.IPNet{IP: vip.Addr().AsSlice(), Mask: net.CIDRMask(vip.Bits(), vip.Addr().BitLen())}}
 	// Valid forever, preferred for 0 s: the kernel accepts traffic for the
 	// VIP but never picks it as a source address for the node's own
@@ -32,7 +49,7 @@ func (b netlinkBinder) addr(vip netip.Prefix) *netlink.Addr {
 	return a
 }
 
-func (b netlinkBinder) link() (netlink.Link, error) {
+func (b *netlinkBinder) link() (netlink.Link, error) {
 	l, err := netlink.LinkByName(b.iface)
 	if err != nil {
 		return nil, fmt.Errorf("interface %s: %w", b.iface, err)
@@ -40,7 +57,7 @@ func (b netlinkBinder) link() (netlink.Link, error) {
 	return l, nil
 }
 
-func (b netlinkBinder) Bind(vip netip.Prefix) error {
+func (b *netlinkBinder) Bind(vip netip.Prefix) error {
 	l, err := b.link()
 	if err != nil {
 		return err
@@ -49,12 +66,14 @@ func (b netlinkBinder) Bind(vip netip.Prefix) error {
 		return err
 	}
 	if err := netlink.AddrAdd(l, b.addr(vip)); err != nil && !errors.Is(err, os.ErrExist) && !strings.Contains(err.Error(), "exists") {
+		b.forget()
 		return err
 	}
+	b.set(vip, true)
 	return nil
 }
 
-func (b netlinkBinder) Unbind(vip netip.Prefix) error {
+func (b *netlinkBinder) Unbind(vip netip.Prefix) error {
 	l, err := b.link()
 	if err != nil {
 		return err
@@ -63,30 +82,51 @@ func (b netlinkBinder) Unbind(vip netip.Prefix) error {
 		return err
 	}
 	if err := netlink.AddrDel(l, b.addr(vip)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		b.forget()
 		return err
 	}
+	b.set(vip, false)
 	return nil
 }
 
-func (b netlinkBinder) Bound(vip netip.Prefix) (bool, error) {
-	l, err := b.link()
-	if err != nil {
-		return false, err
-	}
-	fam := netlink.FAMILY_V4
-	if vip.Addr().Is6() {
-		fam = netlink.FAMILY_V6
-	}
-	addrs, err := netlink.AddrList(l, fam)
-	if err != nil {
-		return false, fmt.Errorf("list addresses on %s: %w", b.iface, err)
-	}
-	for _, a := range addrs {
-		got, ok := netip.AddrFromSlice(a.IP)
-		ones, _ := a.Mask.Size()
-		if ok && got.Unmap() == vip.Addr() && ones == vip.Bits() {
-			return true, nil
+func (b *netlinkBinder) Bound(vip netip.Prefix) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.snap == nil || time.Since(b.snapAt) > snapshotTTL {
+		l, err := b.link()
+		if err != nil {
+			return false, err
 		}
+		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+		if err != nil {
+			return false, fmt.Errorf("list addresses on %s: %w", b.iface, err)
+		}
+		snap := make(map[netip.Prefix]bool, len(addrs))
+		for _, a := range addrs {
+			got, ok := netip.AddrFromSlice(a.IP)
+			ones, _ := a.Mask.Size()
+			if ok {
+				snap[netip.PrefixFrom(got.Unmap(), ones)] = true
+			}
+		}
+		b.snap, b.snapAt = snap, time.Now()
 	}
-	return false, nil
+	return b.snap[vip], nil
+}
+
+// set records a change this binder made in the snapshot.
+func (b *netlinkBinder) set(vip netip.Prefix, bound bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.snap != nil {
+		b.snap[vip] = bound
+	}
+}
+
+// forget drops the snapshot after a failed change: the next Bound reads
+// the kernel again.
+func (b *netlinkBinder) forget() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.snap = nil
 }

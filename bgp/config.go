@@ -21,12 +21,17 @@ const (
 	// reset (BFD Down) before reconnecting. GoBGP's own default is 30 s.
 	DefaultIdleHoldAfterReset = time.Second
 	// DefaultConnectRetry is the interval between connection attempts to a
-	// peer that does not answer (GoBGP waits 1-2x this, randomised).
-	DefaultConnectRetry = 2 * time.Second
+	// peer that does not answer (GoBGP waits 1-2x this, randomised, and
+	// never less than 1 s). 1 s is GoBGP's floor: a router that starts
+	// accepting connections is dialled within 2 s.
+	DefaultConnectRetry = time.Second
 	// DefaultRestartTime is the graceful-restart time offered when graceful
 	// restart is enabled. Short on purpose: while it runs, the router keeps
 	// forwarding to a node that may be dead.
 	DefaultRestartTime = 10 * time.Second
+	// MaxRestartTime is the largest restart time the capability carries
+	// (12 bits of seconds, RFC 4724).
+	MaxRestartTime = 4095 * time.Second
 )
 
 // PeersEnv is the setting ParsePeers reads; its errors name it.
@@ -34,14 +39,17 @@ const PeersEnv = "VIPD_BGP_PEERS"
 
 const peersForm = "address:as[:option=value...] separated by commas, IPv6 addresses in brackets " +
 	"(e.g. 192.0.2.1:65000:password=s3cret,[2001:db8::1]:65000:hold=9s); " +
-	"options: port=1-65535, password=TEXT (no ':' or ','), multihop=1-255, hold=0|3s-65535s, keepalive=DURATION"
+	"options: port=1-65535, password=TEXT (no ':' or ','), password-file=PATH (any characters), multihop=1-255, hold=0|3s-65535s, keepalive=DURATION"
 
 // Peer is one BGP neighbour (the router) the speaker connects to.
 type Peer struct {
 	Address  netip.Addr
 	AS       uint32
 	Port     uint16 // 0: 179
-	Password string // TCP MD5 (RFC 2385); empty: none
+	Password string // TCP MD5 (RFC 2385); empty: none. Never logged or shown.
+	// PasswordFile names a file holding the password (any characters; one
+	// trailing newline is dropped). ResolvePasswords reads it into Password.
+	PasswordFile string
 	// Multihop > 0 allows an eBGP session over that many hops (TTL); 0 is a
 	// directly connected single-hop session.
 	Multihop  uint8
@@ -74,6 +82,10 @@ type Config struct {
 	ConnectRetry       time.Duration
 	// Interface is where VIPs are bound: "lo" unless set.
 	Interface string
+	// Attributes are set on every VIP's route (this node's policy, e.g. a
+	// backup node's AS-path prepend); VIPAttributes override them per VIP.
+	Attributes    Attributes
+	VIPAttributes map[netip.Prefix]Attributes
 }
 
 func (c Config) withDefaults() Config {
@@ -128,6 +140,17 @@ func (c Config) Validate() error {
 		}
 		seen[p.Address] = true
 	}
+	if err := c.Attributes.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("VIPD_BGP_AS_PATH_PREPEND: %w", err))
+	}
+	for v, a := range c.VIPAttributes {
+		if err := a.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: VIP %s: %w", PeersFileEnv, v, err))
+		}
+	}
+	if c.GracefulRestart && (c.RestartTime < time.Second || c.RestartTime > MaxRestartTime) {
+		errs = append(errs, fmt.Errorf("VIPD_BGP_RESTART_TIME: %v: want whole seconds from 1s to %v", c.RestartTime, MaxRestartTime))
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -159,10 +182,8 @@ func (p Peer) validate() error {
 		return fmt.Errorf("address %s: zones (link-local peers) are not supported", p.Address)
 	case p.AS == 0:
 		return errors.New("AS 0 is not valid")
-	case strings.ContainsAny(p.Password, ":,"):
-		return errors.New("password cannot contain ':' or ','")
 	case len(p.Password) > 80:
-		return errors.New("password longer than 80 characters (TCP MD5 limit)")
+		return errors.New("password longer than 80 bytes (TCP MD5 limit)")
 	}
 	if err := checkTimers(p.Hold, p.Keepalive); err != nil {
 		return err
@@ -266,6 +287,11 @@ func parsePeer(item string) (Peer, error) {
 				return p, errors.New("password is empty")
 			}
 			p.Password = val
+		case "password-file":
+			if !strings.HasPrefix(val, "/") {
+				return p, fmt.Errorf("password-file %q: want an absolute path", val)
+			}
+			p.PasswordFile = val
 		case "multihop":
 			v, err := strconv.ParseUint(val, 10, 8)
 			if err != nil || v == 0 {
@@ -288,7 +314,19 @@ func parsePeer(item string) (Peer, error) {
 			return p, fmt.Errorf("unknown option %q", name)
 		}
 	}
-	// Fill the timers the way the speaker will, so the check sees the pair used.
+	if p.Password != "" && p.PasswordFile != "" {
+		return p, errors.New("both password and password-file given; want one")
+	}
+	fillTimers(&p, haveHold, haveKeepalive)
+	if err := p.validate(); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// fillTimers fills the timers the way the speaker will, so the check sees
+// the pair used.
+func fillTimers(p *Peer, haveHold, haveKeepalive bool) {
 	switch {
 	case !haveHold && !haveKeepalive:
 		p.Hold, p.Keepalive = DefaultHold, DefaultKeepalive
@@ -300,10 +338,6 @@ func parsePeer(item string) (Peer, error) {
 			p.Hold = 0
 		}
 	}
-	if err := p.validate(); err != nil {
-		return p, err
-	}
-	return p, nil
 }
 
 func parseSeconds(s string) (time.Duration, error) {

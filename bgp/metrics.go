@@ -13,6 +13,7 @@ type collector struct {
 	s          *Speaker
 	peerUp     *prometheus.Desc
 	advertised *prometheus.Desc
+	flaps      *prometheus.Desc
 }
 
 func newCollector(s *Speaker) *collector {
@@ -22,12 +23,15 @@ func newCollector(s *Speaker) *collector {
 			"1 when the BGP session to the peer is Established, else 0.", []string{"peer"}, nil),
 		advertised: prometheus.NewDesc("vipd_bgp_advertised",
 			"1 when the VIP is in the peer's Adj-RIB-Out (sent to the router), else 0.", []string{"vip", "peer"}, nil),
+		flaps: prometheus.NewDesc("vipd_bgp_peer_flaps_total",
+			"Times the BGP session to the peer left Established (each is followed by an immediate reconnect).", []string{"peer"}, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.peerUp
 	ch <- c.advertised
+	ch <- c.flaps
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -37,6 +41,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	known := c.s.knownVIPs()
 	for _, p := range st.Peers {
 		ch <- prometheus.MustNewConstMetric(c.peerUp, prometheus.GaugeValue, b2f(p.Established), p.Peer)
+		ch <- prometheus.MustNewConstMetric(c.flaps, prometheus.CounterValue, float64(p.Flaps), p.Peer)
 		sent := map[string]bool{}
 		for _, v := range p.Advertised {
 			sent[v] = true

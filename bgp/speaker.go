@@ -43,6 +43,11 @@ type Speaker struct {
 	reg    prometheus.Registerer
 	coll   *collector
 
+	// recover carries peers whose session dropped to recoverLoop.
+	recover       chan netip.Addr
+	recoverCancel context.CancelFunc
+	recoverDone   chan struct{}
+
 	mu       sync.Mutex
 	peers    map[netip.Addr]*peerInfo
 	held     map[netip.Prefix]bool // true: acquired; false: released since (kept so metrics show 0)
@@ -55,6 +60,10 @@ type peerInfo struct {
 	state api.PeerState_SessionState
 	since time.Time
 	flaps int // transitions out of Established
+	// disabled: vipd disabled the session on purpose (no recovery).
+	disabled bool
+	// recoveries since the session was last Established.
+	recoveries int
 }
 
 // Start validates cfg, starts GoBGP and adds every peer (active sessions).
@@ -71,21 +80,27 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Speaker, error) {
 	logger = logger.With("component", "bgp")
 	binder := opts.Binder
 	if binder == nil {
-		binder = netlinkBinder{iface: cfg.Interface}
+		binder = newNetlinkBinder(cfg.Interface)
 	}
 	srv := server.NewBgpServer(server.LoggerOption(slogBridge{l: logger}))
 	go srv.Serve()
 	s := &Speaker{
 		cfg: cfg, log: logger, srv: srv, binder: binder, reg: opts.Registerer,
 		peers: map[netip.Addr]*peerInfo{}, held: map[netip.Prefix]bool{},
+		recover: make(chan netip.Addr, len(cfg.Peers)*4+1), recoverDone: make(chan struct{}),
 	}
 	for _, p := range cfg.Peers {
 		s.peers[p.Address] = &peerInfo{peer: p, state: api.PeerState_UNKNOWN, since: time.Now()}
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	rctx, rcancel := context.WithCancel(context.Background())
+	s.recoverCancel = rcancel
+	go s.recoverLoop(rctx)
 	if err := s.start(ctx, wctx); err != nil {
 		cancel()
+		rcancel()
+		<-s.recoverDone
 		stopCtx, stop := context.WithTimeout(context.Background(), 2*time.Second)
 		defer stop()
 		_ = srv.StopBgp(stopCtx, &api.StopBgpRequest{})
@@ -125,7 +140,7 @@ func (s *Speaker) start(ctx, watchCtx context.Context) error {
 			return fmt.Errorf("bgp: add peer %s (AS %d): %w", p, p.AS, err)
 		}
 		s.log.Info("bgp peer configured", "peer", p.String(), "peer_as", p.AS, "hold", p.Hold, "keepalive", p.Keepalive,
-			"md5", p.Password != "", "multihop", p.Multihop)
+			"md5", p.Password != "", "multihop", p.Multihop, "graceful_restart", s.cfg.GracefulRestart)
 	}
 	return nil
 }
@@ -215,7 +230,17 @@ func (s *Speaker) onEvent(r *api.WatchEventResponse) {
 	if prev == api.PeerState_ESTABLISHED {
 		pi.flaps++
 	}
+	if st == api.PeerState_ESTABLISHED {
+		pi.recoveries = 0
+	}
+	recover := !s.closed && decideRecovery(prev, st, pi.disabled, pi.recoveries)
 	s.mu.Unlock()
+	if recover {
+		select {
+		case s.recover <- addr:
+		default: // already queued
+		}
+	}
 	if st == api.PeerState_ESTABLISHED || prev == api.PeerState_ESTABLISHED {
 		s.log.Info("bgp peer state", "peer", pi.peer.String(), "from", stateName(prev), "to", stateName(st))
 	} else {
@@ -246,7 +271,7 @@ func stateName(st api.PeerState_SessionState) string {
 // vipPath builds the advertisement of vip with an unspecified next hop, so
 // GoBGP fills in the local address of each session (IPv4 0.0.0.0 in the
 // NEXT_HOP attribute, IPv6 :: in MP_REACH_NLRI).
-func vipPath(vip netip.Prefix) (*api.Path, error) {
+func vipPath(vip netip.Prefix, attrs Attributes, localAS uint32) (*api.Path, error) {
 	origin, err := anypb.New(&api.OriginAttribute{Origin: 0}) // IGP
 	if err != nil {
 		return nil, err
@@ -265,7 +290,11 @@ func vipPath(vip netip.Prefix) (*api.Path, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &api.Path{Family: fam, Nlri: nlri, Pattrs: []*anypb.Any{origin, nh}}, nil
+	extra, err := attrs.pattrs(localAS)
+	if err != nil {
+		return nil, err
+	}
+	return &api.Path{Family: fam, Nlri: nlri, Pattrs: append([]*anypb.Any{origin, nh}, extra...)}, nil
 }
 
 // checkVIP accepts host prefixes only: a VIP is one address.
@@ -296,7 +325,8 @@ func (s *Speaker) Acquire(ctx context.Context, vip netip.Prefix) error {
 		return err
 	}
 	if !inRIB {
-		p, err := vipPath(vip)
+		attrs := s.cfg.attributesFor(vip)
+		p, err := vipPath(vip, attrs, s.cfg.LocalAS)
 		if err != nil {
 			return fmt.Errorf("bgp: build path for %s: %w", vip, err)
 		}
@@ -306,7 +336,7 @@ func (s *Speaker) Acquire(ctx context.Context, vip netip.Prefix) error {
 		if !s.hasPeerFor(vip.Addr()) {
 			s.log.Warn("bgp: VIP has no peer of its address family; it is bound but reaches no router", "vip", vip.String())
 		}
-		s.log.Info("bgp advertise", "vip", vip.String())
+		s.log.Info("bgp advertise", "vip", vip.String(), "attributes", attrs.String())
 	}
 	s.mu.Lock()
 	s.held[vip] = true
@@ -354,7 +384,7 @@ func (s *Speaker) Release(ctx context.Context, vip netip.Prefix) error {
 // withdraw deletes exactly vip's locally originated path. It never sends a
 // DeletePath request without a path: GoBGP reads that as "delete all".
 func (s *Speaker) withdraw(ctx context.Context, vip netip.Prefix) error {
-	p, err := vipPath(vip)
+	p, err := vipPath(vip, s.cfg.attributesFor(vip), s.cfg.LocalAS)
 	if err != nil {
 		return fmt.Errorf("bgp: build path for %s: %w", vip, err)
 	}
@@ -394,8 +424,9 @@ func isLocal(p *api.Path) bool {
 // Announce has nothing to repeat in bgp mode: the sessions carry the state.
 func (s *Speaker) Announce(context.Context, netip.Prefix) error { return nil }
 
-// Present reports whether vip is both bound on lo and advertised (in the
-// RIB, so sent to every established peer of its family).
+// Present reports whether vip is both bound on lo and advertised (acquired
+// and not released since, so in the RIB and sent to every established
+// peer of its family).
 func (s *Speaker) Present(ctx context.Context, vip netip.Prefix) (bool, error) {
 	vip, err := checkVIP(vip)
 	if err != nil {
@@ -408,7 +439,13 @@ func (s *Speaker) Present(ctx context.Context, vip netip.Prefix) (bool, error) {
 	if !bound {
 		return false, nil
 	}
-	return s.inRIB(ctx, vip)
+	// The RIB changes only through Acquire and Release (GoBGP has no API
+	// open to anyone else), so the speaker's own record answers: asking
+	// GoBGP for every VIP on every reconcile pass cost a quarter of a core
+	// with 2,000 VIPs.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[vip], nil
 }
 
 // ResetPeer tears the session to peer down at once (a BGP NOTIFICATION
@@ -416,6 +453,19 @@ func (s *Speaker) Present(ctx context.Context, vip netip.Prefix) (bool, error) {
 // hold. BFD Down calls this: the router must not keep a path whose next
 // hop stopped answering.
 func (s *Speaker) ResetPeer(ctx context.Context, peer netip.Addr, reason string) error {
+	// Only an Established session has anything to tear down. GoBGP queues
+	// the NOTIFICATION on the peer's FSM even when the session is not up,
+	// and a peer re-created after a drop would then send it on its next
+	// session and drop that too (a BFD Down often arrives after the router
+	// already closed the session).
+	s.mu.Lock()
+	pi, ok := s.peers[peer.Unmap()]
+	established := ok && pi.state == api.PeerState_ESTABLISHED
+	s.mu.Unlock()
+	if !established {
+		s.log.Info("bgp peer reset not needed: session not established", "peer", peer.String(), "reason", reason)
+		return nil
+	}
 	if err := s.srv.ResetPeer(ctx, &api.ResetPeerRequest{Address: peer.String(), Communication: reason}); err != nil {
 		return fmt.Errorf("bgp: reset peer %s: %w", peer, err)
 	}
@@ -426,6 +476,7 @@ func (s *Speaker) ResetPeer(ctx context.Context, peer netip.Addr, reason string)
 // DisablePeer shuts the session down and keeps it down (administratively)
 // until EnablePeer.
 func (s *Speaker) DisablePeer(ctx context.Context, peer netip.Addr, reason string) error {
+	s.setDisabled(peer, true)
 	if err := s.srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: peer.String(), Communication: reason}); err != nil {
 		return fmt.Errorf("bgp: disable peer %s: %w", peer, err)
 	}
@@ -436,10 +487,19 @@ func (s *Speaker) DisablePeer(ctx context.Context, peer netip.Addr, reason strin
 // EnablePeer lets a disabled peer connect again. Enabling an enabled peer
 // is harmless.
 func (s *Speaker) EnablePeer(ctx context.Context, peer netip.Addr) error {
+	s.setDisabled(peer, false)
 	if err := s.srv.EnablePeer(ctx, &api.EnablePeerRequest{Address: peer.String()}); err != nil {
 		return fmt.Errorf("bgp: enable peer %s: %w", peer, err)
 	}
 	return nil
+}
+
+func (s *Speaker) setDisabled(peer netip.Addr, v bool) {
+	s.mu.Lock()
+	if pi, ok := s.peers[peer.Unmap()]; ok {
+		pi.disabled = v
+	}
+	s.mu.Unlock()
 }
 
 // Peers returns the configured peers (with defaults applied).
@@ -553,6 +613,10 @@ func (s *Speaker) Close() error {
 	if s.coll != nil && s.reg != nil {
 		s.reg.Unregister(s.coll)
 	}
+	// No peer is re-created from here on: GoBGP's management calls block
+	// for ever once the server has stopped.
+	s.recoverCancel()
+	<-s.recoverDone
 	// StopBgp sends a Cease to every peer and waits for the sessions to
 	// close; it takes no deadline of its own, so bound it here.
 	done := make(chan struct{})

@@ -306,7 +306,7 @@ type writerFunc func([]byte) (int, error)
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func addRoute(ctx context.Context, s *server.BgpServer, pfx netip.Prefix) error {
-	p, err := vipPath(pfx)
+	p, err := vipPath(pfx, Attributes{}, 65001)
 	if err != nil {
 		return err
 	}

@@ -186,6 +186,30 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 	return nil
 }
 
+// ErrHeldElsewhere is returned by AcquireLone when another instance holds
+// the reserved IP.
+var ErrHeldElsewhere = errors.New("held by another instance")
+
+// AcquireLone implements vip.LoneAcquirer: a node that holds alone (it
+// reaches none of its configured peers, and nobody vouches for it) takes
+// the reserved IP only when no other instance holds it. Cloud mode has no
+// data-plane probe; this is its guard against two isolated nodes moving the
+// IP back and forth.
+func (a *Announcer) AcquireLone(ctx context.Context, vip netip.Prefix) error {
+	ip, err := addrOf(vip)
+	if err != nil {
+		return err
+	}
+	h, err := a.p.Holder(ctx, ip)
+	if err != nil {
+		return fmt.Errorf("reserved IP %s: cannot tell which instance holds it, and no cluster member vouches for this node: not taking it: %w", ip, err)
+	}
+	if h.Holder != "" && !h.Self {
+		return fmt.Errorf("reserved IP %s is assigned to instance %s, and no cluster member vouches for this node (it reaches none of VIPD_PEERS): not taking it: %w", ip, h.Holder, ErrHeldElsewhere)
+	}
+	return a.Acquire(ctx, vip)
+}
+
 // check reports whether this instance holds ip, asking the metadata
 // service first (free) and the API only when that is unavailable. Unknown
 // counts as not held: an extra assign of an IP we hold is harmless.

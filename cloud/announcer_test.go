@@ -13,7 +13,10 @@ import (
 	"github.com/vipd/vipd/vip"
 )
 
-var _ vip.Announcer = (*Announcer)(nil)
+var (
+	_ vip.Announcer    = (*Announcer)(nil)
+	_ vip.LoneAcquirer = (*Announcer)(nil)
+)
 
 // memProvider is an in-memory Provider that counts calls.
 type memProvider struct {
@@ -424,5 +427,35 @@ func TestStaleRefreshIsDropped(t *testing.T) {
 	settle(t, a)
 	if ok, _ := a.Present(ctx, vip10); !ok {
 		t.Fatal("a stale refresh answer overwrote the fresh Acquire")
+	}
+}
+
+// Issue 10, Found 6 (cloud): a node that bootstraps alone never takes the
+// reserved IP from another instance; it takes an unassigned one.
+func TestAcquireLone(t *testing.T) {
+	tests := []struct {
+		name      string
+		holder    string
+		holderErr error
+		assigns   int
+		wantErr   bool
+	}{
+		{"held by another instance: refused, no assign", "other", nil, 0, true},
+		{"holder unknown (API down): refused", "", errors.New("503"), 0, true},
+		{"unassigned: taken", "", nil, 1, false},
+		{"already ours: nothing to do", "me", nil, 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &memProvider{holder: tc.holder, holderErr: tc.holderErr}
+			a, _ := newAnn(t, p)
+			err := a.AcquireLone(context.Background(), vip10)
+			if (err != nil) != tc.wantErr || (tc.holder == "other" && !errors.Is(err, ErrHeldElsewhere)) {
+				t.Fatalf("err %v", err)
+			}
+			if _, as, _ := p.counts(); as != tc.assigns {
+				t.Fatalf("%d assigns, want %d", as, tc.assigns)
+			}
+		})
 	}
 }

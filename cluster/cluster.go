@@ -93,12 +93,14 @@ type Node struct {
 	inbox chan Event // health, holding, failures, key errors, conflicts
 	wake  chan struct{}
 
-	mu       sync.Mutex
-	metaEnc  []byte // what NodeMeta hands memberlist
-	left     []string
-	status   StatusDoc
-	election *Election // touched by Run's goroutine only (and New)
-	knownMod time.Time
+	mu        sync.Mutex
+	metaEnc   []byte // what NodeMeta hands memberlist
+	left      []string
+	status    StatusDoc
+	election  *Election // touched by Run's goroutine only (and New)
+	localAddr string    // this node's gossip address (set once after Create)
+	leaving   bool      // Close has begun: gossip Meta.Leaving
+	knownMod  time.Time
 
 	mMembers  *prometheus.GaugeVec
 	mQuorum   prometheus.Gauge
@@ -199,6 +201,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 		return nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
 	}
 	n.ml = ml
+	n.localAddr = ml.LocalNode().Address()
 	return n, nil
 }
 
@@ -392,7 +395,11 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 		}
 	}
 	if out.Meta != nil {
-		b, err := encodeMeta(*out.Meta)
+		m := *out.Meta
+		n.mu.Lock()
+		m.Leaving = n.leaving
+		n.mu.Unlock()
+		b, err := encodeMeta(m)
 		if err == nil && len(b) <= MetaLimit {
 			n.mu.Lock()
 			n.metaEnc = b
@@ -552,9 +559,24 @@ func b2f(b bool) float64 {
 }
 
 // Close leaves the cluster (so the others react at once instead of waiting
-// for the failure detector) and stops gossiping.
+// for the failure detector) and stops gossiping. It first gossips that this
+// node is leaving, so that the others stop counting it for quorum at once
+// (memberlist's leave notification does not tell a leave from a death).
 func (n *Node) Close() error {
-	err := n.ml.Leave(500 * time.Millisecond)
+	n.mu.Lock()
+	n.leaving = true
+	m, err := decodeMeta(n.metaEnc)
+	if err == nil {
+		m.Leaving = true
+		if b, err := encodeMeta(m); err == nil && len(b) <= MetaLimit {
+			n.metaEnc = b
+		}
+	}
+	n.mu.Unlock()
+	if err := n.ml.UpdateNode(300 * time.Millisecond); err != nil {
+		n.log.Debug("gossiping the leave", "err", err)
+	}
+	err = n.ml.Leave(500 * time.Millisecond)
 	return errors.Join(err, n.ml.Shutdown())
 }
 
@@ -622,28 +644,27 @@ func (e *events) NotifyJoin(m *memberlist.Node) {
 	(*Node)(e).poke()
 }
 func (e *events) NotifyLeave(m *memberlist.Node) {
-	how := "left or died"
-	if m.State == memberlist.StateLeft {
+	how := "declared dead"
+	if meta, err := decodeMeta(m.Meta); err == nil && meta.Leaving {
 		how = "left"
 		e.mu.Lock()
 		e.left = append(e.left, m.Name)
 		e.mu.Unlock()
-	} else if m.State == memberlist.StateDead {
-		how = "declared dead"
 	}
 	e.log.Info("member "+how, "member", m.Name, "addr", m.Address())
 	(*Node)(e).poke()
 }
 func (e *events) NotifyUpdate(*memberlist.Node) { (*Node)(e).poke() }
 
-// conflicts hears of two nodes with one name.
+// conflicts hears of two nodes with one name. memberlist calls it with
+// its node lock held: it must not call back into memberlist.
 type conflicts Node
 
 func (c *conflicts) NotifyConflict(existing, other *memberlist.Node) {
 	n := (*Node)(c)
 	if existing.Name == n.cfg.Name {
 		addr := other.Address()
-		if existing.Address() != n.ml.LocalNode().Address() {
+		if existing.Address() != n.localAddr {
 			addr = existing.Address()
 		}
 		n.log.Error("another node uses this node's name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "other", addr)

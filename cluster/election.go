@@ -74,6 +74,9 @@ type Meta struct {
 	// Counts are the hashes of the members this node counts for quorum
 	// (nil from a version that did not send them, or above MaxCounted).
 	Counts Hashes `json:"k,omitempty"`
+	// Leaving is set by a node that stops gracefully, just before it
+	// leaves: the others forget it at once instead of after the expiry.
+	Leaving bool `json:"l,omitempty"`
 }
 
 // Holds reports whether the member claims vip.

@@ -144,7 +144,8 @@ type Election struct {
 }
 
 type brokenVIP struct {
-	until    time.Time
+	until    time.Time // stepping aside until then
+	at       time.Time // last failure
 	failures int
 	reason   string
 }
@@ -195,6 +196,7 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 		e.healthy = ev.Healthy
 	case HoldingChanged:
 		if ev.Held {
+			delete(e.broken, ev.VIP) // it works again
 			// Only confirm a claim the election stands behind: an acquire
 			// that finished after the decision changed makes no claim.
 			if e.decisions[ev.VIP].Holder {
@@ -211,7 +213,7 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 		if wait > StepAsideMax || wait <= 0 {
 			wait = StepAsideMax
 		}
-		b.until, b.reason = now.Add(wait), ev.Reason
+		b.until, b.reason, b.at = now.Add(wait), ev.Reason, now
 		e.broken[ev.VIP] = b
 		e.unclaim(ev.VIP)
 		out.log(true, "cannot hold the VIP: leaving it to another node", "vip", ev.VIP, "for", wait, "reason", ev.Reason)
@@ -271,12 +273,12 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		if b, ok := e.broken[v]; ok {
 			if now.Before(b.until) {
 				broken = append(broken, v)
-			} else {
-				// Keep the failure count, so a node that keeps failing
-				// backs off longer; forget it after a quiet spell.
-				if now.Sub(b.until) > StepAsideMax {
-					delete(e.broken, v)
-				}
+			} else if now.Sub(b.until) > StepAsideMax && b.failures > 0 {
+				// A quiet spell: the next failure backs off from the
+				// start again. The entry stays (status, metrics) until
+				// this node holds the VIP again.
+				b.failures = 0
+				e.broken[v] = b
 			}
 		}
 	}
@@ -456,7 +458,9 @@ func (e *Election) next(now time.Time) time.Time {
 	}
 	for _, b := range e.broken {
 		add(b.until)
-		add(b.until.Add(StepAsideMax + time.Millisecond))
+		if b.failures > 0 {
+			add(b.until.Add(StepAsideMax + time.Millisecond))
+		}
 	}
 	for n, t := range e.seen {
 		if n != e.cfg.Name {
@@ -484,12 +488,10 @@ type ElectionStatus struct {
 func (e *Election) Status(now time.Time) ElectionStatus {
 	s := ElectionStatus{Quorum: e.quorum, Known: e.knownNames(), Elections: maps.Clone(e.decisions)}
 	for v, b := range e.broken {
-		if now.Before(b.until) {
-			if s.Broken == nil {
-				s.Broken = map[string]string{}
-			}
-			s.Broken[v] = b.reason
+		if s.Broken == nil {
+			s.Broken = map[string]string{}
 		}
+		s.Broken[v] = fmt.Sprintf("last attempt failed %s ago: %s", now.Sub(b.at).Round(time.Second), b.reason)
 	}
 	if !e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold {
 		s.NameConflict = e.conflictBy
@@ -506,7 +508,7 @@ func (m Meta) clone() Meta {
 }
 
 func (m Meta) equal(o Meta) bool {
-	return m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
+	return m.Leaving == o.Leaving && m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
 		slices.Equal(m.Holding, o.Holding) && slices.Equal(m.Broken, o.Broken) && slices.Equal(m.Counts, o.Counts) &&
 		(m.Counts == nil) == (o.Counts == nil)
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 )
 
 // MetaLimit is memberlist's limit on a node's metadata.
@@ -79,7 +78,7 @@ func decodeMeta(b []byte) (Meta, error) {
 // priority, MaxCounted members), and if not, how many of them would.
 func MetaFits(vips []string) error {
 	worst := func(vs []string) int {
-		m := Meta{Healthy: true, Eligible: true, Priority: math.MinInt32, Term: math.MaxUint64,
+		m := Meta{Healthy: true, Eligible: true, Leaving: true, Priority: math.MinInt32, Term: math.MaxUint64,
 			Holding: vs, Broken: []string{longest(vs)}, Counts: make(Hashes, MaxCounted)}
 		b, _ := encodeMeta(m)
 		return len(b)
@@ -103,6 +102,3 @@ func longest(vs []string) string {
 	}
 	return l
 }
-
-// describe is a short text of a member list for logs.
-func describe(names []string) string { return strings.Join(names, ",") }

@@ -63,6 +63,18 @@ type Config struct {
 	BFDTxInterval time.Duration
 	BFDRxInterval time.Duration
 
+	// BGP peers file, path attributes and graceful restart; the raw
+	// values are parsed by the bgp package.
+	BGPPeersFile        string
+	BGPCommunities      string
+	BGPLargeCommunities string
+	BGPLocalPref        string
+	BGPMED              string
+	BGPPrepend          int
+	BGPGracefulRestart  bool
+	BGPRestartTime      time.Duration
+	BFDMultihopMinTTL   int
+
 	CloudProvider string
 	DOToken       string
 	DOTokenFile   string
@@ -160,8 +172,11 @@ func (c *Config) check() error {
 		if c.BGPLocalAS == 0 {
 			return &Error{Name: "VIPD_BGP_LOCAL_AS", Value: "", Accepted: "an AS number 1-4294967295 (required in bgp mode)"}
 		}
-		if strings.TrimSpace(c.BGPPeers) == "" {
-			return &Error{Name: "VIPD_BGP_PEERS", Value: "", Accepted: "at least one peer as address:as[:option=value...] (required in bgp mode)"}
+		if strings.TrimSpace(c.BGPPeers) == "" && c.BGPPeersFile == "" {
+			return &Error{Name: "VIPD_BGP_PEERS", Value: "", Accepted: "at least one peer as address:as[:option=value...], or VIPD_BGP_PEERS_FILE (required in bgp mode)"}
+		}
+		if strings.TrimSpace(c.BGPPeers) != "" && c.BGPPeersFile != "" {
+			return &Error{Name: "VIPD_BGP_PEERS_FILE", Value: c.BGPPeersFile, Accepted: "empty when VIPD_BGP_PEERS is set (give the peers in one place)"}
 		}
 	}
 	if (c.Mode == ModeL2 || c.Mode == ModeCloud) && len(c.Addresses) > 0 && len(c.Peers) > 0 &&

@@ -35,6 +35,7 @@ func TestDefaults(t *testing.T) {
 		FailThreshold: 3, RiseThreshold: 1, SATokenPath: "/var/run/secrets/kubernetes.io/serviceaccount/token",
 		GossipBind: netip.MustParseAddrPort("0.0.0.0:7950"), StateDir: "/var/lib/vipd", MemberExpiry: 10 * time.Minute,
 		BFDDetectMult: 3, BFDTxInterval: 300 * time.Millisecond, BFDRxInterval: 300 * time.Millisecond,
+		BGPRestartTime: 10 * time.Second, BFDMultihopMinTTL: 254,
 		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",
 		MetricsAddress: "127.0.0.1:9469", LogLevel: "info", LogFormat: "text", CloudflareAPIURL: "https://api.cloudflare.com/client/v4/",
 	}

@@ -205,6 +205,30 @@ var table = []Setting{
 		Accepted: "a comma list of address:as[:option=value...]",
 		parse:    func(c *Config, v string) error { c.BGPPeers = v; return nil },
 		format:   func(c *Config) string { return redactPeerPasswords(c.BGPPeers) }},
+	pathSetting("VIPD_BGP_PEERS_FILE", "bgp-peers-file", "", SecBGP,
+		"YAML file of BGP peers (per-peer password_file, multihop, timers) and per-VIP path attributes; instead of VIPD_BGP_PEERS.",
+		func(c *Config) *string { return &c.BGPPeersFile }),
+	rawSetting("VIPD_BGP_COMMUNITIES", "bgp-communities", SecBGP,
+		"Communities on every VIP route from this node: AS:value or well-known names such as no-export.",
+		"a comma list of AS:value (each 0-65535) or well-known names", func(c *Config) *string { return &c.BGPCommunities }),
+	rawSetting("VIPD_BGP_LARGE_COMMUNITIES", "bgp-large-communities", SecBGP,
+		"Large communities (RFC 8092) on every VIP route from this node.",
+		"a comma list of global:local1:local2", func(c *Config) *string { return &c.BGPLargeCommunities }),
+	rawSetting("VIPD_BGP_LOCAL_PREF", "bgp-local-pref", SecBGP,
+		"LOCAL_PREF on every VIP route (iBGP peers only; higher wins). Empty: not set.",
+		"empty or a whole number 0-4294967295", func(c *Config) *string { return &c.BGPLocalPref }),
+	rawSetting("VIPD_BGP_MED", "bgp-med", SecBGP,
+		"MULTI_EXIT_DISC on every VIP route (lower wins). Empty: not set.",
+		"empty or a whole number 0-4294967295", func(c *Config) *string { return &c.BGPMED }),
+	intSetting("VIPD_BGP_AS_PATH_PREPEND", "bgp-as-path-prepend", "0", SecBGP,
+		"Extra copies of this node's AS on its VIP routes: a backup node prepends so the router prefers the others.", 0, 10,
+		func(c *Config) *int { return &c.BGPPrepend }),
+	boolSetting("VIPD_BGP_GRACEFUL_RESTART", "bgp-graceful-restart", "false", SecBGP,
+		"Advertise graceful restart: the router keeps this node's routes through a vipd restart (off: a restarting node should not attract traffic).",
+		func(c *Config) *bool { return &c.BGPGracefulRestart }),
+	durationSetting("VIPD_BGP_RESTART_TIME", "bgp-restart-time", "10s", SecBGP,
+		"Graceful-restart time offered to the router (with VIPD_BGP_GRACEFUL_RESTART).", time.Second, 4095*time.Second,
+		func(c *Config) *time.Duration { return &c.BGPRestartTime }),
 	boolSetting("VIPD_BFD_ENABLED", "bfd-enabled", "false", SecBGP, "Run BFD with every BGP peer; a BFD Down resets the BGP session at once.",
 		func(c *Config) *bool { return &c.BFDEnabled }),
 	intSetting("VIPD_BFD_DETECT_MULT", "bfd-detect-mult", "3", SecBGP, "BFD detection multiplier.", 1, 255,
@@ -213,6 +237,10 @@ var table = []Setting{
 		func(c *Config) *time.Duration { return &c.BFDTxInterval }),
 	durationSetting("VIPD_BFD_RX_INTERVAL", "bfd-rx-interval", "300ms", SecBGP, "BFD required minimum receive interval.", 10*time.Millisecond, time.Minute,
 		func(c *Config) *time.Duration { return &c.BFDRxInterval }),
+
+	intSetting("VIPD_BFD_MULTIHOP_MIN_TTL", "bfd-multihop-min-ttl", "254", SecBGP,
+		"Lowest TTL accepted on multihop BFD packets (RFC 5883): 255 minus the hops allowed.", 1, 255,
+		func(c *Config) *int { return &c.BFDMultihopMinTTL }),
 
 	{Env: "VIPD_CLOUD_PROVIDER", Flag: "cloud-provider", Default: "digitalocean", Section: SecCloud,
 		Doc:      "Reserved-IP provider in cloud mode.",
@@ -350,6 +378,19 @@ func boolSetting(env, flag, def, sec, doc string, field func(*Config) *bool) Set
 			*field(c) = b
 			return nil
 		}, format: func(c *Config) string { return strconv.FormatBool(*field(c)) }}
+}
+
+// rawSetting keeps the text for another package to parse (it reports
+// errors with the setting's name); only control characters are refused.
+func rawSetting(env, flag, sec, doc, accepted string, field func(*Config) *string) Setting {
+	return Setting{Env: env, Flag: flag, Section: sec, Doc: doc, Accepted: accepted,
+		parse: func(c *Config, v string) error {
+			if strings.ContainsAny(v, "\n\r\x00") {
+				return errInvalid
+			}
+			*field(c) = strings.TrimSpace(v)
+			return nil
+		}, format: func(c *Config) string { return *field(c) }}
 }
 
 func pathSetting(env, flag, def, sec, doc string, field func(*Config) *string) Setting {

@@ -242,6 +242,8 @@ func (f *FRR) BGPNextHops(ctx context.Context, prefix netip.Prefix) ([]netip.Add
 
 // BFDPeer is one entry of `show bfd peers json`.
 type BFDPeer struct {
+	Multihop               bool   `json:"multihop"`
+	MinimumTTL             int    `json:"minimum-ttl"`
 	Peer                   string `json:"peer"`
 	Local                  string `json:"local"`
 	Interface              string `json:"interface"`
@@ -315,8 +317,17 @@ type BGPRouter struct {
 	Hold      int    // seconds; 0: 9
 	// BFD enables BFD on every neighbour with this profile (nil: off).
 	BFD *BFDProfile
+	// IBGP makes the neighbours internal (nodes in the router's AS), with
+	// iBGP multipath; otherwise they are external.
+	IBGP bool
+	// Multihop > 0 makes the neighbours eBGP multihop with this TTL; their
+	// BFD sessions are then multihop too (RFC 5883, UDP 4784).
+	Multihop int
 	// Debug turns on bgp neighbour/update and bfd peer debugging in the logs.
 	Debug bool
+	// VIPs, when set, are the only prefixes accepted from the nodes (a
+	// prefix list per address family), as a production router should.
+	VIPs []netip.Prefix
 }
 
 // BFDProfile is an FRR bfd profile (milliseconds).
@@ -324,9 +335,12 @@ type BFDProfile struct {
 	ReceiveInterval  int
 	TransmitInterval int
 	DetectMultiplier int
+	// MinimumTTL is the lowest TTL accepted on multihop sessions (FRR's
+	// default is 254); 0 leaves it out.
+	MinimumTTL int
 }
 
-var routerTmpl = template.Must(template.New("frr").Parse(`frr defaults traditional
+var routerTmpl = template.Must(template.New("frr").Funcs(template.FuncMap{"add": func(i int) int { return 10 * (i + 1) }}).Parse(`frr defaults traditional
 log stdout {{if .Debug}}debugging{{else}}informational{{end}}
 log timestamp precision 6
 service integrated-vtysh-config
@@ -337,8 +351,8 @@ debug bgp updates
 debug bgp bfd
 debug bfd peer
 debug bfd network
-{{- end}}
 !
+{{- end}}
 router bgp {{.AS}}
  bgp router-id {{.RouterID}}
  no bgp ebgp-requires-policy
@@ -346,8 +360,11 @@ router bgp {{.AS}}
  bgp bestpath as-path multipath-relax
 {{- range $i, $r := .Groups}}
  neighbor {{$r.Name}} peer-group
- neighbor {{$r.Name}} remote-as external
+ neighbor {{$r.Name}} remote-as {{if $.IBGP}}internal{{else}}external{{end}}
  neighbor {{$r.Name}} timers {{$.KA}} {{$.HT}}
+{{- if $.Multihop}}
+ neighbor {{$r.Name}} ebgp-multihop {{$.Multihop}}
+{{- end}}
 {{- if $.Password}}
  neighbor {{$r.Name}} password {{$.Password}}
 {{- end}}
@@ -360,17 +377,35 @@ router bgp {{.AS}}
  !
  address-family {{.AF}} unicast
   neighbor {{.Name}} activate
+{{- if .PrefixList}}
+  neighbor {{.Name}} prefix-list {{.PrefixList}} in
+{{- end}}
   maximum-paths 16
+{{- if $.IBGP}}
+  maximum-paths ibgp 16
+{{- end}}
  exit-address-family
 {{- end}}
 exit
 !
+{{- range $i, $v := .VIPs4}}
+ip prefix-list VIPS seq {{add $i}} permit {{$v}}
+{{- end}}
+{{- range $i, $v := .VIPs6}}
+ipv6 prefix-list VIPS6 seq {{add $i}} permit {{$v}}
+{{- end}}
+{{- if or .VIPs4 .VIPs6}}
+!
+{{- end}}
 {{- if .BFD}}
 bfd
  profile vipd
   detect-multiplier {{.BFD.DetectMultiplier}}
   receive-interval {{.BFD.ReceiveInterval}}
   transmit-interval {{.BFD.TransmitInterval}}
+{{- if .BFD.MinimumTTL}}
+  minimum-ttl {{.BFD.MinimumTTL}}
+{{- end}}
  exit
 exit
 !
@@ -383,14 +418,22 @@ func (r BGPRouter) Render() (string, error) {
 		return "", errors.New("lab: BGPRouter needs AS, an IPv4 RouterID and at least one range")
 	}
 	type group struct {
-		Name, AF string
-		Range    netip.Prefix
+		Name, AF, PrefixList string
+		Range                netip.Prefix
 	}
 	data := struct {
 		BGPRouter
-		KA, HT int
-		Groups []group
+		KA, HT       int
+		Groups       []group
+		VIPs4, VIPs6 []netip.Prefix
 	}{BGPRouter: r, KA: r.Keepalive, HT: r.Hold}
+	for _, v := range r.VIPs {
+		if v.Addr().Is4() {
+			data.VIPs4 = append(data.VIPs4, v)
+		} else {
+			data.VIPs6 = append(data.VIPs6, v)
+		}
+	}
 	if data.KA == 0 {
 		data.KA = 3
 	}
@@ -402,7 +445,14 @@ func (r BGPRouter) Render() (string, error) {
 		if p.Addr().Is6() {
 			af = "ipv6"
 		}
-		data.Groups = append(data.Groups, group{Name: fmt.Sprintf("NODES%d", i), AF: af, Range: p.Masked()})
+		g := group{Name: fmt.Sprintf("NODES%d", i), AF: af, Range: p.Masked()}
+		if len(r.VIPs) > 0 {
+			g.PrefixList = "VIPS"
+			if af == "ipv6" {
+				g.PrefixList = "VIPS6"
+			}
+		}
+		data.Groups = append(data.Groups, g)
 	}
 	var b strings.Builder
 	if err := routerTmpl.Execute(&b, data); err != nil {

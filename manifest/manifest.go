@@ -69,6 +69,25 @@ type PodOptions struct {
 // container: each is mounted read-only from the host at the same path.
 var fileSettings = []string{"VIPD_HEALTH_CA_FILE", "VIPD_GOSSIP_KEY_FILE", "VIPD_SA_TOKEN_PATH", "VIPD_DO_TOKEN_FILE", "VIPD_KUBECONFIG"}
 
+// ImageTag is the tag `make image` gives the image of vipd version: the
+// version with each character an image tag may not hold ('+', '~', ...)
+// turned into '-', and "latest" for a development build.
+func ImageTag(version string) string {
+	if version == "" || version == "dev" {
+		return "latest"
+	}
+	b := []byte(version)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 128 {
+		b = b[:128]
+	}
+	return string(b)
+}
+
 // StaticPod builds a kubelet static Pod that runs `vipd run` with vars as
 // its environment. vars must already be valid (see Validate). Secret
 // settings are refused: a static pod's env is published in its mirror Pod
@@ -78,11 +97,7 @@ func StaticPod(vars []Var, opts PodOptions) (*Pod, error) {
 	ns := orDefault(opts.Namespace, "kube-system")
 	image := opts.Image
 	if image == "" {
-		tag := opts.Version
-		if tag == "" || tag == "dev" {
-			tag = "latest"
-		}
-		image = DefaultImageRepo + ":" + tag
+		image = DefaultImageRepo + ":" + ImageTag(opts.Version)
 	}
 	stateDir := ""
 	if s, ok := config.Lookup("VIPD_STATE_DIR"); ok {

@@ -67,11 +67,12 @@ SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || 
 export SOURCE_DATE_EPOCH
 date=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%d)
 
+COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 echo "build.sh: vipd $VERSION for linux/$ARCH"
-CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$BUILD/vipd" ./cmd/vipd
+CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT" -o "$BUILD/vipd" ./cmd/vipd
 # The optional Kubernetes controllers: a separate binary vipd starts when
 # VIPD_CONTROLLERS is set (it looks in /usr/lib/vipd/).
-CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION" -o "$BUILD/vipd-controllers" ./cmd/vipd-controllers
+CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT" -o "$BUILD/vipd-controllers" ./cmd/vipd-controllers
 
 # Completions come from the binary's cobra commands: use a host build when
 # cross-building.
@@ -87,7 +88,7 @@ for d in install kubeadm migration; do
 	[ -f "docs/$d.md" ] && cp "docs/$d.md" "$BUILD/doc/"
 done
 
-cp packaging/vipd.service packaging/vipd.env "$BUILD/"
+cp packaging/vipd.service packaging/vipd.env packaging/copyright LICENSE CHANGELOG.yml "$BUILD/"
 # Every file gets the commit's time, so the packages are reproducible.
 find "$BUILD" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 

@@ -36,3 +36,11 @@ type Checker interface {
 	// MAC other than ours are a conflict).
 	Check(ctx context.Context, vip netip.Prefix, probe bool) error
 }
+
+// LoneAcquirer is implemented by announcers without a data-plane probe
+// (cloud). The driver calls AcquireLone instead of Acquire while this node
+// holds by bootstrapping alone in a cluster (peers configured, none
+// reached): it must not take a VIP that another node holds.
+type LoneAcquirer interface {
+	AcquireLone(ctx context.Context, vip netip.Prefix) error
+}

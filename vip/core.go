@@ -69,6 +69,9 @@ type Action struct {
 	VIP   netip.Prefix
 	Cause string
 	Probe bool // Check: also probe for another holder
+	// Lone (Acquire): this node bootstraps alone in a cluster, nobody
+	// vouches for it (LoneAcquirer).
+	Lone bool
 }
 
 // Transition records that the core changed its mind about holding a VIP.
@@ -326,7 +329,7 @@ func (c *Core) acquire(v netip.Prefix, now time.Time, out *Output, cause string)
 	s.acquiring = true
 	s.retryAt = time.Time{}
 	s.pendingCause = cause
-	out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: v, Cause: cause})
+	out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: v, Cause: cause, Lone: c.elect && s.lone})
 }
 
 // done completes an action: an Acquire makes the VIP held, starts the

@@ -217,7 +217,11 @@ func (d *Driver) do(ctx context.Context, a Action) error {
 	var err error
 	switch a.Kind {
 	case Acquire:
-		err = d.ann.Acquire(cctx, a.VIP)
+		if la, ok := d.ann.(LoneAcquirer); ok && a.Lone {
+			err = la.AcquireLone(cctx, a.VIP)
+		} else {
+			err = d.ann.Acquire(cctx, a.VIP)
+		}
 	case Release:
 		err = d.ann.Release(cctx, a.VIP)
 	case Announce:

@@ -20,15 +20,6 @@ func scenario(t *testing.T, opt Options) Result {
 	return r
 }
 
-// every returns steps that call do every interval from..to.
-func every(from, to, interval time.Duration, do func(*Sim)) []Step {
-	var out []Step
-	for at := from; at <= to; at += interval {
-		out = append(out, Step{At: at, Do: do})
-	}
-	return out
-}
-
 // holderWatch fails the test when the VIP has no holder for longer than
 // gap, or two holders at all, between from and to.
 func holderWatch(t *testing.T, from, to, gap time.Duration) func(*Sim) {

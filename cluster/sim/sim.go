@@ -105,7 +105,6 @@ type node struct {
 	meta       map[int]cluster.Meta // metadata last heard from each node
 	left       map[int]bool         // nodes seen leaving gracefully
 	pending    []string             // names that left, for the next view
-	conflictAt time.Time
 	keyErrAt   time.Time
 	boundSince time.Time
 	grewAt     time.Time
@@ -284,6 +283,20 @@ func (s *Sim) hears(o, n *node) bool {
 	return false
 }
 
+// roundTrip reports whether o's probes of n are answered: both ways
+// directly, or through a third node both can reach both ways.
+func (s *Sim) roundTrip(o, n *node) bool {
+	if s.reach(o, n) && s.reach(n, o) {
+		return true
+	}
+	for _, m := range s.nodes {
+		if m != n && m != o && m.running && m.key == n.key && s.reach(o, m) && s.reach(m, o) && s.reach(m, n) && s.reach(n, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // step advances the simulation by one Tick.
 func (s *Sim) step() {
 	s.now = s.now.Add(Tick)
@@ -327,9 +340,14 @@ func (s *Sim) step() {
 					s.elStep(o, cluster.NameConflict{Addr: fmt.Sprintf("node%d", n.id)})
 					continue
 				}
-				o.heard[n.id] = s.now
+				// Gossip (metadata) needs a path from n to o; liveness
+				// needs o's probe answered: a round trip, direct or
+				// through an intermediary (indirect probe).
 				o.meta[n.id] = n.el.Meta()
-				delete(o.left, n.id)
+				if s.roundTrip(o, n) {
+					o.heard[n.id] = s.now
+					delete(o.left, n.id)
+				}
 			}
 		}
 		for _, n := range s.nodes {
@@ -388,8 +406,8 @@ func (s *Sim) elStep(n *node, ev cluster.Event) {
 	ms, left := s.view(n)
 	out := n.el.Step(cluster.ViewChanged{Members: ms, Left: left}, s.now)
 	s.elOut(n, out)
-	if n.el == nil {
-		return
+	if _, tick := ev.(cluster.Tick); n.el == nil || tick {
+		return // a view change is evaluated like a tick
 	}
 	s.elOut(n, n.el.Step(ev, s.now))
 }
@@ -455,6 +473,16 @@ func (s *Sim) coreStep(n *node, ev vip.Event) {
 // answering reports whether n answers for the VIP on the segment.
 func answering(n *node) bool { return n.up && n.linkUp && n.vipIf && n.bound }
 
+// holding reports whether n holds the VIP: it answers (l2), or, without a
+// data-plane probe (cloud, where an assign moves the IP), its vipd
+// believes it holds it and would move it back.
+func (s *Sim) holding(n *node) bool {
+	if !s.opt.NoProbe {
+		return answering(n)
+	}
+	return n.up && n.running && n.core != nil && n.core.State()[0].Held
+}
+
 // do carries out one core action on the data plane.
 func (s *Sim) do(n *node, a vip.Action) error {
 	other := func() *node {
@@ -478,6 +506,18 @@ func (s *Sim) do(n *node, a vip.Action) error {
 		if n.brokenAcq {
 			return errors.New("netlink: operation not permitted")
 		}
+		if s.opt.NoProbe {
+			// Cloud: an assign moves the IP; a lone node does not take an
+			// IP another instance holds (cloud.Announcer.AcquireLone).
+			for _, o := range s.nodes {
+				if o != n && o.bound && o.up {
+					if a.Lone {
+						return fmt.Errorf("assigned to node%d: %w", o.id, errHeldElsewhere)
+					}
+					o.bound = false
+				}
+			}
+		}
 		if o := other(); o != nil && !n.bound {
 			return &vip.ConflictError{VIP: VIP.Addr(), MAC: mac(o.id)}
 		}
@@ -498,6 +538,8 @@ func (s *Sim) do(n *node, a vip.Action) error {
 	return nil
 }
 
+var errHeldElsewhere = errors.New("held by another instance")
+
 func mac(id int) net.HardwareAddr { return net.HardwareAddr{2, 0, 0, 0, 0, byte(id)} }
 
 // members is the ground truth: nodes that exist (not deleted) and use the
@@ -516,7 +558,7 @@ func (s *Sim) members() []*node {
 func (s *Sim) check() {
 	var holders []string
 	for _, n := range s.nodes {
-		if answering(n) {
+		if s.holding(n) {
 			holders = append(holders, n.name)
 		}
 		// No stale VIP: a running vipd whose core does not hold the VIP
@@ -660,7 +702,7 @@ func (s *Sim) majorityStable() bool {
 func (s *Sim) final() {
 	var holders []string
 	for _, n := range s.nodes {
-		if answering(n) {
+		if s.holding(n) {
 			holders = append(holders, n.name)
 		}
 	}
@@ -762,7 +804,7 @@ func (s *Sim) Delete(name string) {
 func (s *Sim) Holders() []string {
 	var out []string
 	for _, n := range s.nodes {
-		if answering(n) {
+		if s.holding(n) {
 			out = append(out, fmt.Sprintf("%s(node%d)", n.name, n.id))
 		}
 	}

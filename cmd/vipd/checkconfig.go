@@ -17,7 +17,8 @@ func newCheckConfigCmd() *cobra.Command {
 environment over defaults), validates them and prints every effective value,
 secrets redacted. An invalid value is reported as one line naming the
 variable, the value and the accepted form (never a secret's value), with exit
-code 2. The gossip key file (VIPD_GOSSIP_KEY_FILE) is read and checked.
+code 2. The gossip key file (VIPD_GOSSIP_KEY_FILE) is read and checked when
+gossip runs (l2 or cloud mode with VIPD_PEERS).
 Nothing is bound and nothing is contacted.
 
 --env-file reads the file exactly as systemd's EnvironmentFile= does: a "#"

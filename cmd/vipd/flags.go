@@ -46,8 +46,10 @@ func loadConfig(v *viper.Viper) (*config.Config, error) {
 	if err := checkModeSettings(c); err != nil {
 		return nil, err
 	}
-	if err := c.ReadGossipKeys(); err != nil {
-		return nil, usageError{err}
+	if usesGossip(c) {
+		if err := c.ReadGossipKeys(); err != nil {
+			return nil, usageError{err}
+		}
 	}
 	return c, nil
 }

@@ -99,15 +99,3 @@ Exit status:
 	root.AddCommand(extraCommands()...)
 	return root
 }
-
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "print the version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintln(cmd.OutOrStdout(), "vipd", version)
-			return nil
-		},
-	}
-}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestRunHelpListsEverySetting(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	code, out, _ := run(t, nil, "version")
-	if code != 0 || out != "vipd dev\n" {
+	if code != 0 || !strings.HasPrefix(out, "vipd dev\ncommit: ") || !strings.HasSuffix(out, "\ngo: "+runtime.Version()+"\n") {
 		t.Fatalf("exit %d, %q", code, out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vipd/vipd/bfd"
@@ -18,7 +19,29 @@ import (
 // bgpConfig turns the settings into the speaker's configuration. Errors
 // are bad settings (exit code 2).
 func bgpConfig(c *config.Config) (bgp.Config, error) {
-	peers, err := bgp.ParsePeers(c.BGPPeers)
+	peers, setting := []bgp.Peer(nil), bgp.PeersEnv
+	var vipAttrs map[netip.Prefix]bgp.Attributes
+	if c.BGPPeersFile != "" {
+		pf, err := bgp.LoadPeersFile(c.BGPPeersFile)
+		if err != nil {
+			return bgp.Config{}, err
+		}
+		peers, vipAttrs, setting = pf.Peers, pf.VIPAttributes, bgp.PeersFileEnv
+		for v := range vipAttrs {
+			if !slices.Contains(c.Addresses, v) {
+				return bgp.Config{}, fmt.Errorf("%s: %s: vips: %s is not in VIPD_ADDRESS; want attributes for this node's VIPs only", bgp.PeersFileEnv, c.BGPPeersFile, v)
+			}
+		}
+	} else {
+		var err error
+		if peers, err = bgp.ParsePeers(c.BGPPeers); err != nil {
+			return bgp.Config{}, err
+		}
+	}
+	if err := bgp.ResolvePasswords(peers, setting); err != nil {
+		return bgp.Config{}, err
+	}
+	attrs, err := bgpAttributes(c)
 	if err != nil {
 		return bgp.Config{}, err
 	}
@@ -28,7 +51,8 @@ func bgpConfig(c *config.Config) (bgp.Config, error) {
 			return bgp.Config{}, fmt.Errorf("VIPD_BGP_ROUTER_ID: not set and %w; want an IPv4 address such as this node's", err)
 		}
 	}
-	cfg := bgp.Config{LocalAS: c.BGPLocalAS, RouterID: rid, Peers: peers}
+	cfg := bgp.Config{LocalAS: c.BGPLocalAS, RouterID: rid, Peers: peers, Attributes: attrs, VIPAttributes: vipAttrs,
+		GracefulRestart: c.BGPGracefulRestart, RestartTime: c.BGPRestartTime}
 	if err := cfg.Validate(); err != nil {
 		return bgp.Config{}, err
 	}
@@ -38,6 +62,26 @@ func bgpConfig(c *config.Config) (bgp.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// bgpAttributes reads this node's path attributes from the settings.
+func bgpAttributes(c *config.Config) (bgp.Attributes, error) {
+	var a bgp.Attributes
+	var err error
+	if a.Communities, err = bgp.ParseCommunities(c.BGPCommunities); err != nil {
+		return a, fmt.Errorf("VIPD_BGP_COMMUNITIES: %w; want %s", err, bgp.CommunitiesForm)
+	}
+	if a.LargeCommunities, err = bgp.ParseLargeCommunities(c.BGPLargeCommunities); err != nil {
+		return a, fmt.Errorf("VIPD_BGP_LARGE_COMMUNITIES: %w; want %s", err, bgp.LargeCommunitiesForm)
+	}
+	if a.LocalPref, err = bgp.ParseUint32(c.BGPLocalPref); err != nil {
+		return a, fmt.Errorf("VIPD_BGP_LOCAL_PREF: %q: %w", c.BGPLocalPref, err)
+	}
+	if a.MED, err = bgp.ParseUint32(c.BGPMED); err != nil {
+		return a, fmt.Errorf("VIPD_BGP_MED: %q: %w", c.BGPMED, err)
+	}
+	a.Prepend = uint8(c.BGPPrepend)
+	return a, nil
 }
 
 // checkBGPSettings validates the bgp-mode settings the config package
@@ -108,8 +152,8 @@ func (a *bgpAnnouncer) Close() error {
 }
 
 // newBGPAnnouncer builds the bgp-mode announcer: the embedded GoBGP speaker
-// and, with VIPD_BFD_ENABLED, one BFD session per single-hop peer whose
-// Down hard-resets that BGP session. addStatus registers a /status section.
+// and, with VIPD_BFD_ENABLED, one BFD session per peer (multihop, RFC 5883,
+// for multihop peers) whose Down hard-resets that BGP session. addStatus registers a /status section.
 func newBGPAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, reg prometheus.Registerer, addStatus func(string, func() any)) (vip.Announcer, error) {
 	cfg, err := bgpConfig(c)
 	if err != nil {
@@ -161,7 +205,12 @@ func newBGPAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, re
 	scfg := bfdSessionConfig(c)
 	for _, p := range cfg.Peers {
 		if p.Multihop > 0 {
-			log.Warn("bfd: peer is multihop; single-hop BFD not started for it", "peer", p.String())
+			// RFC 5883: UDP 4784, no TTL 255 requirement; packets must
+			// arrive with at least VIPD_BFD_MULTIHOP_MIN_TTL.
+			if err := srv.AddMultihop(p.Address, netip.Addr{}, scfg, c.BFDMultihopMinTTL); err != nil {
+				_ = a.Close()
+				return nil, fmt.Errorf("bfd: multihop session to %s: %w", p.Address, err)
+			}
 			continue
 		}
 		if err := srv.Add(p.Address, netip.Addr{}, scfg); err != nil {

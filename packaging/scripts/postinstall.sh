@@ -5,8 +5,12 @@
 # vipd is enabled, so it starts at boot, but it is only started now when
 # /etc/vipd/vipd.env sets VIPD_ADDRESS: a fresh install has nothing to run
 # (and vipd.service would stop at once with exit status 2, which systemd does
-# not retry). On upgrade a running vipd is restarted onto the new binary; if
-# it held the VIP, another node takes over within a second.
+# not retry). On upgrade only a running vipd is restarted onto the new binary
+# (try-restart: a stopped vipd stays stopped); if it held the VIP, another
+# node takes over within a second, and a restarted node never takes it back,
+# so upgrading the holder last moves the VIP once (docs/install.md). The
+# configuration file is a conffile / %config(noreplace): a changed one is
+# kept.
 set -e
 
 case "$1" in

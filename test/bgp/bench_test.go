@@ -54,6 +54,16 @@ func TestBenchBGP(t *testing.T) {
 			results = append(results, benchLab(t, bfdMS, runs)...)
 		})
 	}
+	t.Run("recovery", func(t *testing.T) {
+		r := benchRecovery(t, runs)
+		printTable(r)
+		results = append(results, r...)
+	})
+	t.Run("scale", func(t *testing.T) {
+		r := benchScale(t, 1000)
+		printTable(r)
+		results = append(results, r...)
+	})
 	printTable(results)
 	var b strings.Builder
 	enc := json.NewEncoder(&b)

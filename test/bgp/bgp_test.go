@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -298,6 +299,56 @@ func TestBadPeerSettings(t *testing.T) {
 			if code != 2 || strings.Count(out, "\n") != 0 || !strings.Contains(out, "VIPD_BGP_PEERS") || !strings.Contains(out, tt.want) ||
 				!strings.Contains(out, "address:as[:option=value...]") {
 				t.Errorf("vipd %s with VIPD_BGP_PEERS=%s: exit %d, output:\n%s\nwant exit 2 and one line naming VIPD_BGP_PEERS, %q and the form", sub, tt.peers, code, out, tt.want)
+			}
+		}
+	}
+}
+
+// TestBadFabricSettings: a bad peers file, password file or path attribute
+// stops check-config and run with one line naming the setting, exit code 2,
+// and never the password.
+func TestBadFabricSettings(t *testing.T) {
+	requirePrereqs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const secret = "Sup3r:Secr,t"
+	pw := write("pw", secret+"\n")
+	long := write("long", strings.Repeat(secret, 8))
+	base := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "VIPD_MODE=bgp", "VIPD_ADDRESS=198.51.100.10/32",
+		"VIPD_BGP_LOCAL_AS=65001", "VIPD_BGP_ROUTER_ID=192.0.2.11", "VIPD_METRICS_ADDRESS=", "VIPD_STATE_DIR=" + t.TempDir()}
+	for _, tt := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"VIPD_BGP_PEERS_FILE=" + dir + "/missing.yaml"}, "VIPD_BGP_PEERS_FILE"},
+		{[]string{"VIPD_BGP_PEERS_FILE=" + write("typo.yaml", "peers:\n  - address: 192.0.2.1\n    as: 65000\n    pasword_file: "+pw+"\n")}, "pasword_file"},
+		{[]string{"VIPD_BGP_PEERS_FILE=" + write("vip.yaml", "peers:\n  - {address: 192.0.2.1, as: 65000}\nvips:\n  198.51.100.99/32: {med: 1}\n")}, "not in VIPD_ADDRESS"},
+		{[]string{"VIPD_BGP_PEERS_FILE=" + write("long.yaml", "peers:\n  - {address: 192.0.2.1, as: 65000, password_file: "+long+"}\n")}, "1-80"},
+		{[]string{"VIPD_BGP_PEERS=192.0.2.1:65000:password-file=" + dir + "/nope"}, "VIPD_BGP_PEERS: peer 192.0.2.1: password file"},
+		{[]string{"VIPD_BGP_PEERS=192.0.2.1:65000:password-file=" + pw, "VIPD_BGP_PEERS_FILE=" + dir + "/x.yaml"}, "VIPD_BGP_PEERS_FILE"},
+		{[]string{"VIPD_BGP_PEERS=192.0.2.1:65000:password=" + secret[:6] + ":hold=1"}, "password=<redacted>"},
+		{[]string{"VIPD_BGP_PEERS=192.0.2.1:65000", "VIPD_BGP_COMMUNITIES=65000:70000"}, "VIPD_BGP_COMMUNITIES"},
+		{[]string{"VIPD_BGP_PEERS=192.0.2.1:65000", "VIPD_BGP_LARGE_COMMUNITIES=1:2"}, "VIPD_BGP_LARGE_COMMUNITIES"},
+		{[]string{"VIPD_BGP_PEERS=192.0.2.1:65000", "VIPD_BGP_AS_PATH_PREPEND=11"}, "VIPD_BGP_AS_PATH_PREPEND"},
+		{[]string{"VIPD_BGP_PEERS=192.0.2.1:65000", "VIPD_BGP_LOCAL_PREF=-1"}, "VIPD_BGP_LOCAL_PREF"},
+		{[]string{"VIPD_BGP_PEERS=192.0.2.1:65000", "VIPD_BFD_MULTIHOP_MIN_TTL=0"}, "VIPD_BFD_MULTIHOP_MIN_TTL"},
+	} {
+		for _, sub := range []string{"check-config", "run"} {
+			out, code, err := runVipd(ctx, append(append([]string(nil), base...), tt.env...), sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = strings.TrimSpace(out)
+			if code != 2 || strings.Count(out, "\n") != 0 || !strings.Contains(out, tt.want) || strings.Contains(out, secret) || strings.Contains(out, secret[:6]) {
+				t.Errorf("vipd %s with %v: exit %d, output:\n%s\nwant exit 2 and one line with %q and no password", sub, tt.env, code, out, tt.want)
 			}
 		}
 	}

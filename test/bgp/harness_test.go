@@ -29,6 +29,10 @@ var (
 	vip6 = netip.MustParsePrefix("2001:db8:ffff::10/128")
 )
 
+// routerVIPs are the prefixes the lab routers accept from the nodes (their
+// import prefix lists), as docs/bgp.md recommends.
+var routerVIPs = []netip.Prefix{vip4, ab4, vip6, ab6}
+
 // vipdPath is the vipd binary built once by TestMain.
 var vipdPath string
 
@@ -72,6 +76,9 @@ type env struct {
 	frr    *lab.FRR
 	nodes  []*node
 	router lab.BGPRouter
+	// b and bird are the BIRD router (setup.bird), peered like FRR.
+	b    *lab.Host
+	bird *lab.BIRD
 }
 
 type node struct {
@@ -85,6 +92,17 @@ type setup struct {
 	nodes    int
 	bfd      *lab.BFDProfile // router side; nil: BFD off at the router
 	password string          // router side MD5
+	// bird adds a BIRD 2 router "b" on the same bridge, with the same
+	// policy as FRR (dynamic eBGP neighbours, ECMP, password, BFD).
+	bird bool
+	// acceptAll: the routers accept any prefix (no VIP prefix lists).
+	acceptAll bool
+	// quiet: no router debug logs (thousands of routes).
+	quiet bool
+	// multihop > 0: the FRR neighbours are eBGP multihop (BFD multihop).
+	multihop int
+	// ibgp: the nodes are in the router's AS (FRR only).
+	ibgp bool
 	// vipdEnv is added to every node's environment (after the defaults).
 	vipdEnv []string
 }
@@ -94,10 +112,21 @@ func newEnv(t testing.TB, s setup) *env {
 	requirePrereqs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	l := lab.New(t, lab.Options{Nodes: s.nodes, Extra: []string{"r"}})
-	e := &env{t: t, l: l, r: l.Extra["r"]}
+	extra := []string{"r"}
+	if s.bird {
+		testenv.RequireCommands(t, lab.BIRDPath, "birdc")
+		extra = append(extra, "b")
+	}
+	l := lab.New(t, lab.Options{Nodes: s.nodes, Extra: extra})
+	e := &env{t: t, l: l, r: l.Extra["r"], b: l.Extra["b"]}
 	e.router = lab.BGPRouter{AS: routerAS, RouterID: e.r.IPv4, Ranges: []netip.Prefix{l.Prefix4, l.Prefix6},
-		Password: s.password, BFD: s.bfd, Debug: true}
+		Password: s.password, BFD: s.bfd, Debug: true, VIPs: routerVIPs}
+	if s.acceptAll {
+		e.router.VIPs = nil
+	}
+	e.router.Debug = !s.quiet
+	e.router.Multihop = s.multihop
+	e.router.IBGP = s.ibgp
 	conf, err := e.router.Render()
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +148,17 @@ func newEnv(t testing.TB, s setup) *env {
 	}
 	if e.frr, err = e.r.StartFRR(ctx, conf); err != nil {
 		t.Fatal(err)
+	}
+	if s.bird {
+		br := lab.BIRDRouter{AS: routerAS, RouterID: e.b.IPv4, Ranges: []netip.Prefix{l.Prefix4, l.Prefix6},
+			Password: s.password, BFD: s.bfd, Debug: !s.quiet, VIPs: e.router.VIPs}
+		bconf, err := br.Render()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.bird, err = e.b.StartBIRD(ctx, bconf); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -177,6 +217,9 @@ func (e *env) dumpLogs(t testing.TB) {
 		}
 	}
 	t.Logf("=== frr\n%s", tail(e.frr.Logs(), 120))
+	if e.bird != nil {
+		t.Logf("=== bird\n%s", tail(e.bird.Logs(), 60))
+	}
 }
 
 func tail(s string, lines int) string {
@@ -204,17 +247,23 @@ func (e *env) nodeAddrs(v6 bool, ns ...*node) []netip.Addr {
 // next hops of the given nodes (none: no route).
 func (e *env) waitKernel(vip netip.Prefix, timeout time.Duration, ns ...*node) {
 	e.t.Helper()
+	e.waitKernelAt(e.r, vip, timeout, ns...)
+}
+
+// waitKernelAt is waitKernel at router host r (FRR's or BIRD's).
+func (e *env) waitKernelAt(r *lab.Host, vip netip.Prefix, timeout time.Duration, ns ...*node) {
+	e.t.Helper()
 	want := e.nodeAddrs(vip.Addr().Is6(), ns...)
 	var got []netip.Addr
 	ok := poll(timeout, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error
-		got, err = e.r.KernelNextHops(ctx, vip)
+		got, err = r.KernelNextHops(ctx, vip)
 		return err == nil && slices.Equal(got, want)
 	})
 	if !ok {
-		e.t.Fatalf("router kernel route to %s: next hops %v, want %v (after %v)", vip, got, want, timeout)
+		e.t.Fatalf("router %s kernel route to %s: next hops %v, want %v (after %v)", r.Name, vip, got, want, timeout)
 	}
 }
 

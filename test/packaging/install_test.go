@@ -2,7 +2,8 @@
 // them: the deb is built from this tree, installed into a throwaway Debian
 // root booted with systemd under systemd-nspawn inside a network namespace
 // of the test, configured, started, stopped, reinstalled and purged. The rpm
-// is checked with rpm -qlp --scripts.
+// is checked with rpm -qlp --scripts and installed with rpm --root. Two
+// versions are upgraded one to the other (upgrade_test.go).
 //
 // The Debian root is made once with debootstrap and cached as a tarball
 // under .cache/packaging/ at the repository root.
@@ -345,16 +346,21 @@ WantedBy=multi-user.target
 func TestPackages(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.Short(t)
-	testenv.RequireCommands(t, "debootstrap", "systemd-nspawn", "nsenter", "ip", "tar", "rpm", "dpkg-deb", "ping", "go")
+	testenv.RequireCommands(t, "debootstrap", "systemd-nspawn", "nsenter", "ip", "tar", "rpm", "dpkg-deb", "ping", "go", "curl")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	repo := repoRoot(t)
 	deb, rpm := buildPackages(ctx, t, repo)
 
-	t.Run("reproducible", func(t *testing.T) { checkReproducible(ctx, t, repo) })
+	release := t.TempDir() // v1.2.3, built by checkReproducible, upgraded by checkUpgrades
+	t.Run("reproducible", func(t *testing.T) { checkReproducible(ctx, t, repo, release) })
 	t.Run("rpm", func(t *testing.T) { checkRPM(ctx, t, rpm) })
 	t.Run("deb-contents", func(t *testing.T) { checkDebContents(ctx, t, deb) })
 	t.Run("install", func(t *testing.T) { installAndRun(ctx, t, repo, deb) })
+	t.Run("upgrade", func(t *testing.T) {
+		checkUpgrades(ctx, t, repo, filepath.Join(release, "vipd_"+oldVersion+"-1_amd64.deb"),
+			filepath.Join(release, "vipd-"+oldVersion+"-1.x86_64.rpm"))
+	})
 }
 
 func checkRPM(ctx context.Context, t *testing.T, rpm string) {
@@ -636,11 +642,15 @@ func lastLines(s string, n int) string {
 }
 
 // checkReproducible builds the packages twice from the same tree, version
-// and SOURCE_DATE_EPOCH and expects identical bytes.
-func checkReproducible(ctx context.Context, t *testing.T, repo string) {
+// and SOURCE_DATE_EPOCH and expects identical bytes. The first build is
+// left in keep.
+func checkReproducible(ctx context.Context, t *testing.T, repo, keep string) {
 	sums := map[string][]byte{}
 	for i := 0; i < 2; i++ {
-		dist := t.TempDir()
+		dist := keep
+		if i > 0 {
+			dist = t.TempDir()
+		}
 		cmd := exec.CommandContext(ctx, filepath.Join(repo, "packaging", "build.sh"), "v1.2.3")
 		cmd.Dir = repo
 		cmd.Env = append(os.Environ(), "DIST="+dist, "ARCH=amd64", "SOURCE_DATE_EPOCH=1790000000")
