@@ -224,7 +224,7 @@ func ParsePeers(s string) ([]Peer, error) {
 		}
 		p, err := parsePeer(item)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %q: %w; want %s", PeersEnv, redactPassword(item), err, peersForm)
+			return nil, fmt.Errorf("%s: %q: %s; want %s", PeersEnv, redactPassword(item), hidePassword(err.Error(), item), peersForm)
 		}
 		if seen[p.Address] {
 			return nil, fmt.Errorf("%s: %q: peer %s appears twice; want each router address once", PeersEnv, redactPassword(item), p.Address)
@@ -233,18 +233,6 @@ func ParsePeers(s string) ([]Peer, error) {
 		peers = append(peers, p)
 	}
 	return peers, nil
-}
-
-// redactPassword hides the value of a password= option in one peer item,
-// so an error never echoes it.
-func redactPassword(item string) string {
-	fields := strings.Split(item, ":")
-	for i, f := range fields {
-		if strings.HasPrefix(f, "password=") {
-			fields[i] = "password=<redacted>"
-		}
-	}
-	return strings.Join(fields, ":")
 }
 
 func parsePeer(item string) (Peer, error) {
@@ -364,4 +352,37 @@ func parseSeconds(s string) (time.Duration, error) {
 		return 0, errors.New("want whole seconds, e.g. 9 or 9s")
 	}
 	return d, nil
+}
+
+// redactPassword hides a password=... option of a peer item, and whatever
+// follows it: a password with ':' in it (which is not allowed) would
+// otherwise show up as further "options".
+func redactPassword(item string) string {
+	i := strings.Index(item, "password=")
+	if i < 0 {
+		return item
+	}
+	return item[:i] + "password=<redacted>"
+}
+
+// hidePassword removes from an error message about item every quoted piece
+// of the text after "password=" (the password and, when it held ':', its
+// fragments parsed as options), so that no error ever echoes a password.
+func hidePassword(msg, item string) string {
+	i := strings.Index(item, "password=")
+	if i < 0 {
+		return msg
+	}
+	for _, piece := range strings.Split(item[i+len("password="):], ":") {
+		if piece == "" {
+			continue
+		}
+		name, value, _ := strings.Cut(piece, "=")
+		for _, s := range []string{piece, name, value} {
+			if s != "" {
+				msg = strings.ReplaceAll(msg, strconv.Quote(s), `"<redacted>"`)
+			}
+		}
+	}
+	return msg
 }

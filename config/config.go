@@ -53,6 +53,9 @@ type Config struct {
 	MemberExpiry  time.Duration
 	// GossipInsecure allows peers without VIPD_GOSSIP_KEY_FILE.
 	GossipInsecure bool
+	// GossipKeys are the keys in GossipKeyFile, the primary first; set by
+	// ReadGossipKeys (Load reads no files).
+	GossipKeys [][]byte
 
 	BGPLocalAS    uint32
 	BGPRouterID   netip.Addr
@@ -115,9 +118,15 @@ type Error struct {
 	Name     string // the environment variable
 	Value    string
 	Accepted string
+	// Secret hides Value in the message: a token or password is never
+	// echoed, only the setting's name and the accepted form.
+	Secret bool
 }
 
 func (e *Error) Error() string {
+	if e.Secret {
+		return fmt.Sprintf("invalid %s (value not shown: it is a secret): want %s", e.Name, e.Accepted)
+	}
 	return fmt.Sprintf("invalid %s=%q: want %s", e.Name, e.Value, e.Accepted)
 }
 
@@ -141,7 +150,11 @@ func Load(src Source) (*Config, error) {
 		v = strings.TrimSpace(v)
 		if err := s.parse(c, v); err != nil {
 			if errors.Is(err, errInvalid) {
-				return nil, &Error{Name: s.Env, Value: v, Accepted: s.Accepted}
+				return nil, &Error{Name: s.Env, Value: v, Accepted: s.Accepted, Secret: s.Secret}
+			}
+			var ce *Error
+			if s.Secret && errors.As(err, &ce) {
+				ce.Secret = true
 			}
 			return nil, err
 		}
@@ -167,6 +180,12 @@ func (c *Config) check() error {
 		if strings.TrimSpace(c.BGPPeers) != "" && c.BGPPeersFile != "" {
 			return &Error{Name: "VIPD_BGP_PEERS_FILE", Value: c.BGPPeersFile, Accepted: "empty when VIPD_BGP_PEERS is set (give the peers in one place)"}
 		}
+	}
+	if (c.Mode == ModeL2 || c.Mode == ModeCloud) && len(c.Addresses) > 0 && len(c.Peers) > 0 &&
+		c.GossipKeyFile == "" && !c.GossipInsecure {
+		return &Error{Name: "VIPD_GOSSIP_KEY_FILE", Value: "", Accepted: "a key file, required with VIPD_PEERS in " + c.Mode +
+			" mode (without one anyone reaching the gossip port can join and vote): make one with `vipd keygen --out /etc/vipd/gossip.key`," +
+			" copy it to every node and set VIPD_GOSSIP_KEY_FILE=/etc/vipd/gossip.key; VIPD_GOSSIP_INSECURE=true opts out (plaintext gossip)"}
 	}
 	if c.Mode == ModeCloud && len(c.Addresses) > 1 {
 		return &Error{Name: "VIPD_ADDRESS", Value: joinPrefixes(c.Addresses), Accepted: "one reserved IPv4 address in cloud mode (a droplet holds one reserved IP)"}

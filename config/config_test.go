@@ -76,7 +76,7 @@ func TestValid(t *testing.T) {
 			continue
 		}
 		t.Run(tt.env+"="+tt.value, func(t *testing.T) {
-			c, err := load(t, tt.env, tt.value)
+			c, err := load(t, tt.env, tt.value, "VIPD_GOSSIP_INSECURE", "true")
 			if err != nil {
 				t.Fatal(err)
 			}

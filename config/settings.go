@@ -139,8 +139,11 @@ var table = []Setting{
 			return nil
 		}, format: func(c *Config) string { return c.GossipBind.String() }},
 	pathSetting("VIPD_GOSSIP_KEY_FILE", "gossip-key-file", "", SecCluster,
-		"File with the gossip encryption key (16, 24 or 32 bytes, raw or base64). Empty: plaintext gossip (warned).",
+		"File with the gossip encryption key, the same on every node (make one with: vipd keygen --out /etc/vipd/gossip.key). Required in l2 and cloud mode with VIPD_PEERS unless VIPD_GOSSIP_INSECURE=true.",
 		func(c *Config) *string { return &c.GossipKeyFile }),
+	boolSetting("VIPD_GOSSIP_INSECURE", "gossip-insecure", "false", SecCluster,
+		"Allow plaintext, unauthenticated gossip without VIPD_GOSSIP_KEY_FILE: anyone who reaches the gossip port can join and vote. For labs only.",
+		func(c *Config) *bool { return &c.GossipInsecure }),
 	intSetting("VIPD_PRIORITY", "priority", "0", SecCluster, "Election priority; higher wins when no node holds the VIP. Never preempts a holder.", -1000, 1000,
 		func(c *Config) *int { return &c.Priority }),
 	{Env: "VIPD_QUORUM", Flag: "quorum", Default: "auto", Section: SecCluster,

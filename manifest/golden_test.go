@@ -24,7 +24,7 @@ func TestStaticPodGolden(t *testing.T) {
 		version string
 		args    []string
 	}{
-		{"l2-ca-file", "1.2.3", []string{"--address", "10.0.0.100/32,fd00::100/128", "--interface", "eth0", "--peers", "10.0.0.11,10.0.0.12",
+		{"l2-ca-file", "1.2.3", []string{"--address", "10.0.0.100/32,fd00::100/128", "--interface", "eth0", "--peers", "10.0.0.11,10.0.0.12", "--gossip-key-file", "/etc/vipd/gossip.key",
 			"--health-ca-file", "/etc/kubernetes/pki/ca.crt"}},
 		{"bgp-options", "1.2.3", []string{"--address", "192.0.2.10/32", "--mode", "bgp", "--bgp-local-as", "65010", "--bgp-peers", "192.0.2.1:65000",
 			"--state-dir", "/srv/vipd", "--node-name", "cp-7", "--image", "registry.local/vipd:test", "--pod-name", "vip", "--pod-namespace", "infra"}},

@@ -61,7 +61,7 @@ func envOf(c corev1.Container) map[string]corev1.EnvVar {
 
 func TestStaticPodL2(t *testing.T) {
 	out, err := run(t, "static-pod", "--address", "10.0.0.100/32,fd00::100/128", "--interface", "eth0", "--peers", "10.0.0.11,10.0.0.12",
-		"--health-ca-file", "/etc/kubernetes/pki/ca.crt")
+		"--health-ca-file", "/etc/kubernetes/pki/ca.crt", "--gossip-key-file", "/etc/vipd/gossip.key")
 	if err != nil {
 		t.Fatal(err)
 	}

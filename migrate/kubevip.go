@@ -498,7 +498,14 @@ func (k *kv) ignoreBGP() {
 		if v, ok := k.src.lookup(n); ok {
 			k.used[n] = true
 			if v.Value != "" && n != "bgp_peeras" && n != "bgp_as" && !(n == "bgp_multihop" && !isTrue(v.Value)) {
-				k.b.warn("%s=%s is a BGP setting but BGP is not enabled (bgp_enable); not migrated", n, v.Value)
+				val := v.Value
+				switch n {
+				case "bgp_peerpass":
+					val = "<redacted>" // a password is never echoed
+				case "bgp_peers":
+					val = redactKubeVIPPeers(val)
+				}
+				k.b.warn("%s=%s is a BGP setting but BGP is not enabled (bgp_enable); not migrated", n, val)
 			}
 		}
 	}

@@ -38,7 +38,7 @@ func parseKubeVIPPeers(s string) ([]kvPeer, error) {
 		}
 		p, err := parseKubeVIPPeer(entry)
 		if err != nil {
-			return nil, fmt.Errorf("bgp_peers entry %d %q: %w (accepted form: address:as[:password[:multihop[:port[:mpbgp[:bfd;rx;tx;mult]]]]], IPv6 as [addr])", i+1, entry, err)
+			return nil, fmt.Errorf("bgp_peers entry %d %q: %w (accepted form: address:as[:password[:multihop[:port[:mpbgp[:bfd;rx;tx;mult]]]]], IPv6 as [addr])", i+1, redactKubeVIPPeer(entry), err)
 		}
 		out = append(out, p)
 	}
@@ -189,4 +189,47 @@ func (p vipdPeer) String() string {
 		fmt.Fprintf(&b, ":password=%s", p.Password)
 	}
 	return b.String()
+}
+
+// redactKubeVIPPeers hides the password field of every entry of a kube-vip
+// bgp_peers value, for warnings and errors.
+func redactKubeVIPPeers(s string) string {
+	entries := strings.Split(s, ",")
+	for i, e := range entries {
+		entries[i] = redactKubeVIPPeer(e)
+	}
+	return strings.Join(entries, ",")
+}
+
+// redactKubeVIPPeer hides the password of one bgp_peers entry: the field
+// after the AS (address:as:password:..., [v6]:as:password:...,
+// unnumbered:iface:as:password:...).
+func redactKubeVIPPeer(entry string) string {
+	head, rest := "", entry
+	switch {
+	case strings.HasPrefix(entry, "["):
+		end := strings.IndexByte(entry, ']')
+		if end < 0 {
+			return entry
+		}
+		head, rest = entry[:end+1], entry[end+1:]
+		if !strings.HasPrefix(rest, ":") {
+			return entry
+		}
+		head, rest = head+":", rest[1:]
+	case strings.HasPrefix(entry, "unnumbered:"):
+		iface, after, _ := strings.Cut(strings.TrimPrefix(entry, "unnumbered:"), ":")
+		head, rest = "unnumbered:"+iface+":", after
+	default:
+		addr, after, found := strings.Cut(entry, ":")
+		if !found {
+			return entry
+		}
+		head, rest = addr+":", after
+	}
+	fields := strings.Split(rest, ":") // as, password, ...
+	if len(fields) > 1 && fields[1] != "" {
+		fields[1] = "<redacted>"
+	}
+	return head + strings.Join(fields, ":")
 }

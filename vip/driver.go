@@ -20,6 +20,7 @@ type Driver struct {
 	mode    string
 	log     *slog.Logger
 	events  chan Event
+	stopped chan struct{} // closed when Run has returned
 	timeout time.Duration
 	onTrans func(Transition)
 
@@ -56,6 +57,7 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 			Name: "vipd_transitions_total", Help: "Changes of holding state, by VIP and new state (held or released).",
 		}, []string{"vip", "to"}),
 	}
+	d.stopped = make(chan struct{})
 	for _, s := range d.state {
 		d.held.WithLabelValues(s.VIP.String(), d.mode).Set(0)
 	}
@@ -70,8 +72,15 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 }
 
 // Send queues an event for the core. It never blocks for long: the queue
-// is large and events are small; if it is full the caller waits.
-func (d *Driver) Send(ev Event) { d.events <- ev }
+// is large and events are small; if it is full the caller waits, but never
+// past the end of Run: once Run has returned, events are dropped (nothing
+// would apply them) and Send returns at once.
+func (d *Driver) Send(ev Event) {
+	select {
+	case d.events <- ev:
+	case <-d.stopped:
+	}
+}
 
 // State returns the last published view of every VIP.
 func (d *Driver) State() []VIPState {
@@ -81,8 +90,9 @@ func (d *Driver) State() []VIPState {
 }
 
 // Run drives the core until ctx is cancelled, then releases every VIP
-// (bounded by releaseTimeout) and returns.
+// (bounded by releaseTimeout) and returns. It runs once per Driver.
 func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
+	defer close(d.stopped)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	reconcile := time.NewTicker(ReconcileEvery)

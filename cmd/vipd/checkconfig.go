@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/subosito/gotenv"
+	"github.com/vipd/vipd/config"
 )
 
 func newCheckConfigCmd() *cobra.Command {
@@ -16,8 +16,15 @@ func newCheckConfigCmd() *cobra.Command {
 		Long: `check-config reads the settings exactly as "vipd run" would (flags over
 environment over defaults), validates them and prints every effective value,
 secrets redacted. An invalid value is reported as one line naming the
-variable, the value and the accepted form, with exit code 2. Nothing is bound
-and nothing is contacted.`,
+variable, the value and the accepted form (never a secret's value), with exit
+code 2. The gossip key file (VIPD_GOSSIP_KEY_FILE) is read and checked when
+gossip runs (l2 or cloud mode with VIPD_PEERS).
+Nothing is bound and nothing is contacted.
+
+--env-file reads the file exactly as systemd's EnvironmentFile= does: a "#"
+or ";" starts a comment only at the start of a line (VIPD_MODE=l2 # x sets
+"l2 # x"), quotes and backslashes follow systemd's rules, and lines systemd
+would ignore (such as "export VIPD_X=1") are reported as warnings.`,
 		Args: cobra.NoArgs,
 	}
 	v := settingsFlags(cmd.Flags())
@@ -26,8 +33,12 @@ and nothing is contacted.`,
 	settingsUsage(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if envFile != "" {
-			if err := applyEnvFile(envFile); err != nil {
+			ignored, err := applyEnvFile(envFile)
+			if err != nil {
 				return err
+			}
+			for _, w := range ignored {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: --env-file %s: %s\n", envFile, w)
 			}
 		}
 		c, err := loadConfig(v)
@@ -44,21 +55,22 @@ and nothing is contacted.`,
 }
 
 // applyEnvFile sets the variables of an env file in this process, over the
-// inherited environment, as systemd's EnvironmentFile= would for the unit.
-func applyEnvFile(path string) error {
-	f, err := os.Open(path)
+// inherited environment, exactly as systemd's EnvironmentFile= passes them
+// to the unit (config.ParseEnvFile). It returns the assignments systemd
+// would drop.
+func applyEnvFile(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return usageError{fmt.Errorf("--env-file: %w", err)}
+		return nil, usageError{fmt.Errorf("--env-file: %w", err)}
 	}
-	defer f.Close()
-	env, err := gotenv.StrictParse(f)
+	f, err := config.ParseEnvFile(b)
 	if err != nil {
-		return usageError{fmt.Errorf("--env-file %s: %w", path, err)}
+		return nil, usageError{fmt.Errorf("--env-file %s: %w", path, err)}
 	}
-	for k, val := range env {
-		if err := os.Setenv(k, val); err != nil {
-			return err
+	for _, v := range f.Vars {
+		if err := os.Setenv(v.Name, v.Value); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return f.Warnings, nil
 }

@@ -46,6 +46,11 @@ func loadConfig(v *viper.Viper) (*config.Config, error) {
 	if err := checkModeSettings(c); err != nil {
 		return nil, err
 	}
+	if usesGossip(c) {
+		if err := c.ReadGossipKeys(); err != nil {
+			return nil, usageError{err}
+		}
+	}
 	return c, nil
 }
 

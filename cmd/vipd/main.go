@@ -95,7 +95,7 @@ Exit status:
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newCheckConfigCmd(), newStatusCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newCheckConfigCmd(), newStatusCmd(), newVersionCmd(), newKeygenCmd())
 	root.AddCommand(extraCommands()...)
 	return root
 }

@@ -34,7 +34,12 @@ the VIPs in the configured mode. SIGTERM or SIGINT releases every VIP within
 a second and exits 0; a second signal exits at once.
 
 An invalid setting stops start-up with exit code 2 and one line naming the
-variable, the value and the accepted form; nothing is bound.`,
+variable, the value and the accepted form; nothing is bound. So does a state
+directory (VIPD_STATE_DIR) that cannot be written, with exit code 1.
+
+A fatal error while running (the gossip cluster fails, vipd-controllers
+rejects its configuration) releases every VIP, leaves the cluster and exits
+non-zero within about a second, so that systemd sees the failure.`,
 		Args: cobra.NoArgs,
 	}
 	v := settingsFlags(cmd.Flags())
@@ -74,6 +79,11 @@ func runDaemon(c *config.Config) error {
 		os.Exit(exitFailure)
 	}()
 
+	if usesStateDir(c) {
+		if err := checkStateDir(c.StateDir); err != nil {
+			return err
+		}
+	}
 	d, err := newDaemon(ctx, c, log)
 	if err != nil {
 		return err
@@ -209,7 +219,15 @@ func (d *daemon) onTransition(t vip.Transition) {
 	d.elector.SetHolding(t.VIP.String(), t.Held)
 }
 
-func (d *daemon) run(ctx context.Context) error {
+// run runs every part until ctx is done or one of them fails for good (a
+// fatal error). Either way every part's context is cancelled, the driver
+// releases the VIPs, the node leaves the cluster, and run returns once
+// every goroutine it started has returned: a fatal error is returned, so
+// vipd exits non-zero (1, restarted by systemd; 2 when vipd-controllers
+// rejected the configuration, which a restart cannot fix).
+func (d *daemon) run(parent context.Context) error {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
 	if d.cfg.MetricsAddress != "" {
 		srv, err := startStatusServer(d.cfg.MetricsAddress, d)
 		if err != nil {
@@ -281,8 +299,16 @@ func (d *daemon) run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
-		d.log.Error("stopping after a fatal error", "err", err)
+		if len(d.cfg.Addresses) > 0 {
+			d.log.Error("stopping after a fatal error: releasing VIPs", "err", err)
+		} else {
+			d.log.Error("stopping after a fatal error", "err", err)
+		}
+		notify("STOPPING=1")
 	}
+	// Every part stops on ctx; the driver releases the VIPs (bounded by
+	// releaseTimeout) in the deferred wait above.
+	cancel()
 	wg.Wait()
 	d.log.Info("vipd stopped")
 	return err

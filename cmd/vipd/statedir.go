@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/config"
+)
+
+// usesGossip reports whether this configuration runs the gossip election:
+// l2 or cloud mode with VIPs and peers.
+func usesGossip(c *config.Config) bool {
+	return len(c.Addresses) > 0 && len(c.Peers) > 0 && (c.Mode == config.ModeL2 || c.Mode == config.ModeCloud)
+}
+
+// usesStateDir reports whether this configuration keeps state in
+// VIPD_STATE_DIR: the gossip election persists the members it has seen
+// there.
+func usesStateDir(c *config.Config) bool { return usesGossip(c) }
+
+// checkStateDir makes sure the state directory can be written the way the
+// cluster writes it (a temporary file renamed over the old one), before
+// anything is bound: a node that cannot persist its members would forget
+// them at the next restart. It creates the directory if needed, writes
+// and renames a probe file and removes it, and checks that an existing
+// members file can be opened for writing (a read-only mount, an immutable
+// file). The error is one line naming VIPD_STATE_DIR.
+func checkStateDir(dir string) error {
+	fail := func(err error) error {
+		var pe *os.PathError
+		var le *os.LinkError
+		switch {
+		case errors.As(err, &pe):
+			err = fmt.Errorf("%s %s: %w", pe.Op, pe.Path, pe.Err)
+		case errors.As(err, &le):
+			err = fmt.Errorf("%s %s: %w", le.Op, le.New, le.Err)
+		}
+		return fmt.Errorf("VIPD_STATE_DIR %s is not writable (%v): vipd keeps the cluster members it has seen there; make it a writable directory (vipd.service has StateDirectory=vipd) or set VIPD_STATE_DIR", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fail(err)
+	}
+	tmp := filepath.Join(dir, fmt.Sprintf(".write-probe-%d.tmp", os.Getpid()))
+	final := filepath.Join(dir, ".write-probe")
+	if err := os.WriteFile(tmp, []byte("vipd\n"), 0o600); err != nil {
+		_ = os.Remove(tmp)
+		return fail(err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		_ = os.Remove(tmp)
+		return fail(err)
+	}
+	if err := os.Remove(final); err != nil {
+		return fail(err)
+	}
+	members := filepath.Join(dir, cluster.MembersFile)
+	if _, err := os.Lstat(members); err == nil {
+		f, err := os.OpenFile(members, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return fail(err)
+		}
+		_ = f.Close()
+	}
+	return nil
+}
