@@ -2,15 +2,12 @@ package cluster
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +22,10 @@ type Config struct {
 	Name    string
 	Bind    netip.AddrPort // VIPD_GOSSIP_BIND
 	Peers   []string       // VIPD_PEERS, host[:port]
-	KeyFile string         // VIPD_GOSSIP_KEY_FILE
+	KeyFile string         // VIPD_GOSSIP_KEY_FILE (for messages)
+	// Keys are the gossip keys (config.ReadGossipKeys), the primary first:
+	// every one is accepted, the first is used to send (rotation).
+	Keys [][]byte
 	// Insecure allows gossip without a key (VIPD_GOSSIP_INSECURE). Without
 	// it, New refuses peers without a key.
 	Insecure bool
@@ -121,7 +121,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	if err != nil {
 		return nil, err
 	}
-	if len(peers) > 0 && cfg.KeyFile == "" && !cfg.Insecure {
+	if len(peers) > 0 && len(cfg.Keys) == 0 && !cfg.Insecure {
 		return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE is not set: with VIPD_PEERS, gossip must be authenticated (make a key with `vipd keygen --out /etc/vipd/gossip.key` and set VIPD_GOSSIP_KEY_FILE on every node, or set VIPD_GOSSIP_INSECURE=true to accept unauthenticated peers)")
 	}
 	known, mod, err := LoadKnown(cfg.StateDir)
@@ -182,12 +182,8 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	mc.Events = (*events)(n)
 	mc.Conflict = (*conflicts)(n)
 	mc.Logger = log2slog(n.log, func() { n.send(KeyMismatch{}) })
-	if cfg.KeyFile != "" {
-		keys, err := readKeys(cfg.KeyFile)
-		if err != nil {
-			return nil, err
-		}
-		ring, err := memberlist.NewKeyring(keys, keys[0])
+	if len(cfg.Keys) > 0 {
+		ring, err := memberlist.NewKeyring(cfg.Keys, cfg.Keys[0])
 		if err != nil {
 			return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE %s: %w", cfg.KeyFile, err)
 		}
@@ -253,43 +249,6 @@ func interfaceAddrs() ([]netip.Addr, error) {
 	}
 	return out, nil
 }
-
-// readKeys reads the gossip keys: one a line, the first is used to send,
-// every one is accepted (rotation: add the new key on a second line on every
-// node, then move it to the first line, then remove the old one). Each key is
-// 16, 24 or 32 bytes, base64 or raw, or a passphrase hashed to 32 bytes.
-func readKeys(path string) ([][]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE: %w", err)
-	}
-	var keys [][]byte
-	for _, line := range strings.Split(string(b), "\n") {
-		s := strings.TrimSpace(line)
-		if s == "" || strings.HasPrefix(s, "#") {
-			continue
-		}
-		keys = append(keys, parseKey(s))
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE %s has no key: want a key of 16, 24 or 32 bytes (base64 or raw) or a passphrase; `vipd keygen` makes one", path)
-	}
-	return keys, nil
-}
-
-func parseKey(s string) []byte {
-	if k, err := base64.StdEncoding.DecodeString(s); err == nil && validKeyLen(len(k)) {
-		return k
-	}
-	if validKeyLen(len(s)) {
-		return []byte(s)
-	}
-	// Any other passphrase: derive a 32-byte key, as MetalLB does.
-	k := sha256.Sum256([]byte(s))
-	return k[:]
-}
-
-func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
 
 // SetHealthy publishes this node's apiserver health.
 func (n *Node) SetHealthy(healthy bool) { n.send(HealthChanged{Healthy: healthy}) }

@@ -41,13 +41,12 @@ func (c *Config) ReadGossipKeys() error {
 // others are only accepted, for a rotation). A key is read as the cluster
 // package reads its single key: base64 of 16, 24 or 32 bytes, else a raw
 // 16, 24 or 32 byte string, else any other text as a passphrase whose
-// SHA-256 is the key. Blank lines are skipped. A file with one line gives
-// exactly the key the cluster package derives from it today.
+// SHA-256 is the key. Blank lines and lines starting with # are skipped.
 func ParseGossipKeys(b []byte) ([][]byte, error) {
 	var keys [][]byte
 	for _, line := range strings.Split(string(b), "\n") {
 		s := strings.TrimSpace(line)
-		if s == "" {
+		if s == "" || strings.HasPrefix(s, "#") {
 			continue
 		}
 		keys = append(keys, parseGossipKey(s))

@@ -66,7 +66,7 @@ func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (
 		vips[i] = a.String()
 	}
 	n, err := cluster.New(cluster.Config{
-		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Insecure: c.GossipInsecure, Priority: c.Priority,
+		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Keys: c.GossipKeys, Insecure: c.GossipInsecure, Priority: c.Priority,
 		MemberExpiry: c.MemberExpiry,
 		Quorum:       cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
 		ClaimSettle: claimSettle(c.Mode),
