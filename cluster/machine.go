@@ -29,6 +29,11 @@ const (
 	// acquire a VIP leaves it to the others (doubling on each failure).
 	StepAsideMin = 2 * time.Second
 	StepAsideMax = 30 * time.Second
+	// QuorumSettle is how long a node that has just regained quorum waits
+	// before it claims a VIP nobody seems to hold: members it still
+	// believes dead (a healed partition) may hold it, and their claims
+	// reach it within a few gossip rounds.
+	QuorumSettle = time.Second
 )
 
 // ElectionConfig shapes an Election.
@@ -139,6 +144,7 @@ type Election struct {
 	pausedUntil map[string]time.Time
 	broken      map[string]brokenVIP
 	keyErrAt    time.Time
+	quorumAt    time.Time // when quorum (not bootstrap) was last regained
 	conflictAt  time.Time
 	conflictBy  string
 }
@@ -258,6 +264,9 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 	}
 	conflict := !e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold
 	eligible := e.healthy && q.OK && !conflict
+	if q.OK && !q.Bootstrap && (!e.quorum.OK || e.quorum.Bootstrap) {
+		e.quorumAt = now
+	}
 	if q.OK != e.quorum.OK && e.quorum.Reason != "" {
 		if q.OK {
 			out.log(false, "quorum regained", "reason", q.Reason)
@@ -290,6 +299,8 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		switch {
 		case d.Holder && !e.meta.Holds(v) && now.Before(e.pausedUntil[v]):
 			d = Decision{Reason: "released moments ago: letting another node take it"}
+		case d.Holder && !e.meta.Holds(v) && !q.Bootstrap && now.Sub(e.quorumAt) < QuorumSettle:
+			d = Decision{Reason: "quorum regained moments ago: waiting for the claims of the others"}
 		case d.Holder && !e.meta.Holds(v):
 			// Claim first, act after: the claim is gossiped before (l2: as)
 			// the VIP is acquired, so nodes elected at the same moment from
@@ -444,6 +455,7 @@ func (e *Election) next(now time.Time) time.Time {
 		}
 	}
 	add(e.started.Add(BootstrapGrace))
+	add(e.quorumAt.Add(QuorumSettle))
 	if !e.keyErrAt.IsZero() {
 		add(e.keyErrAt.Add(KeyVeto))
 	}
