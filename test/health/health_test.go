@@ -404,7 +404,16 @@ func (r *rig) waitHeld(ctx context.Context, present bool) time.Time {
 	if err := r.node.WaitAddr(ctx, r.vip, present); err != nil {
 		r.t.Fatalf("%v\nVIP timeline:\n%s", err, r.mon)
 	}
-	return time.Now()
+	at := time.Now()
+	// The monitor (sampling every 10 ms) may lag behind the kernel on a
+	// loaded machine: later gap checks read its timeline, so wait for it.
+	for (len(r.mon.Now()) == 1) != present {
+		if ctx.Err() != nil {
+			r.t.Fatalf("the monitor never saw the VIP held=%v\nVIP timeline:\n%s", present, r.mon)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return at
 }
 
 // changeAfter returns when the monitor (sampling every 10 ms) first saw
