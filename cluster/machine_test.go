@@ -162,7 +162,7 @@ func TestElectionStepAside(t *testing.T) {
 	}}
 	e.Step(view, t0)
 	e.cfg.Priority, e.meta.Priority = 100, 100 // n1 ranks first
-	base := t0.Add(QuorumSettle) // a node that just gained quorum waits for the others' claims first
+	base := t0.Add(QuorumSettle)               // a node that just gained quorum waits for the others' claims first
 	out := e.Step(HealthChanged{Healthy: true}, t0)
 	if d, _ := decision(out, vip1); d.Holder {
 		t.Fatalf("claimed before the quorum settled: %+v", d)
