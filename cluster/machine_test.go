@@ -295,7 +295,7 @@ func TestElectionWaitsForClaimsAfterQuorumRegained(t *testing.T) {
 	if d, _ := decision(out, vip1); d.Holder {
 		t.Fatalf("claimed from a partial view right after regaining quorum: %+v", d)
 	}
-	out = e.Step(ViewChanged{Members: []Member{
+	e.Step(ViewChanged{Members: []Member{
 		peer("n2", Alive, Meta{Eligible: true, Counts: all, Holding: []string{vip1}, Term: 7}),
 		peer("n3", Alive, Meta{Eligible: true, Counts: all}),
 	}}, t0.Add(1500*time.Millisecond))
