@@ -408,7 +408,11 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 		if !s.acquiring {
 			return // released meanwhile
 		}
-		c.giveUp(e.Action.VIP, now, out, "acquire failed", e.Err)
+		// Another host answering for the VIP is no fault of this node:
+		// retry after the back-off without stepping aside (every other
+		// node would find the same host). Anything else is.
+		var conflict *ConflictError
+		c.giveUp(e.Action.VIP, now, out, "acquire failed", e.Err, !errors.As(e.Err, &conflict))
 	case Check:
 		if !s.held {
 			return
@@ -420,9 +424,9 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 			// stray one. Win the neighbours' caches back.
 			out.Actions = append(out.Actions, Action{Kind: Announce, VIP: e.Action.VIP, Cause: "another holder answers: " + conflict.MAC.String()})
 		case errors.As(e.Err, &conflict):
-			c.giveUp(e.Action.VIP, now, out, "another holder answers on the segment and nobody vouches for this node", e.Err)
+			c.giveUp(e.Action.VIP, now, out, "another holder answers on the segment and nobody vouches for this node", e.Err, false)
 		case errors.Is(e.Err, ErrLinkDown):
-			c.giveUp(e.Action.VIP, now, out, "VIP interface down", e.Err)
+			c.giveUp(e.Action.VIP, now, out, "VIP interface down", e.Err, true)
 		}
 	case Release:
 		// Try again at the next reconcile: Observed(Present) re-issues it.
@@ -432,9 +436,11 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 }
 
 // giveUp releases v (whatever may be left of it: nothing half-applied stays
-// behind), backs off before trying again and tells the election, which
-// leaves the VIP to another node meanwhile.
-func (c *Core) giveUp(v netip.Prefix, now time.Time, out *Output, what string, err error) {
+// behind) and backs off before trying again. With stepAside (a fault of
+// this node) the transition is Failed, and the election leaves the VIP to
+// another node meanwhile; without (another host holds it), it is a plain
+// release.
+func (c *Core) giveUp(v netip.Prefix, now time.Time, out *Output, what string, err error, stepAside bool) {
 	s := c.vips[v]
 	s.held, s.acquiring = false, false
 	s.failures++
@@ -446,7 +452,7 @@ func (c *Core) giveUp(v netip.Prefix, now time.Time, out *Output, what string, e
 	s.retryAt = now.Add(backoff)
 	s.nextAnn, s.nextCheck, s.nextProbe = time.Time{}, time.Time{}, time.Time{}
 	out.Actions = append(out.Actions, Action{Kind: Release, VIP: v, Cause: what})
-	t := Transition{VIP: v, Held: false, At: now, Cause: fmt.Sprintf("%s (retry in %v): %v", what, backoff, err), Failed: true}
+	t := Transition{VIP: v, Held: false, At: now, Cause: fmt.Sprintf("%s (retry in %v): %v", what, backoff, err), Failed: stepAside}
 	s.last = t
 	out.Transitions = append(out.Transitions, t)
 }

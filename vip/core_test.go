@@ -259,7 +259,7 @@ func TestCoreAcquiringAndChecks(t *testing.T) {
 				t.Fatalf("before Done: %v %+v", got, outs[0].Transitions)
 			}
 		}},
-		{"a failed acquire is a failed transition and cleans up", Options{Announce: true, Check: true}, func(c *Core) []Output {
+		{"an acquire that fails for this node's fault is a failed transition and cleans up", Options{Announce: true, Check: true}, func(c *Core) []Output {
 			c.Step(up, t0)
 			return []Output{c.Step(Failed{Action: acquire, Err: linkDown}, t0.Add(time.Millisecond))}
 		}, func(t *testing.T, outs []Output, c *Core) {
@@ -325,7 +325,8 @@ func TestCoreAcquiringAndChecks(t *testing.T) {
 			stepDone(c, up, t0)
 			return []Output{c.Step(Failed{Action: Action{Kind: Check, VIP: v4, Probe: true}, Err: conflict}, t0.Add(2*time.Second))}
 		}, func(t *testing.T, outs []Output, c *Core) {
-			if fmt.Sprint(acts(outs[0])) != "[release 10.0.0.100/32]" || !outs[0].Transitions[0].Failed {
+			// A plain release: another host holds it, no fault of this node.
+			if fmt.Sprint(acts(outs[0])) != "[release 10.0.0.100/32]" || outs[0].Transitions[0].Failed || outs[0].Transitions[0].Held {
 				t.Fatalf("got %v %+v", acts(outs[0]), outs[0].Transitions)
 			}
 		}},
@@ -353,5 +354,21 @@ func TestCoreAcquiringAndChecks(t *testing.T) {
 			c := New([]netip.Prefix{v4}, tt.opts)
 			tt.want(t, tt.do(c), c)
 		})
+	}
+}
+
+// Another host answering the acquire probe (kube-vip still holding the VIP
+// during a migration) is no fault of this node: it retries after the
+// back-off and does not step aside (every other node would find the same).
+func TestCoreAcquireConflictIsNoStepAside(t *testing.T) {
+	c := New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true})
+	c.Step(HealthChanged{Healthy: true}, t0)
+	out := c.Step(Elected{VIP: v4, Holder: true}, t0)
+	out = c.Step(Failed{Action: out.Actions[0], Err: &ConflictError{VIP: v4.Addr(), MAC: []byte{2, 0, 0, 0, 0, 9}}}, t0.Add(50*time.Millisecond))
+	if len(out.Transitions) != 1 || out.Transitions[0].Failed || fmt.Sprint(acts(out)) != "[release 10.0.0.100/32]" {
+		t.Fatalf("got %v %+v", acts(out), out.Transitions)
+	}
+	if out := c.Step(Tick{}, t0.Add(50*time.Millisecond+RetryMin)); fmt.Sprint(acts(out)) != "[acquire 10.0.0.100/32]" {
+		t.Fatalf("no retry after the back-off: %v", acts(out))
 	}
 }
