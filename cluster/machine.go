@@ -25,6 +25,12 @@ const (
 	// ConflictHold is how long after the last sign of another node with
 	// this node's name this node stays ineligible.
 	ConflictHold = 30 * time.Second
+	// ConflictSticky is how long a name clash must go on before this node
+	// stays out of the election until restarted. A node restarted with a
+	// new address clashes with its own stale entry only until memberlist
+	// declares that dead (a few seconds); two live nodes with one name
+	// clash for as long as both run.
+	ConflictSticky = 10 * time.Second
 	// StepAsideMin and StepAsideMax bound how long a node that could not
 	// acquire a VIP leaves it to the others (doubling on each failure).
 	StepAsideMin = 2 * time.Second
@@ -147,6 +153,8 @@ type Election struct {
 	quorumAt    time.Time // when quorum (not bootstrap) was last regained
 	conflictAt  time.Time
 	conflictBy  string
+	conflictOn  time.Time // first sign of the current clash
+	dup         bool      // the clash lasted ConflictSticky: out until restarted
 }
 
 type brokenVIP struct {
@@ -228,8 +236,14 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 	case NameConflict:
 		if e.conflictAt.IsZero() || now.Sub(e.conflictAt) > ConflictHold {
 			out.log(true, "another node gossips under this node's name: not holding any VIP (give every node a unique VIPD_NODE_NAME)", "name", e.cfg.Name, "other", ev.Addr)
+			e.conflictOn = now
 		}
 		e.conflictAt, e.conflictBy = now, ev.Addr
+		if !e.dup && now.Sub(e.conflictOn) >= ConflictSticky {
+			e.dup = true
+			out.log(true, "the name clash goes on: this node stays out of the election, and the others stop counting it, until it is restarted with a unique VIPD_NODE_NAME",
+				"name", e.cfg.Name, "other", ev.Addr, "since", now.Sub(e.conflictOn))
+		}
 	case Tick:
 	}
 	e.evaluate(now, &out)
@@ -262,7 +276,15 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		q.OK = false
 		q.Reason = "gossip key mismatch with peers (VIPD_GOSSIP_KEY_FILE): not holding alone"
 	}
-	conflict := !e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold
+	if e.dup && now.Sub(e.conflictAt) >= ConflictHold && e.allKnownInView() {
+		// No clash for ConflictHold while every known member is in view
+		// and counts this node: the other node is gone, not merely on the
+		// other side of a partition.
+		e.dup = false
+		out.log(false, "name clash over: every known member is in view and none uses this node's name; taking part in the election again", "name", e.cfg.Name)
+	}
+	conflict := e.dup || (!e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold)
+	e.meta.Dup = e.dup
 	eligible := e.healthy && q.OK && !conflict
 	if q.OK && !q.Bootstrap && (!e.quorum.OK || e.quorum.Bootstrap) {
 		e.quorumAt = now
@@ -280,7 +302,12 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 	var broken []string
 	for _, v := range e.cfg.VIPs {
 		if b, ok := e.broken[v]; ok {
-			if now.Before(b.until) {
+			// Stepping aside is for letting another node take the VIP:
+			// when no other member can, a node whose last failure is
+			// StepAsideMin old tries again (its fault may be repaired;
+			// several such nodes elect among themselves as usual).
+			lastResort := now.Sub(b.at) >= StepAsideMin && !e.othersCanHold(v)
+			if now.Before(b.until) && !lastResort {
 				broken = append(broken, v)
 			} else if now.Sub(b.until) > StepAsideMax && b.failures > 0 {
 				// A quiet spell: the next failure backs off from the
@@ -321,6 +348,32 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		}
 		e.decisions[v] = d
 	}
+}
+
+// allKnownInView reports whether every known member is alive in the view
+// and counts this node.
+func (e *Election) allKnownInView() bool {
+	for name := range e.known {
+		if name == e.cfg.Name {
+			continue
+		}
+		i := slices.IndexFunc(e.view, func(m Member) bool { return m.Name == name })
+		if i < 0 || e.view[i].State != Alive || !e.view[i].Meta.counts(e.cfg.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// othersCanHold reports whether another alive member is eligible for vip
+// and not stepping aside from it.
+func (e *Election) othersCanHold(vip string) bool {
+	for _, m := range e.view {
+		if m.Name != e.cfg.Name && m.State == Alive && m.Meta.Eligible && !m.Meta.CannotHold(vip) {
+			return true
+		}
+	}
+	return false
 }
 
 // updateMembership applies the membership rules to the current view:
@@ -470,6 +523,7 @@ func (e *Election) next(now time.Time) time.Time {
 	}
 	for _, b := range e.broken {
 		add(b.until)
+		add(b.at.Add(StepAsideMin))
 		if b.failures > 0 {
 			add(b.until.Add(StepAsideMax + time.Millisecond))
 		}
@@ -505,7 +559,7 @@ func (e *Election) Status(now time.Time) ElectionStatus {
 		}
 		s.Broken[v] = fmt.Sprintf("last attempt failed %s ago: %s", now.Sub(b.at).Round(time.Second), b.reason)
 	}
-	if !e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold {
+	if e.dup || (!e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold) {
 		s.NameConflict = e.conflictBy
 	}
 	return s
@@ -520,7 +574,7 @@ func (m Meta) clone() Meta {
 }
 
 func (m Meta) equal(o Meta) bool {
-	return m.Leaving == o.Leaving && m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
+	return m.Leaving == o.Leaving && m.Dup == o.Dup && m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
 		slices.Equal(m.Holding, o.Holding) && slices.Equal(m.Broken, o.Broken) && slices.Equal(m.Counts, o.Counts) &&
 		(m.Counts == nil) == (o.Counts == nil)
 }
