@@ -78,10 +78,10 @@ type Meta struct {
 	// leaves: the others forget it at once instead of after the expiry.
 	Leaving bool `json:"l,omitempty"`
 	// Dup is set by a node that has seen another node gossip under its
-	// name for ConflictSticky: it stays out of the election, and the
-	// others do not count it for quorum (two nodes with one name on both
-	// sides of a partition would each make a majority), until it is
-	// restarted or sees every known member again without a clash.
+	// name: it stays out of the election, and the others do not count it
+	// for quorum (two nodes with one name on both sides of a partition
+	// would each make a majority), until it has seen no clash for
+	// ConflictHold while every member it knows is in view.
 	Dup bool `json:"d,omitempty"`
 }
 

@@ -23,14 +23,9 @@ const (
 	// other member refuses to hold alone.
 	KeyVeto = time.Minute
 	// ConflictHold is how long after the last sign of another node with
-	// this node's name this node stays ineligible.
+	// this node's name this node stays ineligible (and longer while it
+	// does not see every member it knows).
 	ConflictHold = 30 * time.Second
-	// ConflictSticky is how long a name clash must go on before this node
-	// stays out of the election until restarted. A node restarted with a
-	// new address clashes with its own stale entry only until memberlist
-	// declares that dead (a few seconds); two live nodes with one name
-	// clash for as long as both run.
-	ConflictSticky = 10 * time.Second
 	// StepAsideMin and StepAsideMax bound how long a node that could not
 	// acquire a VIP leaves it to the others (doubling on each failure).
 	StepAsideMin = 2 * time.Second
@@ -153,8 +148,10 @@ type Election struct {
 	quorumAt    time.Time // when quorum (not bootstrap) was last regained
 	conflictAt  time.Time
 	conflictBy  string
-	conflictOn  time.Time // first sign of the current clash
-	dup         bool      // the clash lasted ConflictSticky: out until restarted
+	// dup is set by a name clash and cleared ConflictHold after the last
+	// one once every known member is in view: the other node is gone, not
+	// merely behind a partition.
+	dup bool
 }
 
 type brokenVIP struct {
@@ -234,16 +231,10 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 	case KeyMismatch:
 		e.keyErrAt = now
 	case NameConflict:
-		if e.conflictAt.IsZero() || now.Sub(e.conflictAt) > ConflictHold {
-			out.log(true, "another node gossips under this node's name: not holding any VIP (give every node a unique VIPD_NODE_NAME)", "name", e.cfg.Name, "other", ev.Addr)
-			e.conflictOn = now
+		if !e.dup {
+			out.log(true, "another node gossips under this node's name: not holding any VIP, and asking the others not to count this node, until the clash is over (give every node a unique VIPD_NODE_NAME)", "name", e.cfg.Name, "other", ev.Addr)
 		}
-		e.conflictAt, e.conflictBy = now, ev.Addr
-		if !e.dup && now.Sub(e.conflictOn) >= ConflictSticky {
-			e.dup = true
-			out.log(true, "the name clash goes on: this node stays out of the election, and the others stop counting it, until it is restarted with a unique VIPD_NODE_NAME",
-				"name", e.cfg.Name, "other", ev.Addr, "since", now.Sub(e.conflictOn))
-		}
+		e.conflictAt, e.conflictBy, e.dup = now, ev.Addr, true
 	case Tick:
 	}
 	e.evaluate(now, &out)
@@ -283,7 +274,7 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		e.dup = false
 		out.log(false, "name clash over: every known member is in view and none uses this node's name; taking part in the election again", "name", e.cfg.Name)
 	}
-	conflict := e.dup || (!e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold)
+	conflict := e.dup
 	e.meta.Dup = e.dup
 	eligible := e.healthy && q.OK && !conflict
 	if q.OK && !q.Bootstrap && (!e.quorum.OK || e.quorum.Bootstrap) {
@@ -559,7 +550,7 @@ func (e *Election) Status(now time.Time) ElectionStatus {
 		}
 		s.Broken[v] = fmt.Sprintf("last attempt failed %s ago: %s", now.Sub(b.at).Round(time.Second), b.reason)
 	}
-	if e.dup || (!e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold) {
+	if e.dup {
 		s.NameConflict = e.conflictBy
 	}
 	return s

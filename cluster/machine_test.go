@@ -357,48 +357,46 @@ func TestElectionStepAsideLastResort(t *testing.T) {
 	}
 }
 
-// A name clash that goes on for ConflictSticky keeps the node out, and the
-// others stop counting it, until it sees every known member again: two
-// nodes with one name on the two sides of a partition must not give each
-// side a majority. A short clash (a node restarted with a new address, its
-// stale entry not yet dead) is forgiven after ConflictHold.
-func TestElectionNameConflictSticky(t *testing.T) {
+// A name clash keeps the node out, and the others stop counting it, until
+// it has seen no clash for ConflictHold while every known member is in
+// view: two nodes with one name on the two sides of a partition must not
+// give each side a majority, however short the clash before the partition.
+func TestElectionNameConflict(t *testing.T) {
 	all := Meta{Eligible: true, Healthy: true, Counts: counts("n1", "n2", "n3")}
 	partial := ViewChanged{Members: []Member{peer("n2", Alive, all)}} // n3 on the other side
 	whole := ViewChanged{Members: []Member{peer("n2", Alive, all), peer("n3", Alive, all)}}
 	for _, tc := range []struct {
 		name   string
-		clash  time.Duration // how long the clash is reported (every second)
-		after  ViewChanged   // the view once the clash has stopped
-		holder bool          // ConflictHold after the clash stopped
+		after  ViewChanged // the view once the clash has stopped
+		wait   time.Duration
+		holder bool
 	}{
-		{"short clash is forgiven", ConflictSticky - time.Second, partial, true},
-		{"long clash sticks while a member is out of view", ConflictSticky, partial, false},
-		{"long clash ends when every member is back", ConflictSticky, whole, true},
+		{"out during ConflictHold", whole, ConflictHold - QuorumSettle - time.Second, false},
+		{"back after ConflictHold with every member in view", whole, ConflictHold, true},
+		{"out while a member is out of view", partial, 50 * time.Second, false}, // (newEl's member expiry is a minute)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEl("n1", "n2", "n3")
 			e.cfg.Priority, e.meta.Priority = 100, 100
 			e.Step(whole, t0)
 			e.Step(HealthChanged{Healthy: true}, t0)
-			start := t0.Add(3 * time.Second)
-			var at time.Time
-			for d := time.Duration(0); d <= tc.clash; d += time.Second {
-				at = start.Add(d)
-				e.Step(NameConflict{Addr: "10.0.0.9:7950"}, at)
-			}
-			if e.meta.Eligible || e.decisions[vip1].Holder {
-				t.Fatal("eligible during a name clash")
-			}
-			if long := tc.clash >= ConflictSticky; e.meta.Dup != long {
-				t.Fatalf("meta.Dup = %v after a %v clash", e.meta.Dup, tc.clash)
+			at := t0.Add(3 * time.Second)
+			e.Step(NameConflict{Addr: "10.0.0.9:7950"}, at)
+			if e.meta.Eligible || e.decisions[vip1].Holder || !e.meta.Dup {
+				t.Fatalf("during a name clash: eligible %v, holder %v, dup %v", e.meta.Eligible, e.decisions[vip1].Holder, e.meta.Dup)
 			}
 			e.Step(tc.after, at.Add(time.Second))
-			later := at.Add(ConflictHold + time.Second)
-			e.Step(Tick{}, later)
+			later := at.Add(tc.wait)
+			out := e.Step(Tick{}, later)
+			if tc.holder && !out.Next.IsZero() && out.Next.Before(later) {
+				t.Fatalf("next deadline %v in the past", out.Next)
+			}
 			e.Step(Tick{}, later.Add(QuorumSettle))
 			if got := e.decisions[vip1].Holder; got != tc.holder {
-				t.Fatalf("holder %v after the clash stopped, want %v (%+v)", got, tc.holder, e.decisions[vip1])
+				t.Fatalf("holder %v, want %v (%+v)", got, tc.holder, e.decisions[vip1])
+			}
+			if e.meta.Dup == tc.holder {
+				t.Fatalf("meta.Dup %v", e.meta.Dup)
 			}
 			if st := e.Status(later); (st.NameConflict != "") == tc.holder {
 				t.Fatalf("status name conflict %q", st.NameConflict)

@@ -651,8 +651,8 @@ func (s *Sim) majorityStable() bool {
 		names[n.name]++
 	}
 	for _, n := range s.members() {
-		// A node that saw a long name clash stays out until it sees
-		// every known member again (cluster.ConflictSticky): not able.
+		// A node that saw a name clash stays out until it sees every
+		// known member again (cluster.ConflictHold): not able.
 		if n.running && n.up && n.linkUp && n.vipIf && n.healthy && !n.brokenAcq && names[n.name] == 1 &&
 			n.el.Status(s.now).NameConflict == "" {
 			able = append(able, n)
