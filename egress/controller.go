@@ -1,0 +1,279 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Lookup reports what this node knows about the gateway of an egress IP
+// (the consumer connects it to the election).
+type Lookup func(ip netip.Addr) Gateway
+
+// Options configure a Controller.
+type Options struct {
+	Rules    []Rule
+	Settings Settings
+	Lookup   Lookup
+	// Interval between full comparisons with the kernel (default 1 s).
+	Interval time.Duration
+	// Poll is how often Lookup is asked for a new gateway (default 50 ms).
+	Poll time.Duration
+}
+
+// Controller keeps the kernel at the plan: it re-plans when the gateway
+// of an egress IP changes, compares the kernel with the plan every
+// Interval and repairs it, and removes everything when it stops.
+type Controller struct {
+	opts Options
+	k    *Kernel
+	log  *slog.Logger
+
+	wake chan struct{}
+
+	mu      sync.Mutex
+	held    map[netip.Addr]bool
+	applied Input // last input the kernel was brought to
+	roles   map[netip.Addr]Role
+	gws     map[netip.Addr]Gateway
+	lastErr string
+	since   map[netip.Addr]time.Time // when the gateway last changed
+
+	mGateway *prometheus.GaugeVec
+	mRepairs *prometheus.CounterVec
+	mErrors  prometheus.Counter
+	mChanges prometheus.Counter
+}
+
+// NewController returns a controller; Run starts it.
+func NewController(opts Options, k *Kernel, log *slog.Logger, reg prometheus.Registerer) *Controller {
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = 50 * time.Millisecond
+	}
+	c := &Controller{opts: opts, k: k, log: log, wake: make(chan struct{}, 1), held: map[netip.Addr]bool{}, since: map[netip.Addr]time.Time{},
+		mGateway: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_egress_gateway",
+			Help: "1 while this node is the egress gateway of egress_ip (SNAT), 0 while it is a director."}, []string{"egress_ip"}),
+		mRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_egress_repairs_total",
+			Help: "Egress kernel state found different from the plan and repaired, by what (table, rule, route)."}, []string{"what"}),
+		mErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_egress_errors_total",
+			Help: "Failed attempts to read or program the egress kernel state."}),
+		mChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_egress_changes_total",
+			Help: "Egress kernel updates after a change of role or gateway."}),
+	}
+	if reg != nil {
+		reg.MustRegister(c.mGateway, c.mRepairs, c.mErrors, c.mChanges)
+	}
+	return c
+}
+
+// SetHeld tells the controller whether this node holds ip (its VIP
+// transitions): the holder is the gateway.
+func (c *Controller) SetHeld(ip netip.Addr, held bool) {
+	c.mu.Lock()
+	c.held[ip] = held
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) input() Input {
+	in := Input{Rules: c.opts.Rules, Settings: c.opts.Settings, Gateways: map[netip.Addr]Gateway{}}
+	c.mu.Lock()
+	held := maps.Clone(c.held)
+	c.mu.Unlock()
+	for _, ip := range IPs(c.opts.Rules) {
+		var g Gateway
+		if c.opts.Lookup != nil {
+			g = c.opts.Lookup(ip)
+		}
+		if held[ip] {
+			g.Self = true
+		}
+		if g.Self {
+			g.Addr = netip.Addr{}
+		}
+		in.Gateways[ip] = g
+	}
+	return in
+}
+
+// Run programs the kernel until ctx is done, then removes what it
+// programmed (bounded by the kernel calls, no network I/O).
+func (c *Controller) Run(ctx context.Context) {
+	// What a crash left behind (other tables, rules of another role) is
+	// replaced or removed by the first reconcile.
+	poll := time.NewTicker(c.opts.Poll)
+	defer poll.Stop()
+	var last time.Time
+	var prev Input
+	first := true
+	for {
+		in := c.input()
+		if first || !maps.Equal(in.Gateways, prev.Gateways) || time.Since(last) >= c.opts.Interval {
+			c.reconcile(in, first || !maps.Equal(in.Gateways, prev.Gateways))
+			prev, last, first = in, time.Now(), false
+		}
+		select {
+		case <-ctx.Done():
+			c.stop()
+			return
+		case <-poll.C:
+		case <-c.wake:
+		}
+	}
+}
+
+func (c *Controller) stop() {
+	ch, err := c.k.Remove(c.opts.Settings)
+	if err != nil {
+		c.mErrors.Inc()
+		c.log.Error("egress: removing the kernel state at stop", "err", err)
+		return
+	}
+	c.log.Info("egress: kernel state removed", "changes", ch.Summary())
+}
+
+// Reconcile compares the kernel with the plan for the current input and
+// repairs it once (tests call it directly).
+func (c *Controller) Reconcile() { c.reconcile(c.input(), false) }
+
+func (c *Controller) reconcile(in Input, changed bool) {
+	want := Plan(in)
+	c.mu.Lock()
+	for ip, g := range in.Gateways {
+		if old, ok := c.gws[ip]; !ok || old != g {
+			c.since[ip] = time.Now()
+		}
+	}
+	c.gws, c.roles = in.Gateways, want.Roles
+	for ip, r := range want.Roles {
+		v := 0.0
+		if r == RoleGateway {
+			v = 1
+		}
+		c.mGateway.WithLabelValues(ip.String()).Set(v)
+	}
+	appliedBefore := maps.Equal(c.applied.Gateways, in.Gateways) && c.applied.Gateways != nil
+	c.mu.Unlock()
+
+	obs, err := c.k.Observe(in.Settings)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	ch := Diff(want, obs)
+	if ch.Empty() {
+		c.ok(in)
+		return
+	}
+	if appliedBefore && !changed {
+		// The kernel drifted from a plan applied before: someone removed
+		// or changed vipd's rules, routes or table.
+		c.log.Warn("egress: kernel state differs from the plan: repairing", "changes", ch.Summary())
+		if ch.ReplaceTable || ch.DeleteTable {
+			c.mRepairs.WithLabelValues("table").Inc()
+		}
+		if n := len(ch.AddRules) + len(ch.DelRules); n > 0 {
+			c.mRepairs.WithLabelValues("rule").Add(float64(n))
+		}
+		if n := len(ch.AddRoutes) + len(ch.DelRoutes); n > 0 {
+			c.mRepairs.WithLabelValues("route").Add(float64(n))
+		}
+	} else {
+		c.mChanges.Inc()
+		c.log.Info("egress: programming", "roles", want.Roles, "changes", ch.Summary())
+	}
+	if err := c.k.Apply(want, ch); err != nil {
+		c.fail(err)
+		return
+	}
+	c.ok(in)
+}
+
+func (c *Controller) fail(err error) {
+	c.mErrors.Inc()
+	c.log.Error("egress: kernel state", "err", err)
+	c.mu.Lock()
+	c.lastErr = err.Error()
+	c.mu.Unlock()
+}
+
+func (c *Controller) ok(in Input) {
+	c.mu.Lock()
+	c.applied, c.lastErr = in, ""
+	c.mu.Unlock()
+}
+
+// StatusDoc is the egress section of /status.
+type StatusDoc struct {
+	EgressIPs    []IPStatus `json:"egress_ips"`
+	Table        string     `json:"nftables_table"`
+	RoutingTable int        `json:"routing_table"`
+	RulePriority int        `json:"rule_priority"`
+	MarkMask     string     `json:"mark_mask"`
+	LastError    string     `json:"last_error,omitempty"`
+}
+
+// IPStatus is one egress IP in /status.
+type IPStatus struct {
+	IP          string    `json:"egress_ip"`
+	Role        Role      `json:"role"`
+	GatewayNode string    `json:"gateway_node,omitempty"`
+	GatewayAddr string    `json:"gateway_address,omitempty"`
+	Since       time.Time `json:"since"`
+	Rules       []string  `json:"rules"`
+}
+
+// Status is the controller's section of /status.
+func (c *Controller) Status() any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	doc := StatusDoc{Table: "inet " + TableName, RoutingTable: c.opts.Settings.Table, RulePriority: c.opts.Settings.RulePriority,
+		MarkMask: fmt.Sprintf("%#08x", c.opts.Settings.MarkMask), LastError: c.lastErr}
+	for _, ip := range IPs(c.opts.Rules) {
+		g := c.gws[ip]
+		s := IPStatus{IP: ip.String(), Role: c.roles[ip], GatewayNode: g.Node, Since: c.since[ip]}
+		if g.Addr.IsValid() {
+			s.GatewayAddr = g.Addr.String()
+		}
+		if s.Role == RoleDirector && !g.Addr.IsValid() {
+			s.GatewayNode = "(none known: traffic rejected)"
+		}
+		for _, r := range c.opts.Rules {
+			if r.IP == ip {
+				s.Rules = append(s.Rules, ruleText(r))
+			}
+		}
+		doc.EgressIPs = append(doc.EgressIPs, s)
+	}
+	return doc
+}
+
+func ruleText(r Rule) string {
+	s := "from "
+	for i, p := range r.From {
+		if i > 0 {
+			s += ","
+		}
+		s += p.String()
+	}
+	s += " to "
+	for i, p := range r.To {
+		if i > 0 {
+			s += ","
+		}
+		s += p.String()
+	}
+	return s
+}
