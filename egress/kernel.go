@@ -298,14 +298,8 @@ func toNetlinkRoute(r Route) *netlink.Route {
 	switch {
 	case r.Unreachable():
 		nr.Type = unix.RTN_UNREACHABLE
-	case family(r.Via) == r.Family:
-		nr.Gw = net.IP(r.Via.AsSlice())
-		nr.LinkIndex = r.Link
-		nr.Flags = int(netlink.FLAG_ONLINK)
 	default:
-		// The gateway's node address is of the other family (RFC 5549
-		// next hop, Linux 5.2 and later).
-		nr.Via = &netlink.Via{AddrFamily: toNLFamily(family(r.Via)), Addr: net.IP(r.Via.AsSlice())}
+		nr.Gw = net.IP(r.Via.AsSlice())
 		nr.LinkIndex = r.Link
 		nr.Flags = int(netlink.FLAG_ONLINK)
 	}

@@ -291,8 +291,15 @@ func Plan(in Input) State {
 		// Without a known gateway the traffic is rejected rather than let
 		// out with another source address (fail closed).
 		rt := Route{Family: f, Table: table, Via: gw.Addr, Link: s.Link}
-		if !gw.Addr.IsValid() {
+		switch {
+		case !gw.Addr.IsValid():
 			rt.Link = 0
+		case family(gw.Addr) != f:
+			// The gateway's node (gossip) address is of the other family
+			// (IPv6 has no IPv4 next hops): route via the egress IP itself,
+			// on link; the holder answers for it and announces it to the
+			// segment when it takes it over.
+			rt.Via = ip
 		}
 		st.Routes = append(st.Routes, rt)
 		for _, r := range in.Rules {

@@ -73,10 +73,10 @@ func TestPlanRoles(t *testing.T) {
 			snatRules: []string{"return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return fd00:10:244::/56", "snatself", "snatself"},
 		},
 		{
-			name:      "gateway of IPv4, director of IPv6 (its gateway across families)",
+			name:      "gateway of IPv4, director of IPv6 (its gateway known by an IPv4 address)",
 			gws:       map[netip.Addr]Gateway{eip4: {Self: true, Node: "n1"}, eip6: {Node: "n2", Addr: gw2}},
 			roles:     map[netip.Addr]Role{eip4: RoleGateway, eip6: RoleDirector},
-			routes:    []Route{{Family: 6, Table: 7951, Via: gw2, Link: 2}},
+			routes:    []Route{{Family: 6, Table: 7951, Via: eip6, Link: 2}}, // via the egress IP: no IPv4 next hop for IPv6
 			markRules: []string{"return", "return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return", "return fd00:10:244::/56", "mark"},
 			snatRules: []string{"return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return fd00:10:244::/56", "snat", "snatself"},
 			forward:   2,
