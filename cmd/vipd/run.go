@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/health"
 	"github.com/vipd/vipd/vip"
 )
@@ -109,6 +110,7 @@ type daemon struct {
 	elector elector
 	ctrl    *controllers          // the vipd-controllers child, when VIPD_CONTROLLERS is set
 	extra   map[string]func() any // more /status sections, by name
+	egress  *egress.Controller    // VIPD_EGRESS (cmd/vipd/egress.go)
 }
 
 // elector is a running election (cluster mode) as the daemon needs it.
@@ -193,6 +195,10 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		_ = d.ann.Close()
 		return nil, err
 	}
+	if err := d.setupEgress(); err != nil {
+		_ = d.ann.Close()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -209,6 +215,9 @@ func actionTimeout(c *config.Config) time.Duration {
 func (d *daemon) addStatus(name string, fn func() any) { d.extra[name] = fn }
 
 func (d *daemon) onTransition(t vip.Transition) {
+	if d.egress != nil {
+		d.egress.SetHeld(t.VIP.Addr(), t.Held && !t.Failed)
+	}
 	if d.elector == nil {
 		return
 	}
@@ -265,6 +274,13 @@ func (d *daemon) run(parent context.Context) error {
 				}
 			})
 		}()
+		if d.egress != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.egress.Run(ctx) // removes the egress rules when ctx is done
+			}()
+		}
 		if d.elector != nil {
 			wg.Add(1)
 			go func() {
