@@ -212,10 +212,19 @@ func (k *Kernel) Apply(want State, c Changes) error {
 			errs = append(errs, err)
 		}
 	}
+	// Each table holds one default route: an added route replaced the
+	// old one already (deleting it now would delete the new one: IPv6
+	// matches a delete by destination, not by type).
+	replaced := map[[2]int]bool{}
+	for _, r := range c.AddRoutes {
+		replaced[[2]int{r.Family, r.Table}] = true
+	}
 	for _, r := range c.DelRoutes {
 		nr := toNetlinkRoute(r)
 		if raw, ok := r.raw.(*netlink.Route); ok {
 			nr = raw
+		} else if replaced[[2]int{r.Family, r.Table}] {
+			continue
 		}
 		if err := k.nl.RouteDel(nr); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("delete route %s: %w", r, err))
