@@ -94,4 +94,3 @@ func warnForwarding(log *slog.Logger, v6 bool) {
 		check("/proc/sys/net/ipv6/conf/all/forwarding")
 	}
 }
-

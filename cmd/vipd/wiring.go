@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"crypto/sha256"
 	"encoding/binary"
 	"log/slog"
@@ -48,6 +49,9 @@ func checkModeSettings(c *config.Config) error {
 			vips[i] = a.String()
 		}
 		if err := cluster.MetaFits(vips); err != nil {
+			if n := len(c.EgressIPs()); n > 0 {
+				err = fmt.Errorf("%w (counting the %d egress IP(s) of VIPD_EGRESS)", err, n)
+			}
 			return usageError{err}
 		}
 	}
