@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
