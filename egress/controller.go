@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,7 +19,9 @@ type Lookup func(ip netip.Addr) Gateway
 
 // Options configure a Controller.
 type Options struct {
-	Rules    []Rule
+	Rules []Rule // static rules (VIPD_EGRESS); SetRules adds more
+	// Order fixes each egress IP's slot (mark and table), see Input.Order.
+	Order    []netip.Addr
 	Settings Settings
 	Lookup   Lookup
 	// Interval between full comparisons with the kernel (default 1 s).
@@ -38,6 +41,7 @@ type Controller struct {
 	wake chan struct{}
 
 	mu      sync.Mutex
+	dynamic []Rule // from SetRules
 	held    map[netip.Addr]bool
 	applied Input // last input the kernel was brought to
 	roles   map[netip.Addr]Role
@@ -87,12 +91,31 @@ func (c *Controller) SetHeld(ip netip.Addr, held bool) {
 	}
 }
 
+// SetRules replaces the rules that came from outside the configuration
+// (EgressPolicy objects); they add to the static ones.
+func (c *Controller) SetRules(rules []Rule) {
+	c.mu.Lock()
+	c.dynamic = slices.Clone(rules)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) rules() []Rule {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append(slices.Clone(c.opts.Rules), c.dynamic...)
+}
+
 func (c *Controller) input() Input {
-	in := Input{Rules: c.opts.Rules, Settings: c.opts.Settings, Gateways: map[netip.Addr]Gateway{}}
+	rules := c.rules()
+	in := Input{Rules: rules, Settings: c.opts.Settings, Order: c.opts.Order, Gateways: map[netip.Addr]Gateway{}}
 	c.mu.Lock()
 	held := maps.Clone(c.held)
 	c.mu.Unlock()
-	for _, ip := range IPs(c.opts.Rules) {
+	for _, ip := range IPs(rules) {
 		var g Gateway
 		if c.opts.Lookup != nil {
 			g = c.opts.Lookup(ip)
@@ -120,8 +143,9 @@ func (c *Controller) Run(ctx context.Context) {
 	first := true
 	for {
 		in := c.input()
-		if first || !maps.Equal(in.Gateways, prev.Gateways) || time.Since(last) >= c.opts.Interval {
-			c.reconcile(in, first || !maps.Equal(in.Gateways, prev.Gateways))
+		changed := !maps.Equal(in.Gateways, prev.Gateways) || !rulesEqual(in.Rules, prev.Rules)
+		if first || changed || time.Since(last) >= c.opts.Interval {
+			c.reconcile(in, first || changed)
 			prev, last, first = in, time.Now(), false
 		}
 		select {
@@ -164,7 +188,7 @@ func (c *Controller) reconcile(in Input, changed bool) {
 		}
 		c.mGateway.WithLabelValues(ip.String()).Set(v)
 	}
-	appliedBefore := maps.Equal(c.applied.Gateways, in.Gateways) && c.applied.Gateways != nil
+	appliedBefore := maps.Equal(c.applied.Gateways, in.Gateways) && c.applied.Gateways != nil && rulesEqual(c.applied.Rules, in.Rules)
 	c.mu.Unlock()
 
 	obs, err := c.k.Observe(in.Settings)
@@ -241,7 +265,8 @@ func (c *Controller) Status() any {
 	defer c.mu.Unlock()
 	doc := StatusDoc{Table: "inet " + TableName, RoutingTable: c.opts.Settings.Table, RulePriority: c.opts.Settings.RulePriority,
 		MarkMask: fmt.Sprintf("%#08x", c.opts.Settings.MarkMask), LastError: c.lastErr}
-	for _, ip := range IPs(c.opts.Rules) {
+	rules := append(slices.Clone(c.opts.Rules), c.dynamic...)
+	for _, ip := range IPs(rules) {
 		g := c.gws[ip]
 		s := IPStatus{IP: ip.String(), Role: c.roles[ip], GatewayNode: g.Node, Since: c.since[ip]}
 		if g.Addr.IsValid() {
@@ -250,7 +275,7 @@ func (c *Controller) Status() any {
 		if s.Role == RoleDirector && !g.Addr.IsValid() {
 			s.GatewayNode = "(none known: traffic rejected)"
 		}
-		for _, r := range c.opts.Rules {
+		for _, r := range rules {
 			if r.IP == ip {
 				s.Rules = append(s.Rules, ruleText(r))
 			}
@@ -276,4 +301,10 @@ func ruleText(r Rule) string {
 		s += p.String()
 	}
 	return s
+}
+
+func rulesEqual(a, b []Rule) bool {
+	return slices.EqualFunc(a, b, func(x, y Rule) bool {
+		return x.IP == y.IP && slices.Equal(x.From, y.From) && slices.Equal(x.To, y.To)
+	})
 }

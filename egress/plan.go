@@ -72,6 +72,30 @@ type Input struct {
 	Rules    []Rule
 	Gateways map[netip.Addr]Gateway
 	Settings Settings
+	// Order fixes the slot (mark value and routing table) of each egress
+	// IP, so that rules coming and going (EgressPolicy objects) do not
+	// renumber the others. Empty: the order of first mention in Rules.
+	// Rules whose IP is not in Order are ignored.
+	Order []netip.Addr
+}
+
+// slots returns the egress IPs in use with their slot numbers.
+func (in Input) slots() (ips []netip.Addr, slot map[netip.Addr]int) {
+	slot = map[netip.Addr]int{}
+	used := IPs(in.Rules)
+	if len(in.Order) == 0 {
+		for i, ip := range used {
+			slot[ip] = i
+		}
+		return used, slot
+	}
+	for i, ip := range in.Order {
+		if slices.Contains(used, ip) && i < MaxEgressIPs {
+			ips = append(ips, ip)
+			slot[ip] = i
+		}
+	}
+	return ips, slot
 }
 
 // Role of this node for one egress IP.
@@ -215,7 +239,7 @@ func family(a netip.Addr) int {
 // Plan computes the desired kernel state. It is a pure function.
 func Plan(in Input) State {
 	st := State{Roles: map[netip.Addr]Role{}}
-	ips := IPs(in.Rules)
+	ips, slot := in.slots()
 	if len(ips) == 0 {
 		return st
 	}
@@ -233,6 +257,9 @@ func Plan(in Input) State {
 		addExcl(p)
 	}
 	for _, r := range in.Rules {
+		if _, ok := slot[r.IP]; !ok {
+			continue
+		}
 		for _, p := range r.From {
 			addExcl(p)
 		}
@@ -262,7 +289,8 @@ func Plan(in Input) State {
 	}
 
 	var mark, snat, fwd []NftRule
-	for i, ip := range ips {
+	for _, ip := range ips {
+		i := slot[ip]
 		f := family(ip)
 		gw := in.Gateways[ip]
 		value := MarkValue(i, s.MarkMask)

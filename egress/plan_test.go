@@ -233,3 +233,18 @@ func TestDiff(t *testing.T) {
 		})
 	}
 }
+
+func TestPlanOrderKeepsSlots(t *testing.T) {
+	a, b, c := netip.MustParseAddr("10.0.0.200"), netip.MustParseAddr("10.0.0.201"), netip.MustParseAddr("10.0.0.202")
+	// Only b has rules now (a's policy went away): b keeps slot 1; c is not
+	// an address this node elects and is ignored.
+	r := []Rule{{IP: b, From: []netip.Prefix{pods}, To: []netip.Prefix{any4}}, {IP: c, From: []netip.Prefix{pods}, To: []netip.Prefix{any4}}}
+	st := Plan(Input{Rules: r, Order: []netip.Addr{a, b}, Gateways: map[netip.Addr]Gateway{b: {Addr: netip.MustParseAddr("10.0.0.12")}}, Settings: settings()})
+	want := []IPRule{{Family: 4, Priority: 7950, Mark: 0x200000, Mask: 0xf00000, Table: 7951}}
+	if !slices.Equal(st.IPRules, want) || len(st.Routes) != 1 || st.Routes[0].Table != 7951 {
+		t.Fatalf("rules %v routes %v", st.IPRules, st.Routes)
+	}
+	if _, ok := st.Roles[c]; ok {
+		t.Fatalf("an address outside Order got a role: %v", st.Roles)
+	}
+}
