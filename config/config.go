@@ -101,6 +101,7 @@ type Config struct {
 	EgressTable        int
 	EgressRulePriority int
 	EgressMarkMask     uint32
+	EgressPolicies     bool // VIPD_EGRESS_POLICIES=on
 }
 
 // Quorum is VIPD_QUORUM: auto (majority of known members), off, or a fixed N.

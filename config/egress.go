@@ -94,6 +94,26 @@ var egressSettings = []Setting{
 			c.EgressMarkMask = m
 			return nil
 		}, format: func(c *Config) string { return fmt.Sprintf("%#08x", c.EgressMarkMask) }},
+	{Env: "VIPD_EGRESS_POLICIES", Flag: "egress-policies", Default: "off", Section: SecEgress,
+		Doc: "on: also program the EgressPolicy objects (vipd.io/v1alpha1) of the cluster (VIPD_KUBECONFIG), resolved to pod addresses by a vipd-controllers child; " +
+			"their egress IPs must be among the addresses this node elects (VIPD_ADDRESS or VIPD_EGRESS).",
+		Accepted: "on or off",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "on":
+				c.EgressPolicies = true
+			case "off":
+				c.EgressPolicies = false
+			default:
+				return errInvalid
+			}
+			return nil
+		}, format: func(c *Config) string {
+			if c.EgressPolicies {
+				return "on"
+			}
+			return "off"
+		}},
 }
 
 // ParseEgress parses a VIPD_EGRESS value. Errors name one rule and the
@@ -182,6 +202,14 @@ func (c *Config) EgressIPs() []netip.Addr {
 // checkEgress validates VIPD_EGRESS against the other settings and adds
 // the egress IPs to the elected addresses.
 func (c *Config) checkEgress() error {
+	if c.EgressPolicies {
+		if c.Mode != ModeL2 {
+			return &Error{Name: "VIPD_EGRESS_POLICIES", Value: "on", Accepted: "on in l2 mode only (the gateway is the one elected holder of the egress IP)"}
+		}
+		if len(c.Addresses) == 0 && len(c.Egress) == 0 {
+			return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "the egress IPs of the EgressPolicy objects (VIPD_EGRESS_POLICIES=on): vipd elects only the addresses it is given"}
+		}
+	}
 	if len(c.Egress) == 0 {
 		return nil
 	}

@@ -37,7 +37,13 @@ func TestEgressValid(t *testing.T) {
 		t.Fatalf("cluster CIDRs: %v", c.EgressClusterCIDRs)
 	}
 	// The effective value reads back the same.
-	c2, err := load(t, "VIPD_EGRESS", strings.TrimPrefix(c.Effective()[len(c.Effective())-5], "VIPD_EGRESS="))
+	var eff string
+	for _, l := range c.Effective() {
+		if v, ok := strings.CutPrefix(l, "VIPD_EGRESS="); ok {
+			eff = v
+		}
+	}
+	c2, err := load(t, "VIPD_EGRESS", eff)
 	if err != nil || len(c2.Egress) != 3 || c2.Egress[1].String() != c.Egress[1].String() {
 		t.Fatalf("round trip: %v %v", err, c2)
 	}
@@ -78,6 +84,9 @@ func TestEgressInvalid(t *testing.T) {
 		{[]string{"VIPD_EGRESS_MARK_MASK", "0x1"}, "VIPD_EGRESS_MARK_MASK", "0x1", "2 to 8 bits"},
 		{[]string{"VIPD_EGRESS_TABLE", "254"}, "VIPD_EGRESS_TABLE", "254", "from 256"},
 		{[]string{"VIPD_EGRESS_RULE_PRIORITY", "32766"}, "VIPD_EGRESS_RULE_PRIORITY", "32766", "to 32765"},
+		{[]string{"VIPD_EGRESS_POLICIES", "yes"}, "VIPD_EGRESS_POLICIES", "yes", "on or off"},
+		{[]string{"VIPD_EGRESS_POLICIES", "on", "VIPD_MODE", "cloud"}, "VIPD_EGRESS_POLICIES", "on", "l2 mode only"},
+		{[]string{"VIPD_EGRESS_POLICIES", "on", "VIPD_ADDRESS", ""}, "VIPD_ADDRESS", "", "egress IPs of the EgressPolicy objects"},
 	}
 	for _, tt := range tests {
 		_, err := load(t, tt.kv...)
