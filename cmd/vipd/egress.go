@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/vipd/vipd/config"
@@ -40,7 +42,7 @@ func (d *daemon) setupEgress() error {
 		d.log.Debug("egress: no kernel access to check for stale state", "err", err)
 		return nil
 	}
-	if len(c.Egress) == 0 {
+	if len(c.Egress) == 0 && !c.EgressPolicies {
 		defer k.Close()
 		ch, err := k.Remove(egressSettings(c, 0))
 		if err != nil {
@@ -61,7 +63,6 @@ func (d *daemon) setupEgress() error {
 		rules[i] = egress.Rule{IP: r.IP, From: r.From, To: r.To}
 		v6 = v6 || r.IP.Is6()
 	}
-	warnForwarding(d.log, v6)
 	var lookup egress.Lookup
 	if hl, ok := d.elector.(holderLookup); ok {
 		self := c.NodeName
@@ -74,10 +75,42 @@ func (d *daemon) setupEgress() error {
 		self := c.NodeName
 		lookup = func(netip.Addr) egress.Gateway { return egress.Gateway{Node: self} }
 	}
-	d.egress = egress.NewController(egress.Options{Rules: rules, Settings: egressSettings(c, l.Attrs().Index), Lookup: lookup},
-		k, d.log, d.reg)
+	opts := egress.Options{Rules: rules, Settings: egressSettings(c, l.Attrs().Index), Lookup: lookup}
+	if c.EgressPolicies {
+		// Policies come and go: every elected address keeps its slot (mark
+		// and routing table), the static egress IPs first.
+		opts.Order = c.EgressIPs()
+		for _, p := range c.Addresses {
+			if !slices.Contains(opts.Order, p.Addr()) {
+				opts.Order = append(opts.Order, p.Addr())
+			}
+		}
+		v6 = true
+	}
+	warnForwarding(d.log, v6)
+	d.egress = egress.NewController(opts, k, d.log, d.reg)
+	if c.EgressPolicies {
+		if d.egressFeed, err = newEgressFeed(c, d.log, d.egress.SetRules); err != nil {
+			k.Close()
+			return err
+		}
+	}
 	d.addStatus("egress", d.egress.Status)
 	return nil
+}
+
+// runEgress runs the egress controller (and the policy feed) until ctx is
+// done; the controller then removes what it programmed.
+func (d *daemon) runEgress(ctx context.Context) {
+	if d.egressFeed != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			d.egressFeed.Run(ctx)
+		}()
+		defer func() { <-done }()
+	}
+	d.egress.Run(ctx)
 }
 
 // warnForwarding logs when the node does not forward packets: a gateway

@@ -111,6 +111,8 @@ type daemon struct {
 	ctrl    *controllers          // the vipd-controllers child, when VIPD_CONTROLLERS is set
 	extra   map[string]func() any // more /status sections, by name
 	egress  *egress.Controller    // VIPD_EGRESS (cmd/vipd/egress.go)
+
+	egressFeed *egressFeed // VIPD_EGRESS_POLICIES (cmd/vipd/egressfeed.go)
 }
 
 // elector is a running election (cluster mode) as the daemon needs it.
@@ -278,7 +280,7 @@ func (d *daemon) run(parent context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d.egress.Run(ctx) // removes the egress rules when ctx is done
+				d.runEgress(ctx) // removes the egress rules when ctx is done
 			}()
 		}
 		if d.elector != nil {
