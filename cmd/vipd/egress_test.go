@@ -2,10 +2,14 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/egress"
 )
 
 // TestCheckConfigEgress: VIPD_EGRESS errors are one line naming the
@@ -50,5 +54,34 @@ func TestCheckConfigEgress(t *testing.T) {
 				t.Fatalf("the limit error does not mention VIPD_EGRESS: %q", errs)
 			}
 		})
+	}
+}
+
+// TestEgressFeedParse: the feed's lines become rules for the egress IPs
+// this node elects; anything else is skipped with a reason, and a line
+// replaces the whole rule set.
+func TestEgressFeedParse(t *testing.T) {
+	var got [][]egress.Rule
+	f := &egressFeed{log: slog.New(slog.NewTextHandler(io.Discard, nil)), set: func(r []egress.Rule) { got = append(got, r) },
+		elected: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true, netip.MustParseAddr("fd00::200"): true}}
+	feed := strings.Join([]string{
+		`{"rules":[{"policy":"a/x","egressIP":"10.0.0.200","from":["10.244.1.5/32","10.244.2.9/32"],"to":["0.0.0.0/0"]},` +
+			`{"policy":"a/y","egressIP":"10.0.0.99","from":["10.244.1.5/32"],"to":["0.0.0.0/0"]},` +
+			`{"policy":"a/z","egressIP":"fd00::200","from":["10.244.1.5/32"],"to":["::/0"]},` +
+			`{"policy":"a/v6","egressIP":"fd00::200","from":["fd00:10:244::5/128"],"to":["::/0"]}]}`,
+		`not json`,
+		`{"rules":[]}`,
+	}, "\n") + "\n"
+	if err := f.read(strings.NewReader(feed)); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("rule sets: %v", got)
+	}
+	if len(got[0]) != 2 || got[0][0].IP != netip.MustParseAddr("10.0.0.200") || len(got[0][0].From) != 2 || got[0][1].IP != netip.MustParseAddr("fd00::200") {
+		t.Fatalf("first set: %+v", got[0])
+	}
+	if len(got[1]) != 0 {
+		t.Fatalf("an empty line of rules must clear them: %+v", got[1])
 	}
 }
