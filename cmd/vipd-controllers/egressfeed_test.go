@@ -18,6 +18,7 @@ import (
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/internal/kubetest"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -168,11 +169,11 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crd, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/crds/egresspolicy.yaml"))
+	objs, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/crds/egresspolicy.yaml"), filepath.Join(root, "deploy/kube/egresspolicy-rbac.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kubetest.Apply(ctx, srv.Config(), crd...); err != nil {
+	if err := kubetest.Apply(ctx, srv.Config(), objs...); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := kubernetes.NewForConfig(srv.Config())
@@ -234,9 +235,23 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The feed runs with the documented RBAC only (deploy/kube/egresspolicy-rbac.yaml).
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "vipd-egress-test"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "vipd-egress"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: kubetest.User}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ucs, err := kubernetes.NewForConfig(srv.UserConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	udyn, err := dynamic.NewForConfig(srv.UserConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &config.Config{NodeName: "n1", Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.200/32")}}
 	sink := newLineSink()
-	f := &egressFeed{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), dyn: dyn, cs: cs, out: sink,
+	f := &egressFeed{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), dyn: udyn, cs: ucs, out: sink,
 		statusOf: func(context.Context) map[netip.Addr]bool { return map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true} }}
 	fctx, fcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
