@@ -184,6 +184,17 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The documented example applies as it is.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	example, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/examples/egresspolicy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kubetest.Apply(ctx, srv.Config(), example...); err != nil {
+		t.Fatalf("deploy/kube/examples/egresspolicy.yaml: %v", err)
+	}
 	for _, ns := range []string{"egress-a", "egress-b"} {
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
