@@ -263,7 +263,9 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 	c := &config.Config{NodeName: "n1", Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.200/32")}}
 	sink := newLineSink()
 	f := &egressFeed{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), dyn: udyn, cs: ucs, out: sink,
-		statusOf: func(context.Context) map[netip.Addr]bool { return map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true} }}
+		statusOf: func(context.Context) map[netip.Addr]bool {
+			return map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true}
+		}}
 	fctx, fcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- f.Run(fctx) }()
