@@ -126,12 +126,14 @@ func (k *Kernel) Observe(s Settings) (Observed, error) {
 			}
 			o.IPRules = append(o.IPRules, ir)
 		}
-		for t := s.Table; t < s.Table+MaxEgressIPs; t++ {
-			routes, err := k.nl.RouteListFiltered(fam, &netlink.Route{Table: t}, netlink.RT_FILTER_TABLE)
-			if err != nil {
-				return o, fmt.Errorf("list routes of table %d: %w", t, err)
-			}
-			for _, r := range routes {
+		// One dump of every table (RT_TABLE_UNSPEC), filtered here: a
+		// dump per table would walk the node's whole FIB 15 times.
+		routes, err := k.nl.RouteListFiltered(fam, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return o, fmt.Errorf("list routes: %w", err)
+		}
+		for _, r := range routes {
+			if ownTable(s, r.Table) {
 				o.Routes = append(o.Routes, fromNetlinkRoute(fam, r))
 			}
 		}
