@@ -41,7 +41,8 @@ type Controller struct {
 	wake chan struct{}
 
 	mu      sync.Mutex
-	dynamic []Rule // from SetRules
+	left    <-chan struct{} // closed once the node left the cluster (SetLeft)
+	dynamic []Rule          // from SetRules
 	held    map[netip.Addr]bool
 	applied Input // last input the kernel was brought to
 	roles   map[netip.Addr]Role
@@ -150,11 +151,76 @@ func (c *Controller) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			c.drain()
 			c.stop()
 			return
 		case <-poll.C:
 		case <-c.wake:
 		}
+	}
+}
+
+// SetLeft gives the controller a channel closed once the node has left
+// the cluster at shutdown (see drain). Without one, a stopping gateway
+// waits for the release of its egress IPs only.
+func (c *Controller) SetLeft(left <-chan struct{}) {
+	c.mu.Lock()
+	c.left = left
+	c.mu.Unlock()
+}
+
+// Drain bounds of a stopping gateway (see drain).
+const (
+	drainMax   = 2 * time.Second        // the whole drain at most
+	drainGrace = 150 * time.Millisecond // after the leave: the directors' next poll
+)
+
+// drain keeps a stopping gateway's SNAT until the directors route
+// elsewhere: removed at once, the directors' packets still arriving would
+// be forwarded without it and leave with this node's address (the CNI's
+// masquerade). The directors keep this node as the gateway until it has
+// released the egress IPs and left the cluster (until then it is still the
+// best-ranked eligible member), so drain waits for both, then a grace for
+// the directors' next poll, at most drainMax in all.
+func (c *Controller) drain() {
+	c.mu.Lock()
+	gateway := false
+	for _, r := range c.roles {
+		gateway = gateway || r == RoleGateway
+	}
+	left := c.left
+	c.mu.Unlock()
+	if !gateway {
+		return
+	}
+	deadline := time.After(drainMax)
+	for {
+		c.mu.Lock()
+		held := false
+		for _, h := range c.held {
+			held = held || h
+		}
+		c.mu.Unlock()
+		if !held {
+			break
+		}
+		select {
+		case <-c.wake:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			return
+		}
+	}
+	if left != nil {
+		select {
+		case <-left:
+		case <-deadline:
+			return
+		}
+	}
+	select {
+	case <-time.After(drainGrace):
+	case <-deadline:
 	}
 }
 

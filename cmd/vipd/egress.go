@@ -100,8 +100,10 @@ func (d *daemon) setupEgress() error {
 }
 
 // runEgress runs the egress controller (and the policy feed) until ctx is
-// done; the controller then removes what it programmed.
-func (d *daemon) runEgress(ctx context.Context) {
+// done; the controller then removes what it programmed (a gateway once
+// left is closed: the node has left the cluster).
+func (d *daemon) runEgress(ctx context.Context, left <-chan struct{}) {
+	d.egress.SetLeft(left)
 	if d.egressFeed != nil {
 		done := make(chan struct{})
 		go func() {

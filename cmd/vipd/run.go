@@ -276,12 +276,16 @@ func (d *daemon) run(parent context.Context) error {
 				}
 			})
 		}()
+		// Egress stops after the node left the cluster (a gateway keeps its
+		// SNAT until the directors route elsewhere): awaited below.
+		egressDone, egressLeft := make(chan struct{}), make(chan struct{})
 		if d.egress != nil {
-			wg.Add(1)
 			go func() {
-				defer wg.Done()
-				d.runEgress(ctx) // removes the egress rules when ctx is done
+				defer close(egressDone)
+				d.runEgress(ctx, egressLeft) // removes the egress rules when ctx is done
 			}()
+		} else {
+			close(egressDone)
 		}
 		if d.elector != nil {
 			wg.Add(1)
@@ -299,6 +303,8 @@ func (d *daemon) run(parent context.Context) error {
 					d.log.Warn("leaving the cluster", "err", err)
 				}
 			}
+			close(egressLeft)
+			<-egressDone
 			_ = d.ann.Close()
 		}()
 	} else {
