@@ -632,6 +632,68 @@ func TestEgress(t *testing.T) {
 		})
 	})
 
+	t.Run("gateway-vipd-crash", func(t *testing.T) {
+		// Only vipd dies on the gateway (SIGKILL), the node stays up and
+		// systemd restarts vipd a second later: the kernel keeps the egress
+		// IP and the SNAT until the restarted vipd removes them; the next
+		// gateway binds once nobody answers for the address any more.
+		gw := l.holder(l.e4)
+		dir := l.director()
+		di := nodeIndex(dir.Name)
+		l.waitSource(l.podNS(di, 1), server4, l.e4.String(), 10*time.Second)
+		p4 := startProber(l.podNS(di, 1), server4)
+		time.Sleep(300 * time.Millisecond)
+		t0 := time.Now()
+		l.vipd[gw].Kill()
+		time.Sleep(time.Second)
+		l.start(gw, true)
+		waitFor(t, 10*time.Second, "egress through a gateway again", func() error {
+			g, err := l.Holders(context.Background(), l.e4)
+			if err != nil || len(g) != 1 {
+				return fmt.Errorf("holders %v %v", g, err)
+			}
+			if src, err := probeOnce(l.podNS(di, 1), server4, 300*time.Millisecond); err != nil || src != l.e4.String() {
+				return fmt.Errorf("server saw %q %v", src, err)
+			}
+			return nil
+		})
+		res := p4.Stop()
+		var gap time.Duration
+		last := t0
+		for _, r := range res {
+			if r.src == "" {
+				continue
+			}
+			if r.src != l.e4.String() {
+				t.Fatalf("the server saw %s from the selected pod", r.src)
+			}
+			if r.at.After(t0) && r.at.Sub(last) > gap {
+				gap = r.at.Sub(last)
+			}
+			if r.at.After(last) {
+				last = r.at
+			}
+		}
+		t.Logf("gateway %s's vipd killed, restarted 1 s later: gateway now %s; longest gap at %s's pod: %v",
+			gw, l.holder(l.e4), dir.Name, gap.Round(time.Millisecond))
+		fmt.Printf("EGRESS GATEWAY VIPD CRASH (restart after 1 s): longest gap %v\n", gap.Round(time.Millisecond))
+		if gap > 8*time.Second {
+			t.Errorf("outage %v", gap)
+		}
+		waitFor(t, 10*time.Second, "two directors and one gateway", func() error {
+			n := 0
+			for _, h := range l.Nodes {
+				if strings.HasPrefix(l.roles(h), "gateway") {
+					n++
+				}
+			}
+			if n != 1 {
+				return fmt.Errorf("%d gateways of the IPv4 egress IP", n)
+			}
+			return nil
+		})
+	})
+
 	t.Run("crash-restart-without-egress", func(t *testing.T) {
 		// A director's vipd crashes; its rules stay (nobody removes them)
 		// until vipd starts again, now without VIPD_EGRESS: it removes
