@@ -13,8 +13,13 @@ const (
 	// HandoverWait is how long a node that becomes an address's holder
 	// while the previous holder is still alive and eligible (a node
 	// joined, the address's eligible nodes changed) waits for that holder
-	// to see the same change and release, before probing and binding.
+	// to release, when it does not probe. With the probe (l2) it probes at
+	// once and again every ProbeRetry while the old holder answers.
 	HandoverWait = time.Second
+	// JoinSettle is how long a member must have been in the view before
+	// it counts as a candidate: a joining node (which takes nothing during
+	// its StartupWait) is ready before the others hand it its share.
+	JoinSettle = StartupWait + 500*time.Millisecond
 	// StartupWait is how long after start a node leaves addresses alone:
 	// its view of the cluster settles (memberlist joins) before it takes
 	// or drops anything, including addresses a previous run left bound.
@@ -157,7 +162,8 @@ type Machine struct {
 	stopping bool
 	desired  bool // a Desired has been seen
 
-	members map[string]Member
+	members   map[string]Member
+	firstSeen map[string]time.Time // when each member entered the view
 	slots   map[netip.Addr]*slot
 	known   map[netip.Addr]string // every address ever desired, with its mode: ours to release
 	bound   map[netip.Addr]bool   // last Observed
@@ -166,7 +172,7 @@ type Machine struct {
 // NewMachine starts a machine at now.
 func NewMachine(cfg Config, now time.Time) *Machine {
 	return &Machine{cfg: cfg, started: now,
-		members: map[string]Member{},
+		members: map[string]Member{}, firstSeen: map[string]time.Time{},
 		slots:   map[netip.Addr]*slot{},
 		known:   map[netip.Addr]string{},
 		bound:   map[netip.Addr]bool{},
@@ -183,6 +189,14 @@ func (m *Machine) Step(ev Event, now time.Time) Output {
 		m.members = make(map[string]Member, len(ev.Members))
 		for _, mb := range ev.Members {
 			m.members[mb.Name] = mb
+			if _, ok := m.firstSeen[mb.Name]; !ok {
+				m.firstSeen[mb.Name] = now
+			}
+		}
+		for n := range m.firstSeen {
+			if _, ok := m.members[n]; !ok {
+				delete(m.firstSeen, n)
+			}
 		}
 	case Observed:
 		m.observe(ev.Bound)
@@ -293,15 +307,26 @@ func (m *Machine) hold(s *slot, now time.Time, out *Output) {
 }
 
 // candidates returns the members that may hold a, sorted.
-func (m *Machine) candidates(a Address) []string {
+func (m *Machine) candidates(a Address, now time.Time) []string {
 	var c []string
 	for _, mb := range m.members {
-		if !mb.Suspect && mb.Eligible && mb.Pools && a.Eligible(mb.Name) {
+		if !mb.Suspect && mb.Eligible && mb.Pools && a.Eligible(mb.Name) && m.settled(mb.Name, now) {
 			c = append(c, mb.Name)
 		}
 	}
 	slices.Sort(c)
 	return c
+}
+
+// settled reports whether member counts as a candidate yet: this node
+// after its StartupWait; a member already there when this node started at
+// once; a member that joined later after JoinSettle.
+func (m *Machine) settled(name string, now time.Time) bool {
+	if name == m.cfg.Name {
+		return now.Sub(m.started) >= StartupWait
+	}
+	fs := m.firstSeen[name]
+	return !fs.After(m.started.Add(StartupWait)) || now.Sub(fs) >= JoinSettle
 }
 
 func (m *Machine) selfEligible() bool {
@@ -320,7 +345,7 @@ func (m *Machine) evaluate(now time.Time, out *Output) {
 		if a.Mode == ModeBGP {
 			want = self && a.Eligible(m.cfg.Name)
 		} else {
-			w := Winner(addr, m.candidates(a))
+			w := Winner(addr, m.candidates(a, now))
 			if w != s.winner {
 				if s.winner != "" {
 					s.from, s.changedAt = s.winner, now
@@ -411,6 +436,8 @@ func (m *Machine) handoverDone(s *slot, now time.Time) bool {
 		return false
 	case !p.Eligible || !p.Pools:
 		return true // it releases everything when it stops being eligible
+	case m.cfg.Probe:
+		return true // the probe tells when it has released
 	}
 	return !now.Before(s.changedAt.Add(HandoverWait))
 }
@@ -424,6 +451,9 @@ func (m *Machine) next(now time.Time) time.Time {
 		}
 	}
 	add(m.started.Add(StartupWait))
+	for _, fs := range m.firstSeen {
+		add(fs.Add(JoinSettle))
+	}
 	for _, s := range m.slots {
 		switch s.state {
 		case held:
@@ -433,7 +463,7 @@ func (m *Machine) next(now time.Time) time.Time {
 		case conflict, backoff:
 			add(s.retryAt)
 		case idle:
-			if s.from != "" && s.winner == m.cfg.Name {
+			if s.from != "" && s.winner == m.cfg.Name && !m.cfg.Probe {
 				add(s.changedAt.Add(HandoverWait))
 			}
 		}
@@ -465,12 +495,12 @@ type AddressStatus struct {
 }
 
 // Status returns every desired address, sorted.
-func (m *Machine) Status() []AddressStatus {
+func (m *Machine) Status(now time.Time) []AddressStatus {
 	out := make([]AddressStatus, 0, len(m.slots))
 	for _, addr := range m.sortedAddrs() {
 		s := m.slots[addr]
 		st := AddressStatus{Address: addr.String(), Pool: s.addr.Pool, Mode: s.addr.Mode, Service: s.addr.Service,
-			State: s.state.String(), Conflict: s.conflictMAC, Eligible: len(m.candidates(s.addr))}
+			State: s.state.String(), Conflict: s.conflictMAC, Eligible: len(m.candidates(s.addr, now))}
 		if s.addr.Mode == ModeL2 {
 			st.Holder = s.winner
 		} else if st.State == "held" {

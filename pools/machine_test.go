@@ -112,17 +112,15 @@ func TestMachine(t *testing.T) {
 			// b dead: whoever of a, c wins now takes it; a only if it wins.
 			{at: 6 * time.Second, ev: members("a", "c"), acquire: ifWins(netip.MustParseAddr(lost), "a", "a", "c")},
 		}},
-		{"the eligible nodes change to favour this node: it waits for the old holder's hand-over", []step{
+		{"the eligible nodes change to favour this node: it probes until the old holder released", []step{
 			{at: 0, ev: members("a", "b")},
 			{at: 0, ev: Desired{Addresses: []Address{l2(won, "b")}}},
 			{at: StartupWait, ev: Tick{}},
-			{at: 10 * time.Second, ev: Desired{Addresses: []Address{l2(won, "a", "b")}}},
-			{at: 10*time.Second + HandoverWait - time.Millisecond, ev: Tick{}},
-			{at: 10*time.Second + HandoverWait, ev: Tick{}, acquire: []string{won}},
+			{at: 10 * time.Second, ev: Desired{Addresses: []Address{l2(won, "a", "b")}}, acquire: []string{won}},
 			// The probe is answered: the old holder has not released yet.
-			{at: 10*time.Second + HandoverWait + 50*time.Millisecond, ev: Acquired{Results: []Result{{Addr: netip.MustParseAddr(won), ConflictMAC: "02:00:00:00:00:0b"}}}},
-			{at: 10*time.Second + HandoverWait + 50*time.Millisecond + ProbeRetry, ev: Tick{}, acquire: []string{won}},
-			{at: 10*time.Second + HandoverWait + 350*time.Millisecond, ev: ok(won), announc: []string{won}},
+			{at: 10*time.Second + 50*time.Millisecond, ev: Acquired{Results: []Result{{Addr: netip.MustParseAddr(won), ConflictMAC: "02:00:00:00:00:0b"}}}},
+			{at: 10*time.Second + 50*time.Millisecond + ProbeRetry, ev: Tick{}, acquire: []string{won}},
+			{at: 10*time.Second + 350*time.Millisecond, ev: ok(won), announc: []string{won}},
 		}},
 		{"the old holder became ineligible: no wait", []step{
 			{at: 0, ev: members("a", "b", "c")},
@@ -143,6 +141,15 @@ func TestMachine(t *testing.T) {
 			{at: 15 * time.Second, ev: Acquired{Results: []Result{{Addr: netip.MustParseAddr(won), ConflictMAC: "02:00:00:00:00:99"}}}},
 			{at: 20 * time.Second, ev: Tick{}, acquire: []string{won}},
 			{at: 20 * time.Second, ev: ok(won), announc: []string{won}},
+		}},
+		{"a member that joins later counts after JoinSettle, then takes what it wins", []step{
+			{at: 0, ev: members("a")},
+			{at: 0, ev: Desired{Addresses: []Address{l2(lost)}}},
+			{at: StartupWait, ev: Tick{}, acquire: []string{lost}},
+			{at: StartupWait, ev: ok(lost), announc: []string{lost}},
+			{at: 10 * time.Second, ev: members("a", "b"), announc: []string{lost}},
+			{at: 10*time.Second + JoinSettle - time.Millisecond, ev: Tick{}, announc: []string{lost}},
+			{at: 10*time.Second + JoinSettle, ev: Tick{}, release: []string{lost}},
 		}},
 		{"a failed bind is retried after FailRetry", []step{
 			{at: 0, ev: members("a")},
@@ -257,7 +264,9 @@ func TestAnnouncementsAreBatched(t *testing.T) {
 	for !out.Next.After(t0.Add(StartupWait + Refresh + 5*time.Second)) {
 		now = out.Next
 		out = m.Step(Tick{}, now)
-		steps++
+		if len(out.Announce) > 0 {
+			steps++
+		}
 		total += len(out.Announce)
 		if len(out.Announce) != 0 && len(out.Announce) != 1000 {
 			t.Fatalf("at %v: %d announcements in a step: not batched", now.Sub(t0), len(out.Announce))
@@ -268,5 +277,37 @@ func TestAnnouncementsAreBatched(t *testing.T) {
 	}
 	if c := m.Counts(); c.Held != 1000 || c.Desired != 1000 {
 		t.Fatalf("counts %+v", c)
+	}
+}
+
+// TestSpread: rendezvous hashing spreads addresses evenly and moves only
+// the share of a node that leaves or joins.
+func TestSpread(t *testing.T) {
+	nodes := []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}
+	const n = 10000
+	count := map[string]int{}
+	for i := range n {
+		count[Winner(addrN(netip.MustParseAddr("10.64.0.0"), i), nodes)]++
+	}
+	lo, hi := n, 0
+	for _, c := range count {
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	if float64(hi)/float64(lo) > 1.1 {
+		t.Fatalf("spread of %d addresses over %d nodes: %v (max/min %.2f, want <= 1.1)", n, len(nodes), count, float64(hi)/float64(lo))
+	}
+	moved := 0
+	for i := range n {
+		a := addrN(netip.MustParseAddr("10.64.0.0"), i)
+		before, after := Winner(a, nodes), Winner(a, nodes[:4])
+		if before != after {
+			if before != "worker-2" {
+				t.Fatalf("%s moved from %s to %s when worker-2 left", a, before, after)
+			}
+			moved++
+		}
+	}
+	if moved != count["worker-2"] {
+		t.Fatalf("moved %d, want worker-2's %d", moved, count["worker-2"])
 	}
 }
