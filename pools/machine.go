@@ -545,3 +545,16 @@ func (m *Machine) Held() []netip.Addr {
 func (s *slot) String() string {
 	return fmt.Sprintf("%s %s winner=%s from=%s", s.addr.Addr, s.state, s.winner, s.from)
 }
+
+// KnownL2 returns every l2 address this machine has been told about
+// (desired now or before): the addresses whose bindings are its to check.
+func (m *Machine) KnownL2() []netip.Addr {
+	var out []netip.Addr
+	for a, mode := range m.known {
+		if mode == ModeL2 {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
+}
