@@ -164,18 +164,18 @@ type Machine struct {
 
 	members   map[string]Member
 	firstSeen map[string]time.Time // when each member entered the view
-	slots   map[netip.Addr]*slot
-	known   map[netip.Addr]string // every address ever desired, with its mode: ours to release
-	bound   map[netip.Addr]bool   // last Observed
+	slots     map[netip.Addr]*slot
+	known     map[netip.Addr]string // every address ever desired, with its mode: ours to release
+	bound     map[netip.Addr]bool   // last Observed
 }
 
 // NewMachine starts a machine at now.
 func NewMachine(cfg Config, now time.Time) *Machine {
 	return &Machine{cfg: cfg, started: now,
 		members: map[string]Member{}, firstSeen: map[string]time.Time{},
-		slots:   map[netip.Addr]*slot{},
-		known:   map[netip.Addr]string{},
-		bound:   map[netip.Addr]bool{},
+		slots: map[netip.Addr]*slot{},
+		known: map[netip.Addr]string{},
+		bound: map[netip.Addr]bool{},
 	}
 }
 
