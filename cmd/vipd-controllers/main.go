@@ -45,8 +45,11 @@ func main() {
 }
 
 func run() error {
+	if len(os.Args) == 2 && os.Args[1] == "pools-feed" {
+		return runPoolsFeed()
+	}
 	if len(os.Args) > 1 {
-		return fmt.Errorf("takes no arguments: it is started by `vipd run` with VIPD_CONTROLLERS set")
+		return fmt.Errorf("takes no arguments (or pools-feed): it is started by `vipd run` with VIPD_CONTROLLERS set or VIPD_POOLS=on")
 	}
 	c, err := config.Load(config.EnvSource)
 	if err != nil {
