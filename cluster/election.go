@@ -77,6 +77,8 @@ type Meta struct {
 	// Leaving is set by a node that stops gracefully, just before it
 	// leaves: the others forget it at once instead of after the expiry.
 	Leaving bool `json:"l,omitempty"`
+	// Pools is set by a node that announces pool addresses (VIPD_POOLS=on).
+	Pools bool `json:"o,omitempty"`
 }
 
 // Holds reports whether the member claims vip.
