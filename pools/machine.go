@@ -152,6 +152,8 @@ type slot struct {
 
 	conflictMAC string
 	conflictAt  time.Time // first answer of this conflict episode
+
+	adopting bool // acquiring an address found bound (left by a previous run)
 }
 
 // Machine decides, for this node, which pool addresses it holds. Use
@@ -270,6 +272,13 @@ func (m *Machine) acquired(rs []Result, now time.Time, out *Output) {
 			}
 			continue
 		}
+		adopting := s.adopting
+		s.adopting = false
+		if adopting && r.ConflictMAC != "" {
+			// Our leftover binding answers next to another holder's.
+			out.Release = append(out.Release, Target{Addr: addr, Mode: s.addr.Mode})
+			delete(m.bound, addr)
+		}
 		switch {
 		case r.ConflictMAC != "":
 			handover := s.from != "" && now.Sub(s.changedAt) < HandoverWait+ConflictGrace ||
@@ -386,8 +395,11 @@ func (m *Machine) evaluate(now time.Time, out *Output) {
 		case startup:
 			// Let the view settle before taking anything.
 		case a.Mode == ModeL2 && m.bound[addr]:
-			// Bound already (a previous run of this node): adopt it.
-			m.hold(s, now, out)
+			// Bound already (a previous run of this node): adopt it
+			// after a probe; if another node answers, it took the address
+			// while this one was away: drop ours (Acquired).
+			s.state, s.adopting = acquiring, true
+			out.Acquire = append(out.Acquire, Target{Addr: addr, Mode: a.Mode, Probe: m.cfg.Probe})
 		default:
 			if a.Mode == ModeL2 && !m.handoverDone(s, now) {
 				continue

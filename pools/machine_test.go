@@ -163,7 +163,17 @@ func TestMachine(t *testing.T) {
 			{at: 0, ev: Desired{Addresses: []Address{l2(won), l2(lost)}}},
 			{at: 0, ev: Observed{Bound: []netip.Addr{netip.MustParseAddr(won), netip.MustParseAddr(lost)}}},
 			{at: time.Second, ev: Tick{}},
-			{at: StartupWait, ev: Tick{}, release: []string{lost}, announc: []string{won}},
+			{at: StartupWait, ev: Tick{}, release: []string{lost}, acquire: []string{won}},
+			{at: StartupWait + 50*time.Millisecond, ev: ok(won), announc: []string{won}},
+		}},
+		{"a leftover another node answers for is dropped, then taken after a probe", []step{
+			{at: 0, ev: members("a")},
+			{at: 0, ev: Desired{Addresses: []Address{l2(won)}}},
+			{at: 0, ev: Observed{Bound: []netip.Addr{netip.MustParseAddr(won)}}},
+			{at: StartupWait, ev: Tick{}, acquire: []string{won}},
+			{at: StartupWait + 50*time.Millisecond, ev: Acquired{Results: []Result{{Addr: netip.MustParseAddr(won), ConflictMAC: "02:00:00:00:00:0b"}}}, release: []string{won}},
+			{at: StartupWait + 50*time.Millisecond + ProbeRetry, ev: Tick{}, acquire: []string{won}},
+			{at: StartupWait + 400*time.Millisecond, ev: ok(won), announc: []string{won}},
 		}},
 		{"an address removed by hand while held is bound again", []step{
 			{at: 0, ev: members("a")},
