@@ -13,7 +13,7 @@ import (
 // usesGossip reports whether this configuration runs the gossip election:
 // l2 or cloud mode with VIPs and peers.
 func usesGossip(c *config.Config) bool {
-	return len(c.Addresses) > 0 && len(c.Peers) > 0 && (c.Mode == config.ModeL2 || c.Mode == config.ModeCloud)
+	return (len(c.Addresses) > 0 || c.Pools) && len(c.Peers) > 0 && (c.Mode == config.ModeL2 || c.Mode == config.ModeCloud)
 }
 
 // usesStateDir reports whether this configuration keeps state in
