@@ -115,6 +115,7 @@ bench: deps build
 	@mkdir -p out
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab bench -out out
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) VIPD_BENCH_BGP_JSON=$(CURDIR)/out/bench-bgp.json VIPD_BENCH_RUNS=5 $(GOTEST) -timeout 20m -run '^TestBenchBGP$$' -v ./test/bgp/
+	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) VIPD_BENCH_POOLS=1 VIPD_BENCH_POOLS_JSON=$(CURDIR)/out/bench-pools.json $(GOTEST) -timeout 15m -run '^TestBenchPools$$' -v ./test/pools/
 
 package:
 	packaging/build.sh $(VERSION)
