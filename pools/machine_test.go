@@ -269,10 +269,9 @@ func TestAnnouncementsAreBatched(t *testing.T) {
 		t.Fatalf("announce %d, want 1000", len(out.Announce))
 	}
 	steps := 0
-	now := t0.Add(StartupWait + 20*time.Millisecond)
 	total := 0
 	for !out.Next.After(t0.Add(StartupWait + Refresh + 5*time.Second)) {
-		now = out.Next
+		now := out.Next
 		out = m.Step(Tick{}, now)
 		if len(out.Announce) > 0 {
 			steps++

@@ -379,6 +379,27 @@ func TestPools(t *testing.T) {
 		}
 	})
 
+	t.Run("an IPv6 address is bound on one node and answers neighbour discovery", func(t *testing.T) {
+		v6 := p.VIP6(10)
+		p.pool(ctx, "lan6", "l2", nil, p.VIP6(10).String()+"-"+p.VIP6(20).String())
+		p.allocate(ctx, v6, "lan6", "svc-v6")
+		c2, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for {
+			if b := p.bound(c2, v6); len(b) == 1 {
+				break
+			}
+			select {
+			case <-c2.Done():
+				t.Fatalf("%s bound on %v, want one node", v6, p.bound(ctx, v6))
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if out, err := p.Client.Output(ctx, "ping", "-6", "-c", "1", "-W", "2", v6.String()); err != nil {
+			t.Fatalf("ping %s: %v: %s", v6, err, out)
+		}
+	})
+
 	t.Run("an address removed from the pool or released is withdrawn", func(t *testing.T) {
 		// Pool shrinks to .110-.148: .149 (not allocated) and nothing
 		// else is affected; then .139 is cut out by a gap.
