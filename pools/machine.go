@@ -282,7 +282,7 @@ func (m *Machine) acquired(rs []Result, now time.Time, out *Output) {
 		switch {
 		case r.ConflictMAC != "":
 			handover := s.from != "" && now.Sub(s.changedAt) < HandoverWait+ConflictGrace ||
-				now.Sub(m.started) < StartupWait+ConflictGrace
+				now.Sub(m.started) < StartupWait+ConflictGrace || m.recentJoin(now)
 			if handover && s.conflictAt.IsZero() {
 				// Most likely the previous holder, about to release.
 				s.state, s.retryAt = backoff, now.Add(ProbeRetry)
@@ -317,9 +317,14 @@ func (m *Machine) hold(s *slot, now time.Time, out *Output) {
 
 // candidates returns the members that may hold a, sorted.
 func (m *Machine) candidates(a Address, now time.Time) []string {
+	return m.candidatesOf(a, now, true)
+}
+
+// candidatesOf: with settledOnly false, also the members still settling.
+func (m *Machine) candidatesOf(a Address, now time.Time, settledOnly bool) []string {
 	var c []string
 	for _, mb := range m.members {
-		if !mb.Suspect && mb.Eligible && mb.Pools && a.Eligible(mb.Name) && m.settled(mb.Name, now) {
+		if !mb.Suspect && mb.Eligible && mb.Pools && a.Eligible(mb.Name) && (!settledOnly || m.settled(mb.Name, now)) {
 			c = append(c, mb.Name)
 		}
 	}
@@ -336,6 +341,18 @@ func (m *Machine) settled(name string, now time.Time) bool {
 	}
 	fs := m.firstSeen[name]
 	return !fs.After(m.started.Add(StartupWait)) || now.Sub(fs) >= JoinSettle
+}
+
+// recentJoin reports whether a member joined the view (after this node's
+// start-up) recently enough that an answered probe is most likely its, or
+// the hand-over its arrival causes.
+func (m *Machine) recentJoin(now time.Time) bool {
+	for n, fs := range m.firstSeen {
+		if n != m.cfg.Name && fs.After(m.started.Add(StartupWait)) && now.Sub(fs) < JoinSettle+ConflictGrace {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Machine) selfEligible() bool {
@@ -362,6 +379,12 @@ func (m *Machine) evaluate(now time.Time, out *Output) {
 				s.winner = w
 			}
 			want = self && w == m.cfg.Name
+			if want && s.state != held && s.state != acquiring && Winner(addr, m.candidatesOf(a, now, false)) != m.cfg.Name {
+				// A member still settling (it rejoined after a partition,
+				// or joined) ranks first: it holds the address, or will.
+				// Neither take it nor give anything up meanwhile.
+				continue
+			}
 		}
 		switch {
 		case !want:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 )
@@ -23,16 +24,17 @@ const (
 )
 
 type simNode struct {
-	name    string
-	m       *Machine
-	up      bool
-	eligOK  bool
-	upAt    time.Time
-	downAt  time.Time
-	seenBy  map[string]time.Time // when each other node first sees this one (join)
-	next    time.Time
-	pending []pendingAcq
-	bound   map[netip.Addr]bool
+	name     string
+	m        *Machine
+	up       bool
+	eligOK   bool
+	upAt     time.Time
+	downAt   time.Time
+	seenBy   map[string]time.Time // when each other node first sees this one (join)
+	next     time.Time
+	pending  []pendingAcq
+	bound    map[netip.Addr]bool
+	lastView []Member
 }
 
 type pendingAcq struct {
@@ -51,11 +53,38 @@ type sim struct {
 	worstTwo   time.Duration
 	noneSince  map[netip.Addr]time.Time
 	worstNone  time.Duration
-	graceUntil time.Time // no-holder is allowed before this (startup, just after a fault)
+	graceUntil time.Time               // no-holder is allowed before this (startup, just after a fault)
+	cut        map[[2]string]time.Time // pairs that cannot reach each other, since
 }
 
+func (s *sim) cutSince(a, b string) (time.Time, bool) {
+	if a > b {
+		a, b = b, a
+	}
+	t, ok := s.cut[[2]string{a, b}]
+	return t, ok
+}
+
+// partition cuts every node in side from every node outside it.
+func (s *sim) partition(side ...string) {
+	in := map[string]bool{}
+	for _, n := range side {
+		in[n] = true
+	}
+	for _, a := range s.nodes {
+		for _, b := range s.nodes {
+			if a.name < b.name && in[a.name] != in[b.name] {
+				s.cut[[2]string{a.name, b.name}] = s.now
+			}
+		}
+	}
+}
+
+func (s *sim) heal() { s.cut = map[[2]string]time.Time{} }
+
 func newSim(t *testing.T, seed int64, n, addrCount int) *sim {
-	s := &sim{t: t, rng: rand.New(rand.NewSource(seed)), now: t0, twoSince: map[netip.Addr]time.Time{}, noneSince: map[netip.Addr]time.Time{}}
+	s := &sim{t: t, rng: rand.New(rand.NewSource(seed)), now: t0, twoSince: map[netip.Addr]time.Time{}, noneSince: map[netip.Addr]time.Time{},
+		cut: map[[2]string]time.Time{}}
 	for i := range addrCount {
 		s.addrs = append(s.addrs, Address{Addr: addrN(netip.MustParseAddr("10.20.0.0"), i), Pool: "p", Mode: ModeL2, All: true})
 	}
@@ -77,26 +106,51 @@ func (s *sim) add(name string) *simNode {
 	return nd
 }
 
-// view is what observer's memberlist shows now.
+// view is what observer's memberlist shows now. A member is eligible
+// when its own flag says so and it has quorum: it sees (alive or suspect)
+// a majority of the nodes, as the election rules.
 func (s *sim) view(obs *simNode) View {
 	var v View
 	for _, o := range s.nodes {
-		mb := Member{Name: o.name, Eligible: o.eligOK, Pools: true}
+		mb := Member{Name: o.name, Eligible: o.eligOK && s.quorum(o), Pools: true}
 		if o != obs {
 			if at, ok := o.seenBy[obs.name]; ok && s.now.Before(at) {
 				continue // not joined yet in obs's view
 			}
-			if !o.up {
-				down := s.now.Sub(o.downAt)
-				if down >= detection {
+			downAt, down := o.downAt, !o.up
+			if t, ok := s.cutSince(o.name, obs.name); ok && (!down || t.Before(downAt)) {
+				downAt, down = t, true
+			}
+			if down {
+				d := s.now.Sub(downAt)
+				if d >= detection {
 					continue
 				}
-				mb.Suspect = down >= suspectAfter
+				mb.Suspect = d >= suspectAfter
 			}
 		}
 		v.Members = append(v.Members, mb)
 	}
 	return v
+}
+
+// quorum: o sees a majority of the live-or-recently-dead nodes.
+func (s *sim) quorum(o *simNode) bool {
+	seen := 0
+	for _, x := range s.nodes {
+		if x == o {
+			seen++
+			continue
+		}
+		downAt, down := x.downAt, !x.up
+		if t, ok := s.cutSince(o.name, x.name); ok && (!down || t.Before(downAt)) {
+			downAt, down = t, true
+		}
+		if !down || s.now.Sub(downAt) < detection {
+			seen++
+		}
+	}
+	return seen >= len(s.nodes)/2+1
 }
 
 func (s *sim) deliver(nd *simNode, ev Event) {
@@ -116,7 +170,10 @@ func (s *sim) step() {
 		if !nd.up {
 			continue
 		}
-		s.deliver(nd, s.view(nd))
+		if v := s.view(nd); !slices.Equal(v.Members, nd.lastView) {
+			nd.lastView = v.Members
+			s.deliver(nd, v)
+		}
 		var rs []Result
 		keep := nd.pending[:0]
 		for _, p := range nd.pending {
@@ -209,8 +266,8 @@ func (s *sim) crash(nd *simNode) {
 }
 
 func TestSimulation(t *testing.T) {
-	const addrCount = 300
-	for _, seed := range []int64{1, 2, 3} {
+	const addrCount = 1000
+	for _, seed := range []int64{1, 2, 3, 4, 5} {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			s := newSim(t, seed, 3, addrCount)
 			s.run(5 * time.Second)
@@ -222,7 +279,7 @@ func TestSimulation(t *testing.T) {
 			for _, c := range sh {
 				lo, hi = min(lo, c), max(hi, c)
 			}
-			if float64(hi) > 1.5*float64(lo) {
+			if float64(hi) > 1.25*float64(lo) {
 				t.Fatalf("unbalanced spread: %v", sh)
 			}
 			t.Logf("spread over 3 nodes: %v", sh)
@@ -293,6 +350,7 @@ func TestSimulation(t *testing.T) {
 			// Restarted crashed node (new machine, same name) rejoins.
 			victim.up, victim.eligOK = true, true
 			victim.m = NewMachine(Config{Name: victim.name, Probe: true}, s.now)
+			victim.lastView = nil
 			for _, o := range s.nodes {
 				if o != victim {
 					victim.seenBy[o.name] = s.now.Add(time.Duration(s.rng.Intn(300)) * time.Millisecond)
@@ -312,4 +370,37 @@ func TestSimulation(t *testing.T) {
 			t.Logf("worst double holding %v, worst unheld %v", s.worstTwo, s.worstNone)
 		})
 	}
+}
+
+// TestSimulationPartition: one node is cut off from the two others. It
+// loses quorum at detection and releases; the majority takes its share
+// once it is declared dead; after the heal it gets its share back.
+func TestSimulationPartition(t *testing.T) {
+	const addrCount = 300
+	s := newSim(t, 7, 3, addrCount)
+	s.run(5 * time.Second)
+	if len(s.holders()) != addrCount {
+		t.Fatalf("%d held after start-up", len(s.holders()))
+	}
+	minority := s.nodes[0]
+	s.partition(minority.name)
+	s.run(detection + 2*time.Second)
+	if n := len(minority.bound); n != 0 {
+		t.Fatalf("the minority node still holds %d addresses", n)
+	}
+	if len(s.holders()) != addrCount {
+		t.Fatalf("%d of %d held by the majority", len(s.holders()), addrCount)
+	}
+	s.heal()
+	s.run(8 * time.Second)
+	if len(s.holders()) != addrCount || len(minority.bound) == 0 {
+		t.Fatalf("after the heal: %d held, %d by %s", len(s.holders()), len(minority.bound), minority.name)
+	}
+	if s.worstTwo > detection {
+		t.Fatalf("two holders for %v (allowed: detection %v)", s.worstTwo, detection)
+	}
+	if s.worstNone > detection+time.Second {
+		t.Fatalf("an address unheld for %v (allowed: detection + 1 s)", s.worstNone)
+	}
+	t.Logf("worst double holding %v, worst unheld %v", s.worstTwo, s.worstNone)
 }
