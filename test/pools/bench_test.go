@@ -95,10 +95,11 @@ func TestBenchPools(t *testing.T) {
 	time.Sleep(idle)
 	reqAfter := apiserverRequests(ctx, t, srv.URL, srv.CAData)
 	type nodeRow struct {
-		Held       int     `json:"held"`
-		RSS        float64 `json:"vipd_rss_mb"`
-		FeedRSS    float64 `json:"feed_rss_mb"`
-		CPUPercent float64 `json:"cpu_percent"`
+		Held           int     `json:"held"`
+		RSS            float64 `json:"vipd_rss_mb"`
+		FeedRSS        float64 `json:"feed_rss_mb"`
+		CPUPercent     float64 `json:"vipd_cpu_percent"`
+		FeedCPUPercent float64 `json:"feed_cpu_percent"`
 	}
 	rows := map[string]nodeRow{}
 	for name, pr := range p.vipd {
