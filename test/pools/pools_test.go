@@ -56,7 +56,7 @@ type poolLab struct {
 	vipd map[string]*lab.Proc
 }
 
-func newPoolLab(t *testing.T) *poolLab {
+func newPoolLab(t *testing.T, extra ...string) *poolLab {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "ping")
@@ -86,7 +86,7 @@ func newPoolLab(t *testing.T) *poolLab {
 	if err := kubetest.Apply(ctx, srv.Config(), crds...); err != nil {
 		t.Fatal(err)
 	}
-	l := lab.New(t, lab.Options{Nodes: 3, Client: true, Extra: []string{"x"}})
+	l := lab.New(t, lab.Options{Nodes: 3, Client: true, Extra: append([]string{"x"}, extra...)})
 	p := &poolLab{Lab: l, t: t, bin: bin, kc: kc, dyn: dyn, vipd: map[string]*lab.Proc{}}
 	// The kubeconfig the nodes use: the apiserver through each node's
 	// loopback forwarder, authenticated as the admin.
@@ -194,7 +194,13 @@ func tail(s string, n int) string {
 func (p *poolLab) start(name string, extra ...string) {
 	p.t.Helper()
 	n := p.Node(name)
-	env := append([]string{"VIPD_ADDRESS=", "VIPD_POOLS=on", "VIPD_KUBECONFIG=" + p.kcfg, "VIPD_PEERS=" + p.Peers(n),
+	peers := "VIPD_PEERS=" + p.Peers(n)
+	for _, e := range extra {
+		if e == "VIPD_MODE=bgp" {
+			peers = "VIPD_PEERS=" // no election in bgp mode
+		}
+	}
+	env := append([]string{"VIPD_ADDRESS=", "VIPD_POOLS=on", "VIPD_KUBECONFIG=" + p.kcfg, peers,
 		"VIPD_HEALTH_INTERVAL=200ms", "VIPD_HEALTH_TIMEOUT=200ms", "VIPD_FAIL_THRESHOLD=3",
 		"VIPD_HEALTH_URL=https://127.0.0.1:6443/livez"}, extra...)
 	pr, err := n.StartVipd(p.bin, env...)
