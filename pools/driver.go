@@ -56,6 +56,8 @@ type Driver struct {
 	log  *slog.Logger
 	wake chan struct{}
 
+	lastBound []netip.Addr // last Observed (Run's goroutine only)
+
 	mu      sync.Mutex
 	desired []Address
 	fresh   bool // desired changed since the machine last saw it
@@ -182,14 +184,22 @@ func (d *Driver) observe(ctx context.Context, m *Machine, timer *time.Timer) {
 		d.log.Warn("listing bound pool addresses", "err", err)
 		return
 	}
+	slices.SortFunc(bound, func(a, b netip.Addr) int { return a.Compare(b) })
+	if slices.Equal(bound, m.Held()) && slices.Equal(bound, d.lastBound) {
+		return // as the machine believes: nothing to tell it
+	}
+	d.lastBound = bound
 	d.step(ctx, m, Observed{Bound: bound}, timer)
 }
 
 // step feeds ev and performs the output, feeding acquire results back,
 // until the machine asks for nothing more; then arms timer.
 func (d *Driver) step(ctx context.Context, m *Machine, ev Event, timer *time.Timer) {
+	_, tick := ev.(Tick)
+	changed := !tick
 	for ev != nil {
 		out := m.Step(ev, time.Now())
+		changed = changed || len(out.Release) > 0 || len(out.Acquire) > 0 || len(out.Conflicts) > 0
 		ev = d.perform(ctx, out)
 		if ev == nil && timer != nil {
 			if !timer.Stop() {
@@ -202,6 +212,9 @@ func (d *Driver) step(ctx context.Context, m *Machine, ev Event, timer *time.Tim
 				timer.Reset(max(time.Until(out.Next), 0))
 			}
 		}
+	}
+	if !changed {
+		return // announcements only: the status is the same
 	}
 	st, c := m.Status(time.Now()), m.Counts()
 	d.mu.Lock()

@@ -23,7 +23,6 @@
 package pools
 
 import (
-	"hash/fnv"
 	"net/netip"
 	"slices"
 )
@@ -63,12 +62,17 @@ type Snapshot struct {
 // weight is the rendezvous weight of node for addr: a 64-bit hash of both,
 // well mixed so that each node wins an even share.
 func weight(addr netip.Addr, node string) uint64 {
-	h := fnv.New64a()
+	// FNV-1a over the 16-byte address, a zero byte and the name.
+	const offset, prime = 14695981039346656037, 1099511628211
+	x := uint64(offset)
 	b := addr.As16()
-	_, _ = h.Write(b[:])
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(node))
-	x := h.Sum64()
+	for _, c := range b {
+		x = (x ^ uint64(c)) * prime
+	}
+	x *= prime // the zero separator
+	for i := 0; i < len(node); i++ {
+		x = (x ^ uint64(node[i])) * prime
+	}
 	// splitmix64 finalizer: FNV's low bits are weak for similar inputs.
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9

@@ -23,6 +23,8 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -79,17 +81,26 @@ func newPoolLab(t *testing.T, extra ...string) *poolLab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crds, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/crds/ippool.yaml"), filepath.Join(root, "deploy/kube/crds/ipallocation.yaml"))
+	crds, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/crds/ippool.yaml"), filepath.Join(root, "deploy/kube/crds/ipallocation.yaml"),
+		filepath.Join(root, "deploy/kube/rbac-pools.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := kubetest.Apply(ctx, srv.Config(), crds...); err != nil {
 		t.Fatal(err)
 	}
+	// The nodes authenticate as kubetest.User, which has only the feed's
+	// ClusterRole (deploy/kube/rbac-pools.yaml): it is enough.
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "vipd-pools-feed-lab"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "vipd-pools-feed"},
+		Subjects: []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: kubetest.User}}}
+	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	l := lab.New(t, lab.Options{Nodes: 3, Client: true, Extra: append([]string{"x"}, extra...)})
 	p := &poolLab{Lab: l, t: t, bin: bin, kc: kc, dyn: dyn, vipd: map[string]*lab.Proc{}}
 	// The kubeconfig the nodes use: the apiserver through each node's
-	// loopback forwarder, authenticated as the admin.
+	// loopback forwarder, authenticated as kubetest.User.
 	dir := t.TempDir()
 	caPath := filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(caPath, srv.CAData, 0o600); err != nil {
@@ -108,7 +119,7 @@ contexts:
 - name: lab
   context: {cluster: lab, user: lab}
 current-context: lab
-`, apiPort, caPath, kubetest.AdminToken)
+`, apiPort, caPath, kubetest.UserToken)
 	if err := os.WriteFile(p.kcfg, []byte(kcfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
