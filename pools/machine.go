@@ -394,6 +394,7 @@ func (m *Machine) evaluate(now time.Time, out *Output) {
 				// (Acquired), the release here covers a bind that
 				// already happened.
 				out.Release = append(out.Release, Target{Addr: addr, Mode: a.Mode})
+				delete(m.bound, addr)
 			}
 			if a.Mode == ModeL2 && m.bound[addr] && s.state != held && s.state != acquiring && !startup {
 				// Left bound by a previous run (or by hand in vipd's

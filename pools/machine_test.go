@@ -97,6 +97,7 @@ func TestMachine(t *testing.T) {
 			{at: StartupWait, ev: Tick{}, acquire: []string{won}},
 			{at: StartupWait, ev: ok(won), announc: []string{won}},
 			{at: 3 * time.Second, ev: View{Members: []Member{{Name: "a", Pools: true}}}, release: []string{won}},
+			{at: 4 * time.Second, ev: Tick{}}, // released once, not on every step
 		}},
 		{"node selector excludes this node: the next one holds", []step{
 			{at: 0, ev: members("a", "b")},
