@@ -560,6 +560,36 @@ func TestPools(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("planned stop: the node releases its addresses, the others take them", func(t *testing.T) {
+		a := addr(15)
+		old, _ := p.waitReach(ctx, a, "")
+		if err := p.vipd[old].Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		if code, err := p.vipd[old].Wait(5 * time.Second); err != nil || code != 0 {
+			t.Fatalf("vipd on %s: exit %d, %v", old, code, err)
+		}
+		c2, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		next, at := p.waitReach(c2, a, old)
+		t.Logf("%s moved from %s to %s %v after SIGTERM", a, old, next, at.Sub(stopped))
+		got, err := p.Node(old).Addrs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 28 {
+			if _, ok := got[addr(10+i)]; ok {
+				t.Errorf("%s still bound on %s after its vipd stopped", addr(10+i), old)
+			}
+		}
+		for i := range 28 {
+			c3, cancel3 := context.WithTimeout(ctx, 3*time.Second)
+			p.waitReach(c3, addr(10+i), old)
+			cancel3()
+		}
+	})
 }
 
 func setLabel(ctx context.Context, t *testing.T, kc *kubernetes.Clientset, node, key, value string) {
