@@ -53,6 +53,8 @@ type ElectionConfig struct {
 	ClaimSettle time.Duration
 	// MemberExpiry: see DefaultMemberExpiry. Zero means the default.
 	MemberExpiry time.Duration
+	// Pools: gossip Meta.Pools (this node announces pool addresses).
+	Pools bool
 }
 
 // Event is an input to the Election.
@@ -170,7 +172,7 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		cfg: cfg, started: now,
 		known:     map[string]KnownMember{},
 		seen:      map[string]time.Time{},
-		meta:      Meta{Priority: cfg.Priority},
+		meta:      Meta{Priority: cfg.Priority, Pools: cfg.Pools},
 		decisions: map[string]Decision{},
 		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
 	}
