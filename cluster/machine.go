@@ -147,6 +147,7 @@ type Election struct {
 	quorumAt    time.Time // when quorum (not bootstrap) was last regained
 	conflictAt  time.Time
 	conflictBy  string
+	silent      map[string]bool // claimants whose heartbeats stopped (heartbeat.go)
 }
 
 type brokenVIP struct {
@@ -230,6 +231,8 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 			out.log(true, "another node gossips under this node's name: not holding any VIP (give every node a unique VIPD_NODE_NAME)", "name", e.cfg.Name, "other", ev.Addr)
 		}
 		e.conflictAt, e.conflictBy = now, ev.Addr
+	case HolderSilent:
+		e.silence(ev, &out)
 	case Tick:
 	}
 	e.evaluate(now, &out)
@@ -392,6 +395,8 @@ func (e *Election) currentView() View {
 	for _, m := range e.view {
 		if m.Name == e.cfg.Name {
 			m.Meta, m.State, self = e.meta, Alive, true
+		} else if e.silent[m.Name] && (m.State == Alive || m.State == Suspect) {
+			m.State = Dead // its heartbeats stopped (heartbeat.go)
 		}
 		v.Members = append(v.Members, m)
 	}
