@@ -21,6 +21,9 @@ APT_PKGS    := frr etcd-server iproute2 tcpdump arping ndisc6 nftables iputils-p
                debootstrap systemd-container rpm runc
 # BIRD 2: the second router of the bgp interop tests (test/bgp).
 APT_PKGS    += bird2
+# keepalived: the reference of make bench; stress-ng: load for the fast
+# profile's false-failover checks (make bench, test/fast).
+APT_PKGS    += keepalived stress-ng
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 GOTEST      := $(GO) test -count=1
 # Integration packages run one at a time: they measure timings in network
