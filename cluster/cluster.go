@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -425,6 +427,15 @@ func mergeDecisions(a, b []VIPDecision) []VIPDecision {
 
 // pickUpForget reloads the member list after `vipd forget` changed it.
 func (n *Node) pickUpForget() {
+	// A stat per step, the file read only when it changed.
+	if st, err := os.Stat(filepath.Join(n.cfg.StateDir, MembersFile)); err == nil {
+		n.mu.Lock()
+		same := st.ModTime().Equal(n.knownMod)
+		n.mu.Unlock()
+		if same {
+			return
+		}
+	}
 	k, mod, err := LoadKnown(n.cfg.StateDir)
 	n.mu.Lock()
 	same := mod.Equal(n.knownMod)

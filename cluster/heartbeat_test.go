@@ -88,6 +88,30 @@ func TestHeartbeatsTracker(t *testing.T) {
 	}
 }
 
+// TestHeartbeatsStalled: when this node itself did not run for a while,
+// the heartbeats queued meanwhile get one interval to be read before a
+// claimant is found silent.
+func TestHeartbeatsStalled(t *testing.T) {
+	cfg := HeartbeatConfig{Interval: 40 * time.Millisecond, Misses: 5}
+	h := NewHeartbeats(cfg)
+	h.Watch([]string{"a"}, t0)
+	late := t0.Add(400 * time.Millisecond) // the timer due at t0+200ms fires 200ms late
+	h.Stalled(t0.Add(200*time.Millisecond), late)
+	if ev := h.Expire(late); ev != nil {
+		t.Fatalf("silent right after our own stall: %v", ev)
+	}
+	if ev := h.Expire(late.Add(cfg.Interval)); len(ev) != 1 || !ev[0].Silent {
+		t.Fatalf("still silent one interval after the stall: %v", ev)
+	}
+	// A timer on time changes nothing.
+	h = NewHeartbeats(cfg)
+	h.Watch([]string{"a"}, t0)
+	h.Stalled(t0.Add(200*time.Millisecond), t0.Add(210*time.Millisecond))
+	if ev := h.Expire(t0.Add(210 * time.Millisecond)); len(ev) != 1 {
+		t.Fatalf("a timer 10ms late must not delay the verdict: %v", ev)
+	}
+}
+
 func TestHeartbeatsOff(t *testing.T) {
 	h := NewHeartbeats(HeartbeatConfig{})
 	if ev := h.Watch([]string{"a"}, t0); ev != nil {

@@ -37,12 +37,13 @@ var fastSettings = []ProfileSetting{
 // are those of cluster.TimingsFor; TestProfileTimingsDocumented (cmd/vipd)
 // keeps them in step.
 var profileTimings = []ProfileTiming{
-	{Name: "gossip probe interval", Default: "200ms", Fast: "100ms", Doc: "memberlist probes one member this often"},
-	{Name: "gossip probe timeout", Default: "100ms", Fast: "50ms", Doc: "a probe not answered within this asks other members to try"},
-	{Name: "gossip suspicion multiplier", Default: "2", Fast: "3", Doc: "a silent member is suspect for this many probe intervals (x log10 of the cluster size, at least 1) before it is declared dead"},
+	{Name: "gossip probe interval", Default: "200ms", Fast: "200ms", Doc: "memberlist probes one member this often"},
+	{Name: "gossip probe timeout", Default: "100ms", Fast: "100ms", Doc: "a probe not answered within this asks other members to try"},
+	{Name: "gossip suspicion multiplier", Default: "2", Fast: "2", Doc: "a silent member is suspect for this many probe intervals (x log10 of the cluster size, at least 1) before it is declared dead"},
 	{Name: "gossip interval", Default: "50ms", Fast: "20ms", Doc: "how often metadata changes (claims, releases, health) are gossiped"},
 	{Name: "holder heartbeat interval", Default: "off", Fast: "40ms", Doc: "a node that holds a VIP sends an authenticated heartbeat to every member this often, over the gossip transport (encrypted with the gossip key)"},
-	{Name: "holder heartbeat misses", Default: "off", Fast: "4", Doc: "a holder whose heartbeats stop for this many intervals is taken as gone: the others elect a new holder at once instead of waiting for the gossip failure detector"},
+	{Name: "holder heartbeat misses", Default: "off", Fast: "5", Doc: "a holder whose heartbeats stop for this many intervals is taken as gone: the others elect a new holder at once instead of waiting for the gossip failure detector"},
+	{Name: "l2 conflict probe wait", Default: "50ms", Fast: "25ms", Doc: "before binding, a new holder waits this long for another host to answer its ARP probe or neighbour solicitation for the VIP (l2)"},
 }
 
 // ProfileSettings returns the settings profile sets when they are not

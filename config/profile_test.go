@@ -58,7 +58,7 @@ func TestProfileLines(t *testing.T) {
 		"# VIPD_PROFILE=fast: VIPD_HEALTH_TIMEOUT=1s (set by the profile)",
 		"# VIPD_PROFILE=fast: VIPD_HEALTH_INTERVAL=200ms (given explicitly: the profile's 200ms is not used)",
 		"# VIPD_PROFILE=fast: holder heartbeat interval 40ms",
-		"# VIPD_PROFILE=fast: gossip probe interval 100ms",
+		"# VIPD_PROFILE=fast: gossip interval 20ms",
 	} {
 		if !strings.Contains(lines, want) {
 			t.Errorf("missing %q in\n%s", want, lines)

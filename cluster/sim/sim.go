@@ -41,9 +41,6 @@ const (
 	RestartDelay  = time.Second                      // systemd's RestartSec
 	ReconcileTime = vip.ReconcileEvery
 	ProbeWindow   = 50 * time.Millisecond // the l2 conflict probe's wait
-	// The failure detector of VIPD_PROFILE=fast (cluster.FastTimings).
-	FastSuspectAfter = 250 * time.Millisecond
-	FastDeadAfter    = 600 * time.Millisecond
 )
 
 // VIP is the simulated VIP.
@@ -62,10 +59,9 @@ type Options struct {
 	// NoProbe models a mode without a data-plane probe (cloud: an assign
 	// simply moves the IP): safety rests on the election alone.
 	NoProbe bool
-	// Fast runs every node with VIPD_PROFILE=fast: a quicker failure
-	// detector (FastSuspectAfter, FastDeadAfter) and the holder heartbeat
+	// Fast runs every node with VIPD_PROFILE=fast: the holder heartbeat
 	// (cluster.FastHeartbeat), sent directly (never relayed) and lost
-	// with the gossip drop rate.
+	// with the gossip drop rate, beside the same failure detector.
 	Fast bool
 	// Script replaces the random faults by these steps (scenario tests).
 	Script []Step
@@ -167,8 +163,9 @@ func Run(opt Options) Result {
 	s.start = s.now
 	s.suspectAfter, s.deadAfter, s.detection = SuspectAfter, DeadAfter, Detection
 	if opt.Fast {
-		s.suspectAfter, s.deadAfter = FastSuspectAfter, FastDeadAfter
-		s.detection = FastDeadAfter + 500*time.Millisecond
+		// Two holders are bounded by the heartbeat's deadline where it
+		// decides, by the failure detector elsewhere.
+		s.detection = Detection
 	}
 	for i := 0; i < opt.Nodes; i++ {
 		n := s.addNode(fmt.Sprintf("cp%d", i), "k")

@@ -31,6 +31,7 @@ func TestProfileTimingsDocumented(t *testing.T) {
 			"gossip interval":             tm.GossipInterval.String(),
 			"holder heartbeat interval":   off(hb.Interval.String()),
 			"holder heartbeat misses":     off(itoa(hb.Misses)),
+			"l2 conflict probe wait":      probeWait(profile).String(),
 		}
 		if len(want) != len(doc) {
 			t.Fatalf("documented timings %v, checked %v", doc, want)
