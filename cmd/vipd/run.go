@@ -248,7 +248,7 @@ func (d *daemon) run(parent context.Context) error {
 		trimAfter(ctx, trimDelay, d.log)
 	}()
 	if d.driver != nil {
-		d.log.Info("vipd started", "version", version, "mode", d.cfg.Mode, "vips", d.cfg.Addresses, "interface", d.iface,
+		d.log.Info("vipd started", "version", version, "mode", d.cfg.Mode, "profile", d.cfg.Profile, "vips", d.cfg.Addresses, "interface", d.iface,
 			"peers", d.cfg.Peers, "health_url", d.cfg.HealthURL)
 		driverDone := make(chan struct{})
 		go func() {
