@@ -125,7 +125,7 @@ func bench(ctx context.Context, args []string) (err error) {
 		}
 	}
 	if len(want) == 0 || want["stress"] {
-		st, err := stressRun(ctx, *stressFor)
+		st, err := stressRun(ctx, *stressFor, *logs)
 		if err != nil {
 			return fmt.Errorf("stress: %w", err)
 		}

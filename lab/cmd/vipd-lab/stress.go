@@ -28,7 +28,7 @@ type stressResult struct {
 
 // stressRun runs the default and the fast profile side by side (two labs
 // of 5 nodes at once) for d while `stress-ng --cpu 2` loads the machine.
-func stressRun(ctx context.Context, d time.Duration) ([]stressResult, error) {
+func stressRun(ctx context.Context, d time.Duration, logs string) ([]stressResult, error) {
 	bin, err := exec.LookPath("stress-ng")
 	if err != nil {
 		return nil, fmt.Errorf("stress-ng not found (apt-get install stress-ng; make deps does): %w", err)
@@ -44,7 +44,7 @@ func stressRun(ctx context.Context, d time.Duration) ([]stressResult, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = stressOne(ctx, im, d, bin, i == 0, started, begin)
+			out[i], errs[i] = stressOne(ctx, im, d, bin, i == 0, started, begin, logs)
 		}()
 	}
 	go func() {
@@ -64,7 +64,7 @@ func stressRun(ctx context.Context, d time.Duration) ([]stressResult, error) {
 
 // stressOne runs one profile's cluster; the first one also runs stress-ng
 // (in its client namespace). Both start measuring together (begin).
-func stressOne(ctx context.Context, im impl, d time.Duration, stressBin string, load bool, started chan<- struct{}, begin <-chan struct{}) (res stressResult, err error) {
+func stressOne(ctx context.Context, im impl, d time.Duration, stressBin string, load bool, started chan<- struct{}, begin <-chan struct{}, logs string) (res stressResult, err error) {
 	t := &tb{}
 	signalled := false
 	defer func() {
@@ -86,6 +86,7 @@ func stressOne(ctx context.Context, im impl, d time.Duration, stressBin string, 
 	if err := c.start(); err != nil {
 		return res, err
 	}
+	defer c.dumpLogs(logs, "stress-"+im.name)
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	holder, err := c.stableHolder(wctx, 3*time.Second)
