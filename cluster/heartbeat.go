@@ -106,15 +106,38 @@ func (e *Election) silence(ev HolderSilent, out *Output) {
 // node: which members it expects heartbeats from, when it last heard each,
 // and which are silent. Each method returns the HolderSilent events to feed
 // into the Election.
+//
+// The deadline adapts to a loaded host: it is at least twice the largest
+// recent gap between two heartbeats of that claimant (a gap raises it at
+// once, it shrinks back over some seconds of regular heartbeats), between
+// the configured deadline and MaxDeadlineFactor times it. A holder that
+// stalled once is not replaced for the next, similar stall; a quiet
+// cluster keeps the configured deadline.
 type Heartbeats struct {
 	cfg    HeartbeatConfig
-	last   map[string]time.Time // watched claimants: last heard (or armed)
+	last   map[string]time.Time     // watched claimants: last heard (or armed)
+	gap    map[string]time.Duration // recent largest gap between heartbeats, decaying
 	silent map[string]bool
 }
 
+// MaxDeadlineFactor bounds how far a claimant's deadline stretches after
+// irregular heartbeats.
+const MaxDeadlineFactor = 4
+
+// gapDecay is how slowly the remembered gap shrinks: by 1/gapDecay of its
+// excess over each regular gap (at 40 ms, a 250 ms gap stretches the
+// deadline for about 6 s).
+const gapDecay = 128
+
 // NewHeartbeats returns a tracker; with a zero config it never reports.
 func NewHeartbeats(cfg HeartbeatConfig) *Heartbeats {
-	return &Heartbeats{cfg: cfg, last: map[string]time.Time{}, silent: map[string]bool{}}
+	return &Heartbeats{cfg: cfg, last: map[string]time.Time{}, gap: map[string]time.Duration{}, silent: map[string]bool{}}
+}
+
+// Deadline is how long name may be silent now.
+func (h *Heartbeats) Deadline(name string) time.Duration {
+	d := max(h.cfg.Deadline(), 2*h.gap[name])
+	return min(d, MaxDeadlineFactor*h.cfg.Deadline())
 }
 
 // Watch sets the members expected to send heartbeats (the other members
@@ -139,6 +162,7 @@ func (h *Heartbeats) Watch(claimants []string, now time.Time) []HolderSilent {
 			continue
 		}
 		delete(h.last, n)
+		delete(h.gap, n)
 		if h.silent[n] {
 			delete(h.silent, n)
 			out = append(out, HolderSilent{Name: n, Silent: false})
@@ -154,7 +178,13 @@ func (h *Heartbeats) Heard(name string, now time.Time) []HolderSilent {
 	if _, ok := h.last[name]; !ok {
 		return nil
 	}
-	if now.After(h.last[name]) {
+	if g := now.Sub(h.last[name]); g > 0 {
+		switch cur := h.gap[name]; {
+		case g > cur:
+			h.gap[name] = g
+		default:
+			h.gap[name] = cur - (cur-g)/gapDecay
+		}
 		h.last[name] = now
 	}
 	if h.silent[name] {
@@ -168,7 +198,7 @@ func (h *Heartbeats) Heard(name string, now time.Time) []HolderSilent {
 func (h *Heartbeats) Expire(now time.Time) []HolderSilent {
 	var out []HolderSilent
 	for _, n := range slices.Sorted(maps.Keys(h.last)) {
-		if !h.silent[n] && now.Sub(h.last[n]) >= h.cfg.Deadline() {
+		if !h.silent[n] && now.Sub(h.last[n]) >= h.Deadline(n) {
 			h.silent[n] = true
 			out = append(out, HolderSilent{Name: n, Silent: true})
 		}
@@ -183,7 +213,7 @@ func (h *Heartbeats) Next() time.Time {
 		if h.silent[n] {
 			continue
 		}
-		d := t.Add(h.cfg.Deadline())
+		d := t.Add(h.Deadline(n))
 		if next.IsZero() || d.Before(next) {
 			next = d
 		}
@@ -199,8 +229,8 @@ func (h *Heartbeats) Stalled(since, now time.Time) {
 	if now.Sub(since) <= h.cfg.Interval {
 		return
 	}
-	floor := now.Add(h.cfg.Interval - h.cfg.Deadline())
 	for n, t := range h.last {
+		floor := now.Add(h.cfg.Interval - h.Deadline(n))
 		if !h.silent[n] && t.Before(floor) {
 			h.last[n] = floor
 		}

@@ -35,16 +35,17 @@ func TestHeartbeatsTracker(t *testing.T) {
 		}},
 		{"each heartbeat pushes the deadline", []step{
 			{at: 0, watch: []string{"a"}},
-			{at: 100 * ms, heard: "a"},
-			{at: 100*ms + dl - ms},
-			{at: 100*ms + dl, want: []HolderSilent{{Name: "a", Silent: true}}},
+			{at: 40 * ms, heard: "a"},
+			{at: 80 * ms, heard: "a"},
+			{at: 80*ms + dl - ms},
+			{at: 80*ms + dl, want: []HolderSilent{{Name: "a", Silent: true}}},
 		}},
-		{"a heartbeat after silence withdraws the verdict", []step{
+		{"a heartbeat after silence withdraws the verdict; the next deadline is twice that gap", []step{
 			{at: 0, watch: []string{"a"}},
 			{at: dl, want: []HolderSilent{{Name: "a", Silent: true}}},
 			{at: dl + 5*ms, heard: "a", want: []HolderSilent{{Name: "a", Silent: false}}},
-			{at: 2*dl + 4*ms},
-			{at: 2*dl + 5*ms, want: []HolderSilent{{Name: "a", Silent: true}}},
+			{at: 3*(dl+5*ms) - ms},
+			{at: 3 * (dl + 5*ms), want: []HolderSilent{{Name: "a", Silent: true}}},
 		}},
 		{"heartbeats from a member that claims nothing here are ignored", []step{
 			{at: 0, heard: "x"},
@@ -109,6 +110,58 @@ func TestHeartbeatsStalled(t *testing.T) {
 	h.Stalled(t0.Add(200*time.Millisecond), t0.Add(210*time.Millisecond))
 	if ev := h.Expire(t0.Add(210 * time.Millisecond)); len(ev) != 1 {
 		t.Fatalf("a timer 10ms late must not delay the verdict: %v", ev)
+	}
+}
+
+// TestHeartbeatsAdaptive: after a long gap the claimant's deadline
+// stretches to twice that gap (at most MaxDeadlineFactor times the
+// configured one), then shrinks back with regular heartbeats.
+func TestHeartbeatsAdaptive(t *testing.T) {
+	cfg := HeartbeatConfig{Interval: 40 * time.Millisecond, Misses: 5}
+	h := NewHeartbeats(cfg)
+	h.Watch([]string{"a"}, t0)
+	now := t0
+	beat := func(d time.Duration) []HolderSilent {
+		now = now.Add(d)
+		return append(h.Expire(now), h.Heard("a", now)...)
+	}
+	for i := 0; i < 10; i++ {
+		if ev := beat(cfg.Interval); ev != nil {
+			t.Fatal(ev)
+		}
+	}
+	if d := h.Deadline("a"); d != cfg.Deadline() {
+		t.Fatalf("regular heartbeats: deadline %v, want the configured %v", d, cfg.Deadline())
+	}
+	// A 250 ms stall: found silent at 200 ms, heard again at 250 ms.
+	if ev := beat(250 * time.Millisecond); len(ev) != 2 || !ev[0].Silent || ev[1].Silent {
+		t.Fatalf("stall: %v", ev)
+	}
+	if d := h.Deadline("a"); d != 500*time.Millisecond {
+		t.Fatalf("after a 250 ms gap: deadline %v, want 500ms", d)
+	}
+	// The next, similar stall is absorbed.
+	if ev := beat(250 * time.Millisecond); ev != nil {
+		t.Fatalf("second stall: %v", ev)
+	}
+	// A real silence is still found, at the stretched deadline.
+	if ev := h.Expire(now.Add(499 * time.Millisecond)); ev != nil {
+		t.Fatal(ev)
+	}
+	if ev := h.Expire(now.Add(500 * time.Millisecond)); len(ev) != 1 {
+		t.Fatalf("silence past the stretched deadline: %v", ev)
+	}
+	h.Heard("a", now.Add(501*time.Millisecond))
+	now = now.Add(501 * time.Millisecond)
+	if d := h.Deadline("a"); d != MaxDeadlineFactor*cfg.Deadline() {
+		t.Fatalf("after a 501 ms gap: deadline %v, want the cap %v", d, MaxDeadlineFactor*cfg.Deadline())
+	}
+	// Regular heartbeats bring it back within about 30 s.
+	for i := 0; i < 750; i++ {
+		beat(cfg.Interval)
+	}
+	if d := h.Deadline("a"); d != cfg.Deadline() {
+		t.Fatalf("after 30 s of regular heartbeats: deadline %v", d)
 	}
 }
 
