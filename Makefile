@@ -23,6 +23,9 @@ APT_PKGS    := frr etcd-server iproute2 tcpdump arping ndisc6 nftables iputils-p
 APT_PKGS    += bird2
 # iptables (nft backend): the egress lab installs a CNI-style masquerade rule (test/egress).
 APT_PKGS    += iptables
+# keepalived: the reference of make bench; stress-ng: load for the fast
+# profile's false-failover checks (make bench, test/fast).
+APT_PKGS    += keepalived stress-ng
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 GOTEST      := $(GO) test -count=1
 # Integration packages run one at a time: they measure timings in network
@@ -113,6 +116,9 @@ demo: deps build
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab demo
 
 ## bench: failover benchmarks in the lab; prints tables, writes out/bench.json
+# side by side with keepalived (default and VRRPv3 fast), idle cost per node,
+# and a 10-minute false-failover run under stress-ng (VIPD_BENCH_STRESS=1m
+# shortens it for a quick check).
 bench: deps build kube-apiserver
 	@mkdir -p out
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab bench -out out

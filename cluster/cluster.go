@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,8 @@ type Config struct {
 	StateDir string
 	VIPs     []string
 	Timings  Timings
+	// Heartbeat is the holder heartbeat (VIPD_PROFILE=fast); zero: off.
+	Heartbeat HeartbeatConfig
 	// ClaimSettle: see ElectionConfig.
 	ClaimSettle time.Duration
 	// MemberExpiry: see ElectionConfig (VIPD_MEMBER_EXPIRY).
@@ -108,6 +112,9 @@ type Node struct {
 	mQuorum   prometheus.Gauge
 	mBroken   *prometheus.GaugeVec
 	mConflict prometheus.Gauge
+
+	hb *heartbeat // the holder heartbeat (heartbeat.go)
+	hbMetrics
 }
 
 // New validates the configuration and creates the memberlist (it binds the
@@ -132,9 +139,11 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	}
 	n := &Node{
 		cfg: cfg, peers: peers, log: log.With("component", "cluster"),
-		knownMod: mod,
-		inbox:    make(chan Event, 64),
-		wake:     make(chan struct{}, 1),
+		knownMod:  mod,
+		hb:        newHeartbeat(cfg.Heartbeat),
+		hbMetrics: newHBMetrics(),
+		inbox:     make(chan Event, 64),
+		wake:      make(chan struct{}, 1),
 		election: NewElection(ElectionConfig{
 			Name: cfg.Name, VIPs: cfg.VIPs, Priority: cfg.Priority, Quorum: cfg.Quorum, Peers: len(peers) > 0,
 			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry, Pools: cfg.Pools,
@@ -154,7 +163,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	}
 	n.metaEnc, _ = encodeMeta(n.election.Meta())
 	if reg != nil {
-		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mBroken, n.mConflict} {
+		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mBroken, n.mConflict, n.mHBSent, n.mHBSilent} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -289,6 +298,12 @@ func (n *Node) poke() {
 // until ctx is done. It keeps re-joining peers that are not members.
 func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) error {
 	go n.join() // a slow peer must not delay the first decision
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		n.hb.run(ctx, n.ml, n.cfg.Name, n.heartbeatSilent, n.mHBSent)
+	}()
+	defer func() { <-hbDone }()
 	rejoin := time.NewTicker(5 * time.Second)
 	defer rejoin.Stop()
 	timer := time.NewTimer(0)
@@ -328,7 +343,8 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 	n.left = nil
 	n.mu.Unlock()
 	n.pickUpForget()
-	out := n.election.Step(ViewChanged{Members: n.members(), Left: left}, now)
+	view := n.members()
+	out := n.election.Step(ViewChanged{Members: view, Left: left}, now)
 	o2 := n.election.Step(ev, now)
 	out.Decisions = mergeDecisions(out.Decisions, o2.Decisions)
 	out.Logs = append(out.Logs, o2.Logs...)
@@ -372,6 +388,9 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 			n.log.Error("node metadata does not fit the gossip limit: keeping the last one", "bytes", len(b), "limit", MetaLimit)
 		}
 	}
+	for _, ev := range n.hb.update(n.cfg.Name, view, n.election.Meta(), now) {
+		n.heartbeatSilent(ev)
+	}
 	st := n.election.Status(now)
 	n.updateMetrics(st)
 	n.mu.Lock()
@@ -410,6 +429,15 @@ func mergeDecisions(a, b []VIPDecision) []VIPDecision {
 
 // pickUpForget reloads the member list after `vipd forget` changed it.
 func (n *Node) pickUpForget() {
+	// A stat per step, the file read only when it changed.
+	if st, err := os.Stat(filepath.Join(n.cfg.StateDir, MembersFile)); err == nil {
+		n.mu.Lock()
+		same := st.ModTime().Equal(n.knownMod)
+		n.mu.Unlock()
+		if same {
+			return
+		}
+	}
 	k, mod, err := LoadKnown(n.cfg.StateDir)
 	n.mu.Lock()
 	same := mod.Equal(n.knownMod)
@@ -592,7 +620,16 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	}
 	return d.metaEnc
 }
-func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) NotifyMsg(msg []byte) {
+	n := (*Node)(d)
+	evs, ok := n.hb.heard(msg, n.cfg.Name, time.Now())
+	if !ok {
+		return
+	}
+	for _, ev := range evs {
+		n.heartbeatSilent(ev)
+	}
+}
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}

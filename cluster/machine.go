@@ -153,7 +153,8 @@ type Election struct {
 	// dup is set by a name clash and cleared ConflictHold after the last
 	// one once every known member is in view: the other node is gone, not
 	// merely behind a partition.
-	dup bool
+	dup    bool
+	silent map[string]bool // claimants whose heartbeats stopped (heartbeat.go)
 }
 
 type brokenVIP struct {
@@ -237,6 +238,8 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 			out.log(true, "another node gossips under this node's name: not holding any VIP, and asking the others not to count this node, until the clash is over (give every node a unique VIPD_NODE_NAME)", "name", e.cfg.Name, "other", ev.Addr)
 		}
 		e.conflictAt, e.conflictBy, e.dup = now, ev.Addr, true
+	case HolderSilent:
+		e.silence(ev, &out)
 	case Tick:
 	}
 	e.evaluate(now, &out)
@@ -438,6 +441,8 @@ func (e *Election) currentView() View {
 	for _, m := range e.view {
 		if m.Name == e.cfg.Name {
 			m.Meta, m.State, self = e.meta, Alive, true
+		} else if e.silent[m.Name] && (m.State == Alive || m.State == Suspect) {
+			m.State = Dead // its heartbeats stopped (heartbeat.go)
 		}
 		v.Members = append(v.Members, m)
 	}

@@ -56,6 +56,11 @@ type Config struct {
 	// GossipKeys are the keys in GossipKeyFile, the primary first; set by
 	// ReadGossipKeys (Load reads no files).
 	GossipKeys [][]byte
+	// Profile is VIPD_PROFILE (default or fast); Explicit lists the
+	// settings that were given (flag or environment), which the profile
+	// does not change.
+	Profile  string
+	Explicit []string
 
 	BGPLocalAS    uint32
 	BGPRouterID   netip.Addr
@@ -152,10 +157,22 @@ func EnvSource(s *Setting) (string, bool) { return os.LookupEnv(s.Env) }
 // settings against each other. The first error is returned.
 func Load(src Source) (*Config, error) {
 	c := &Config{}
+	profile := ProfileDefault
+	for i := range table {
+		if table[i].Env == "VIPD_PROFILE" {
+			if v, ok := src(&table[i]); ok {
+				profile = strings.TrimSpace(v)
+			}
+		}
+	}
 	for i := range table {
 		s := &table[i]
 		v, ok := src(s)
-		if !ok {
+		if ok {
+			c.Explicit = append(c.Explicit, s.Env)
+		} else if pv, set := profileValue(profile, s.Env); set {
+			v = pv
+		} else {
 			v = s.Default
 		}
 		v = strings.TrimSpace(v)

@@ -30,6 +30,7 @@ func WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "| `%s` | `--%s` | %s | %s%s | %s |\n", s.Env, s.Flag, def, strings.ReplaceAll(s.Doc, "|", "\\|"), secret, strings.ReplaceAll(s.Accepted, "|", "\\|"))
 	}
+	profileMarkdown(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

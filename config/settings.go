@@ -170,6 +170,9 @@ var table = []Setting{
 	pathSetting("VIPD_STATE_DIR", "state-dir", "/var/lib/vipd", SecCluster,
 		"Directory for persistent state (members ever seen).",
 		func(c *Config) *string { return &c.StateDir }),
+	enumSetting("VIPD_PROFILE", "profile", ProfileDefault, SecCluster,
+		"Timing profile: fast tightens the failure detector and adds a holder heartbeat for LANs that can afford it (see Profiles below); explicit settings win over the profile.",
+		[]string{ProfileDefault, ProfileFast}, func(c *Config) *string { return &c.Profile }),
 
 	{Env: "VIPD_BGP_LOCAL_AS", Flag: "bgp-local-as", Section: SecBGP,
 		Doc:      "This node's AS number (required in bgp mode).",

@@ -59,6 +59,10 @@ type Options struct {
 	// NoProbe models a mode without a data-plane probe (cloud: an assign
 	// simply moves the IP): safety rests on the election alone.
 	NoProbe bool
+	// Fast runs every node with VIPD_PROFILE=fast: the holder heartbeat
+	// (cluster.FastHeartbeat), sent directly (never relayed) and lost
+	// with the gossip drop rate, beside the same failure detector.
+	Fast bool
 	// Script replaces the random faults by these steps (scenario tests).
 	Script []Step
 	// Observe, when set, is called after every simulated tick.
@@ -97,6 +101,7 @@ type node struct {
 	state     *cluster.Known // the state directory (nil: none)
 
 	el    *cluster.Election
+	hb    *cluster.Heartbeats // VIPD_PROFILE=fast
 	core  *vip.Core
 	next  time.Time // election's next deadline
 	cnext time.Time
@@ -131,6 +136,9 @@ type Sim struct {
 	lastHolder  string
 	seq         int
 	pendingStop []stopAt
+	// The failure detector's timings (Options.Fast) and the detection
+	// time the invariants allow.
+	suspectAfter, deadAfter, detection time.Duration
 }
 
 func vipHealth(h bool) vip.Event    { return vip.HealthChanged{Healthy: h, Reason: "sim"} }
@@ -153,6 +161,12 @@ func Run(opt Options) Result {
 	s := &Sim{opt: opt, rnd: rand.New(rand.NewSource(opt.Seed)), block: map[[2]int]bool{}, deletedAt: map[int]time.Time{}, deletedName: map[string]time.Time{}}
 	s.now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.start = s.now
+	s.suspectAfter, s.deadAfter, s.detection = SuspectAfter, DeadAfter, Detection
+	if opt.Fast {
+		// Two holders are bounded by the heartbeat's deadline where it
+		// decides, by the failure detector elsewhere.
+		s.detection = Detection
+	}
 	for i := 0; i < opt.Nodes; i++ {
 		n := s.addNode(fmt.Sprintf("cp%d", i), "k")
 		n.healthy = true
@@ -232,6 +246,10 @@ func (s *Sim) startVipd(n *node, withState bool) {
 	}
 	n.running, n.startedAt = true, s.now
 	n.heard, n.meta, n.left, n.pending = map[int]time.Time{}, map[int]cluster.Meta{}, map[int]bool{}, nil
+	n.hb = nil
+	if s.opt.Fast {
+		n.hb = cluster.NewHeartbeats(cluster.FastHeartbeat())
+	}
 	n.el = cluster.NewElection(cluster.ElectionConfig{Name: n.name, VIPs: []string{VIP.String()}, Peers: true, MemberExpiry: s.opt.Expiry, Quorum: cluster.QuorumRule{Off: s.opt.QuorumOff}}, *n.state, s.now)
 	n.core = vip.New([]netip.Prefix{VIP}, vip.Options{Elect: true, Announce: true, Check: true, Jitter: time.Duration(n.id*37%500) * time.Millisecond})
 	n.next, n.cnext = s.now, s.now
@@ -356,6 +374,9 @@ func (s *Sim) step() {
 			}
 		}
 	}
+	if s.opt.Fast {
+		s.heartbeats()
+	}
 	for _, n := range s.nodes {
 		if !n.running {
 			continue
@@ -386,12 +407,12 @@ func (s *Sim) view(o *node) ([]cluster.Member, []string) {
 	for _, id := range ids {
 		t := o.heard[id]
 		n := s.nodes[id]
-		if o.left[id] || s.now.Sub(t) >= DeadAfter || seen[n.name] {
+		if o.left[id] || s.now.Sub(t) >= s.deadAfter || seen[n.name] {
 			continue
 		}
 		seen[n.name] = true
 		st := cluster.Alive
-		if s.now.Sub(t) >= SuspectAfter {
+		if s.now.Sub(t) >= s.suspectAfter {
 			st = cluster.Suspect
 		}
 		ms = append(ms, cluster.Member{Name: n.name, Addr: fmt.Sprintf("node%d", n.id), State: st, Meta: o.meta[id]})
@@ -584,7 +605,7 @@ func (s *Sim) check() {
 			s.multiSince = s.now
 			s.logf("two holders: %s", h)
 		}
-		if s.now.Sub(s.multiSince) > Detection {
+		if s.now.Sub(s.multiSince) > s.detection {
 			s.violate("%d holders (%s) for %v", len(holders), h, s.now.Sub(s.multiSince))
 			s.multiSince = s.now
 		}
@@ -597,7 +618,7 @@ func (s *Sim) check() {
 		if s.noneSince.IsZero() {
 			s.noneSince = s.now
 		}
-		if s.now.Sub(s.noneSince) > Detection+time.Second {
+		if s.now.Sub(s.noneSince) > s.detection+time.Second {
 			s.violate("no holder for %v although a healthy connected majority exists:\n%s", s.now.Sub(s.noneSince), s.Status())
 			s.noneSince = s.now
 		}
@@ -623,7 +644,7 @@ func (s *Sim) check() {
 			if n.startedAt.After(t) {
 				t = n.startedAt
 			}
-			if s.now.Sub(t) > s.opt.Expiry+Detection+10*time.Second && n.el.Status(s.now).Quorum.OK {
+			if s.now.Sub(t) > s.opt.Expiry+s.detection+10*time.Second && n.el.Status(s.now).Quorum.OK {
 				n.grewAt = s.now
 				s.violate("%s still counts %s, deleted %v ago", n.name, name, s.now.Sub(t))
 			}
@@ -641,7 +662,7 @@ func (s *Sim) majorityStable() bool {
 	// Deleted members still count until the others forget them.
 	total := len(s.members())
 	for _, t := range s.deletedAt {
-		if s.now.Sub(t) < s.opt.Expiry+Detection+5*time.Second {
+		if s.now.Sub(t) < s.opt.Expiry+s.detection+5*time.Second {
 			total++
 		}
 	}
@@ -825,3 +846,48 @@ func (s *Sim) SetAcquireBroken(name string, broken bool) { s.Node(name).brokenAc
 
 // Now is the simulated time since the start.
 func (s *Sim) Now() time.Duration { return s.now.Sub(s.start) }
+
+// heartbeats runs the holder heartbeat of VIPD_PROFILE=fast: every
+// claimant sends one each interval, directly to the nodes it reaches (no
+// relay), lost like gossip; each node watches the claimants in its view
+// and feeds the verdicts of its tracker into its election.
+func (s *Sim) heartbeats() {
+	hb := cluster.FastHeartbeat()
+	if s.now.Sub(s.start)%hb.Interval == 0 {
+		for _, n := range s.nodes {
+			if !n.running || n.el == nil || len(n.el.Meta().Holding) == 0 {
+				continue
+			}
+			for _, o := range s.nodes {
+				if o == n || !o.running || o.hb == nil || o.key != n.key || !s.reach(n, o) || s.rnd.Float64() < s.drop {
+					continue
+				}
+				for _, ev := range o.hb.Heard(n.name, s.now) {
+					s.logf("%s: heartbeat verdict %+v", o.name, ev)
+					s.elStep(o, ev)
+				}
+			}
+		}
+	}
+	for _, o := range s.nodes {
+		if !o.running || o.hb == nil {
+			continue
+		}
+		var claimants []string
+		for id, t := range o.heard {
+			n := s.nodes[id]
+			if !o.left[id] && s.now.Sub(t) < s.deadAfter && n.name != o.name && len(o.meta[id].Holding) > 0 {
+				claimants = append(claimants, n.name)
+			}
+		}
+		sort.Strings(claimants)
+		evs := append(o.hb.Watch(claimants, s.now), o.hb.Expire(s.now)...)
+		for _, ev := range evs {
+			s.logf("%s: heartbeat verdict %+v", o.name, ev)
+			if o.el == nil {
+				break
+			}
+			s.elStep(o, ev)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"flag"
+
+	"github.com/vipd/vipd/cluster"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +67,65 @@ func TestSimulatorDeterministic(t *testing.T) {
 	b := Run(Options{Seed: 7, Duration: time.Minute, Trace: true})
 	if strings.Join(a.Trace, "\n") != strings.Join(b.Trace, "\n") {
 		t.Fatal("the same seed gave two different traces")
+	}
+}
+
+// TestSimulateFast runs seeds with VIPD_PROFILE=fast (the holder
+// heartbeat): the same invariants.
+func TestSimulateFast(t *testing.T) {
+	n := max(*seeds/2, 1)
+	for seed := *first; seed < *first+int64(n); seed++ {
+		nodes := 3 + int(seed%3)
+		r := Run(Options{Seed: seed, Nodes: nodes, Duration: 5 * time.Minute, Trace: *trace, NoProbe: seed%2 == 1, Fast: true})
+		if len(r.Violations) > 0 {
+			tail := r.Trace
+			if len(tail) > 80 {
+				tail = tail[len(tail)-80:]
+			}
+			t.Errorf("fast, seed %d (%d nodes): %d violation(s):\n  %s\nend of trace:\n%s", seed, nodes, len(r.Violations), strings.Join(r.Violations, "\n  "), strings.Join(tail, "\n"))
+		}
+	}
+}
+
+// TestScenarioFastHolderLinkDown: with the fast profile the holder whose
+// link goes down is replaced once its heartbeats stop, before the failure
+// detector would declare it dead; with the default profile, only after.
+func TestScenarioFastHolderLinkDown(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		var down, moved time.Duration = -1, -1
+		var old string
+		r := scenario(t, Options{Seed: 1, Nodes: 3, Duration: 20 * time.Second, Fast: fast, Script: []Step{
+			{At: 10 * time.Second, Do: func(s *Sim) {
+				for _, n := range s.nodes {
+					if answering(n) {
+						old, down = n.name, s.Now()
+						n.linkUp = false
+					}
+				}
+			}},
+		}, Observe: func(s *Sim) {
+			if down < 0 || moved >= 0 {
+				return
+			}
+			for _, n := range s.nodes {
+				if n.name != old && answering(n) {
+					moved = s.Now() - down
+				}
+			}
+		}})
+		if old == "" || moved < 0 {
+			t.Fatalf("fast=%v: the VIP did not move (old holder %q)\n%s", fast, old, strings.Join(r.Trace, "\n"))
+		}
+		deadline := cluster.FastHeartbeat().Deadline()
+		if fast && (moved > deadline+100*time.Millisecond || moved >= DeadAfter) {
+			t.Errorf("fast: moved %v after the link went down, want within the heartbeat deadline %v (+ one tick and the probe)", moved, deadline)
+		}
+		if !fast && moved < DeadAfter {
+			t.Errorf("default: moved %v after the link went down: before the failure detector could declare the holder dead", moved)
+		}
+		if fast != strings.Contains(strings.Join(r.Trace, "\n"), "holder heartbeats stopped") {
+			t.Errorf("fast=%v: heartbeat verdict in the trace: %v", fast, !fast)
+		}
+		t.Logf("fast=%v: VIP moved %v after the holder's link went down", fast, moved)
 	}
 }

@@ -49,6 +49,7 @@ would ignore (such as "export VIPD_X=1") are reported as warnings.`,
 			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), strings.Join(c.Effective(), "\n"))
+		fmt.Fprintln(cmd.OutOrStdout(), strings.Join(c.ProfileLines(), "\n"))
 		return nil
 	}
 	return cmd

@@ -57,6 +57,7 @@ non-zero within about a second, so that systemd sees the failure.`,
 
 // runDaemon runs until a signal arrives, then releases and returns.
 func runDaemon(c *config.Config) error {
+	leanRuntime()
 	log := newLogger(c)
 	for _, w := range warnUnknownEnv() {
 		log.Warn(w)
@@ -170,7 +171,7 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 			}
 		}
 		d.iface = iface
-		d.ann, err = vip.NewL2(vip.L2Options{Interface: iface, ProbeTimeout: probeTimeout}, log, d.reg)
+		d.ann, err = vip.NewL2(vip.L2Options{Interface: iface, ProbeTimeout: probeWait(c.Profile)}, log, d.reg)
 		if err != nil {
 			return nil, usageError{err}
 		}
@@ -259,8 +260,13 @@ func (d *daemon) run(parent context.Context) error {
 	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		trimAfter(ctx, trimDelay, d.log)
+	}()
 	if d.driver != nil {
-		d.log.Info("vipd started", "version", version, "mode", d.cfg.Mode, "vips", d.cfg.Addresses, "interface", d.iface,
+		d.log.Info("vipd started", "version", version, "mode", d.cfg.Mode, "profile", d.cfg.Profile, "vips", d.cfg.Addresses, "interface", d.iface,
 			"peers", d.cfg.Peers, "health_url", d.cfg.HealthURL)
 		driverDone := make(chan struct{})
 		go func() {

@@ -69,11 +69,13 @@ func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (
 	for i, a := range c.Addresses {
 		vips[i] = a.String()
 	}
+	timings, heartbeat := cluster.TimingsFor(c.Profile)
 	n, err := cluster.New(cluster.Config{
 		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Keys: c.GossipKeys, Insecure: c.GossipInsecure, Priority: c.Priority,
 		MemberExpiry: c.MemberExpiry,
 		Quorum:       cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
 		ClaimSettle: claimSettle(c.Mode), Pools: c.Pools,
+		Timings: timings, Heartbeat: heartbeat,
 	}, log, reg)
 	if err != nil {
 		return nil, err

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"net/netip"
+
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/vishvananda/netlink"
 	"os"
 	"path/filepath"
 	"sort"
@@ -24,11 +27,13 @@ type window struct {
 	Outage   time.Duration `json:"-"`
 }
 
-// scenarioResult is one row of the table.
+// scenarioResult is one row of the table: one scenario, one contender.
 type scenarioResult struct {
 	Name    string    `json:"name"`
-	Target  string    `json:"target"`
-	LimitMS float64   `json:"limit_ms"`
+	Impl    string    `json:"impl,omitempty"`
+	Target  string    `json:"target,omitempty"`
+	LimitMS float64   `json:"limit_ms,omitempty"`
+	Beat    string    `json:"beat,omitempty"`
 	RunsMS  []float64 `json:"runs_ms"`
 	// ReleaseMS is, per run, fault to the old holder's VIP leaving it (the
 	// detection part of the outage); empty where the VIP may stay.
@@ -38,33 +43,53 @@ type scenarioResult struct {
 	HandoverMaxMS    float64 `json:"handover_max_ms,omitempty"`
 	MedianMS         float64 `json:"median_ms"`
 	MaxMS            float64 `json:"max_ms"`
-	Met              bool    `json:"target_met"`
-	Note             string  `json:"note,omitempty"`
+	// Met is set when the row has a target: max <= limit, and a median
+	// below Beat's when Beat is set. Reference rows (keepalived) have none.
+	Met  *bool  `json:"target_met,omitempty"`
+	Note string `json:"note,omitempty"`
 }
 
 type benchReport struct {
 	When      time.Time        `json:"when"`
 	Runs      int              `json:"runs"`
 	Scenarios []scenarioResult `json:"scenarios"`
-	Idle      *idleResult      `json:"idle,omitempty"`
+	Idle      []idleResult     `json:"idle,omitempty"`
+	Stress    []stressResult   `json:"stress,omitempty"`
 }
 
 func bench(ctx context.Context, args []string) (err error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	out := fs.String("out", "out", "directory for bench.json and timeline.svg")
-	runs := fs.Int("runs", 5, "runs per scenario")
+	runs := fs.Int("runs", 5, "runs per scenario and contender")
 	only := fs.String("scenarios", "", "comma list of scenarios to run (default all): "+scenarioNames())
-	logs := fs.String("logs", "", "directory to write every vipd's log into")
+	onlyImpl := fs.String("impls", "", "comma list of contenders (default all): "+implNames())
+	logs := fs.String("logs", "", "directory to write every daemon's log into")
+	stressFor := fs.Duration("stress", 10*time.Minute, "length of the false-failover run under stress-ng ($VIPD_BENCH_STRESS overrides, e.g. 1m for a quick check)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if v := os.Getenv("VIPD_BENCH_STRESS"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("VIPD_BENCH_STRESS=%q: want a duration such as 10m or 1m", v)
+		}
+		*stressFor = d
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	want := map[string]bool{}
-	for _, s := range strings.Split(*only, ",") {
-		if s != "" {
-			want[s] = true
+	want, wantImpl := set(*only), set(*onlyImpl)
+	var contenders []impl
+	for _, i := range impls {
+		if len(wantImpl) == 0 || wantImpl[i.name] {
+			contenders = append(contenders, i)
+		}
+	}
+	for _, i := range contenders {
+		if i.keepalived() {
+			if _, err := keepalivedBinary(); err != nil {
+				return err
+			}
 		}
 	}
 	rep := benchReport{When: time.Now().UTC(), Runs: *runs}
@@ -73,13 +98,16 @@ func bench(ctx context.Context, args []string) (err error) {
 		if len(want) > 0 && !want[f.name] {
 			continue
 		}
-		res, ws, err := runScenario(ctx, f, *runs, *logs)
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
+		for _, i := range contenders {
+			res, ws, err := runScenario(ctx, f, i, *runs, *logs)
+			if err != nil {
+				return fmt.Errorf("%s / %s: %w", f.name, i.name, err)
+			}
+			rep.Scenarios = append(rep.Scenarios, res)
+			windows = append(windows, ws...)
 		}
-		rep.Scenarios = append(rep.Scenarios, res)
-		windows = append(windows, ws...)
 	}
+	judge(rep.Scenarios)
 	if len(want) == 0 || want["first-node-bind"] {
 		res, err := firstNodeBind(ctx, *runs)
 		if err != nil {
@@ -88,11 +116,20 @@ func bench(ctx context.Context, args []string) (err error) {
 		rep.Scenarios = append(rep.Scenarios, res)
 	}
 	if len(want) == 0 || want["idle"] {
-		idle, err := measureIdle(ctx)
-		if err != nil {
-			return fmt.Errorf("idle: %w", err)
+		for _, i := range contenders {
+			idle, err := measureIdle(ctx, i)
+			if err != nil {
+				return fmt.Errorf("idle %s: %w", i.name, err)
+			}
+			rep.Idle = append(rep.Idle, idle)
 		}
-		rep.Idle = idle
+	}
+	if len(want) == 0 || want["stress"] {
+		st, err := stressRun(ctx, *stressFor, *logs)
+		if err != nil {
+			return fmt.Errorf("stress: %w", err)
+		}
+		rep.Stress = st
 	}
 	printReport(rep)
 	b, err := json.MarshalIndent(rep, "", "  ")
@@ -111,16 +148,52 @@ func bench(ctx context.Context, args []string) (err error) {
 	return nil
 }
 
+func set(list string) map[string]bool {
+	m := map[string]bool{}
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			m[s] = true
+		}
+	}
+	return m
+}
+
 func scenarioNames() string {
 	var n []string
 	for _, f := range faults {
 		n = append(n, f.name)
 	}
-	return strings.Join(append(n, "first-node-bind", "idle"), ",")
+	return strings.Join(append(n, "first-node-bind", "idle", "stress"), ",")
 }
 
-// runScenario measures one fault runs times on a fresh 3-node lab.
-func runScenario(ctx context.Context, f fault, runs int, logs string) (res scenarioResult, windows []window, err error) {
+// judge sets Met on every row with a target: its max within the limit and,
+// with beat, its median below the beaten contender's in the same scenario.
+func judge(rows []scenarioResult) {
+	for i := range rows {
+		r := &rows[i]
+		if r.LimitMS == 0 {
+			continue
+		}
+		met := r.MaxMS <= r.LimitMS
+		if r.Beat != "" {
+			found := false
+			for _, o := range rows {
+				if o.Name == r.Name && o.Impl == r.Beat {
+					found = true
+					met = met && r.MedianMS < o.MedianMS
+				}
+			}
+			if !found {
+				r.Note = "not compared: " + r.Beat + " did not run"
+			}
+		}
+		r.Met = &met
+	}
+}
+
+// runScenario measures one fault runs times on a fresh 3-node lab running
+// one contender.
+func runScenario(ctx context.Context, f fault, im impl, runs int, logs string) (res scenarioResult, windows []window, err error) {
 	t := &tb{}
 	defer func() {
 		if r := recover(); r != nil {
@@ -128,16 +201,22 @@ func runScenario(ctx context.Context, f fault, runs int, logs string) (res scena
 		}
 		t.close()
 	}()
-	res = scenarioResult{Name: f.name, Target: f.target, LimitMS: ms(f.limit)}
-	fmt.Fprintf(os.Stderr, "== %s (%d runs)\n", f.name, runs)
-	c, err := newCluster(ctx, t, 3, f.env...)
+	tg := f.targets[im.name]
+	res = scenarioResult{Name: f.name, Impl: im.name, Target: tg.text, LimitMS: ms(tg.limit), Beat: tg.beat}
+	fmt.Fprintf(os.Stderr, "== %s / %s: %s (%d runs)\n", f.name, im.name, f.what, runs)
+	env := append([]string(nil), im.env...)
+	if f.name == "api" {
+		env = append(env, im.apiEnv...)
+	}
+	c, err := newCluster(ctx, t, 3, env...)
 	if err != nil {
 		return res, nil, err
 	}
+	c.impl = im
 	if err := c.start(); err != nil {
 		return res, nil, err
 	}
-	defer c.dumpLogs(logs, f.name)
+	defer c.dumpLogs(logs, f.name+"-"+im.name)
 	prober := c.Client.StartProber(c.vip.String()+":6443", 10*time.Millisecond, 500*time.Millisecond)
 	defer prober.Stop()
 	for i := 0; i < runs; i++ {
@@ -152,14 +231,30 @@ func runScenario(ctx context.Context, f fault, runs int, logs string) (res scena
 		if err := f.apply(ctx, c, holder); err != nil {
 			return res, nil, err
 		}
-		// Wait until the VIP left the old holder (after a vipd restart it
-		// may come back to it later), then until it settled.
+		// Wait until the VIP left the old holder (after a restart it may
+		// come back to it later), then until it settled.
 		if err := c.waitMoved(ctx, holder, faultAt, 30*time.Second); err != nil {
 			return res, nil, fmt.Errorf("run %d: %w", i+1, err)
 		}
-		sctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		settle := 30 * time.Second
+		if im.keepalived() && f.name == "kill" {
+			settle = 8 * time.Second
+		}
+		sctx, cancel = context.WithTimeout(ctx, settle)
 		_, err = c.stableHolder(sctx, time.Second)
 		cancel()
+		if err != nil && im.keepalived() && f.name == "kill" {
+			// A killed keepalived leaves its VIP bound, and the restarted
+			// one (BACKUP) does not remove it: two nodes answer for good.
+			// The bench removes it, as an operator would have to.
+			if derr := c.node(holder).Run(func() error { return delAddr(c.node(holder).Link, c.vip) }); derr != nil {
+				return res, nil, fmt.Errorf("run %d: removing the stale VIP on %s: %w", i+1, holder, derr)
+			}
+			res.Note = "the VIP stayed bound on the killed node after keepalived restarted (two holders); the bench removed it"
+			sctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+			_, err = c.stableHolder(sctx, time.Second)
+			cancel()
+		}
 		if err != nil {
 			return res, nil, fmt.Errorf("run %d: %w", i+1, err)
 		}
@@ -176,23 +271,19 @@ func runScenario(ctx context.Context, f fault, runs int, logs string) (res scena
 					ans = append(ans, a)
 				}
 			}
-			windows = append(windows, window{Scenario: f.name, Fault: faultAt, Answers: ans, Outage: gap})
+			windows = append(windows, window{Scenario: f.name + " / " + im.name, Fault: faultAt, Answers: ans, Outage: gap})
 		}
 		if err := c.restore(ctx); err != nil {
 			return res, nil, err
 		}
 	}
 	res.MedianMS, res.MaxMS = median(res.RunsMS), maxOf(res.RunsMS)
-	res.Met = res.MaxMS <= res.LimitMS
 	if len(res.ReleaseMS) == len(res.RunsMS) && len(res.RunsMS) > 0 {
 		var hand []float64
 		for i := range res.RunsMS {
 			hand = append(hand, res.RunsMS[i]-res.ReleaseMS[i])
 		}
 		res.HandoverMedianMS, res.HandoverMaxMS = median(hand), maxOf(hand)
-		if f.handoverLimit > 0 {
-			res.Met = res.HandoverMaxMS <= ms(f.handoverLimit)
-		}
 	}
 	return res, windows, nil
 }
@@ -212,7 +303,8 @@ func firstNodeBind(ctx context.Context, runs int) (res scenarioResult, err error
 		fmt.Fprintf(os.Stderr, "   run %d: %v\n", i+1, d.Round(100*time.Microsecond))
 	}
 	res.MedianMS, res.MaxMS = median(res.RunsMS), maxOf(res.RunsMS)
-	res.Met = res.MaxMS <= res.LimitMS
+	met := res.MaxMS <= res.LimitMS
+	res.Met = &met
 	return res, nil
 }
 
@@ -259,58 +351,6 @@ func firstNodeBindOnce(ctx context.Context, i int) (d time.Duration, err error) 
 	return frames[0].At.Sub(first), nil
 }
 
-type idleResult struct {
-	Seconds    float64 `json:"seconds"`
-	RSSMB      float64 `json:"rss_mb"`
-	CPUPercent float64 `json:"cpu_percent_of_one_core"`
-	VIPs       string  `json:"vips"`
-}
-
-// measureIdle runs a lone node holding one IPv4 and one IPv6 VIP and reads
-// its resident memory and CPU time from /proc over 10 s.
-func measureIdle(ctx context.Context) (res *idleResult, err error) {
-	t := &tb{}
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%v", r)
-		}
-		t.close()
-	}()
-	fmt.Fprintf(os.Stderr, "== idle (lone node, one v4 and one v6 VIP, 10 s)\n")
-	c, err := newCluster(ctx, t, 1)
-	if err != nil {
-		return nil, err
-	}
-	n := c.Nodes[0]
-	vips := c.vip.String() + "/32," + c.VIP6(50).String() + "/128"
-	p, err := n.StartVipd(c.bin, "VIPD_ADDRESS="+vips, "VIPD_LOG_LEVEL=info")
-	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := n.WaitAddr(wctx, c.VIP6(50), true); err != nil {
-		return nil, err
-	}
-	time.Sleep(6 * time.Second) // past the announce burst
-	cpu0, err := cpuTicks(p.Pid())
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	time.Sleep(10 * time.Second)
-	cpu1, err := cpuTicks(p.Pid())
-	if err != nil {
-		return nil, err
-	}
-	el := time.Since(start).Seconds()
-	rss, err := rssMB(p.Pid())
-	if err != nil {
-		return nil, err
-	}
-	return &idleResult{Seconds: el, RSSMB: rss, CPUPercent: float64(cpu1-cpu0) / 100 / el * 100, VIPs: vips}, nil
-}
-
 func cpuTicks(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -340,21 +380,59 @@ func rssMB(pid int) (float64, error) {
 func printReport(r benchReport) {
 	fmt.Println()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tRUNS\tOUTAGE MEDIAN\tOUTAGE MAX\tHANDOVER MEDIAN/MAX\tTARGET\tMET")
+	fmt.Fprintln(tw, "SCENARIO\tCONTENDER\tRUNS\tOUTAGE MEDIAN\tOUTAGE MAX\tRELEASE->SERVED MEDIAN/MAX\tTARGET\tMET")
 	for _, s := range r.Scenarios {
-		met := "yes"
-		if !s.Met {
-			met = "NO"
+		met := "-"
+		if s.Met != nil {
+			met = "yes"
+			if !*s.Met {
+				met = "NO"
+			}
+		}
+		if s.Note != "" {
+			met += " (" + s.Note + ")"
 		}
 		hand := "-"
 		if s.HandoverMaxMS > 0 {
 			hand = fmt.Sprintf("%.0f / %.0f ms", s.HandoverMedianMS, s.HandoverMaxMS)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f ms\t%.0f ms\t%s\t%s\t%s\n", s.Name, len(s.RunsMS), s.MedianMS, s.MaxMS, hand, s.Target, met)
+		impl, target := s.Impl, s.Target
+		if impl == "" {
+			impl = "vipd-default"
+		}
+		if target == "" {
+			target = "(reference)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f ms\t%.0f ms\t%s\t%s\t%s\n", s.Name, impl, len(s.RunsMS), s.MedianMS, s.MaxMS, hand, target, met)
 	}
 	_ = tw.Flush()
-	if r.Idle != nil {
-		fmt.Printf("\nidle (%s): RSS %.1f MB, CPU %.2f%% of one core over %.0f s\n", r.Idle.VIPs, r.Idle.RSSMB, r.Idle.CPUPercent, r.Idle.Seconds)
+	if len(r.Idle) > 0 {
+		fmt.Println()
+		tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "IDLE (3-node l2 cluster)\tRSS PER NODE (MEAN / MAX)\tCPU PER NODE (MEAN / MAX, % OF ONE CORE)\tTARGET\tMET")
+		for _, i := range r.Idle {
+			met := "-"
+			if i.Met != nil {
+				met = "yes"
+				if !*i.Met {
+					met = "NO"
+				}
+			}
+			target := i.Target
+			if target == "" {
+				target = "(reference)"
+			}
+			fmt.Fprintf(tw, "%s\t%.1f / %.1f MB\t%.2f / %.2f %%\t%s\t%s\n", i.Impl, i.RSSMeanMB, i.RSSMaxMB, i.CPUMeanPct, i.CPUMaxPct, target, met)
+		}
+		_ = tw.Flush()
+	}
+	for _, s := range r.Stress {
+		met := "yes"
+		if s.Failovers > 0 {
+			met = "NO"
+		}
+		fmt.Printf("\nstress (%d nodes, %s, stress-ng on %d cores, %v): %d failovers, %d heartbeat verdicts (target: no failover): %s\n",
+			s.Nodes, s.Profile, s.StressCores, time.Duration(s.Seconds*float64(time.Second)).Round(time.Second), s.Failovers, s.Silences, met)
 	}
 }
 
@@ -405,7 +483,7 @@ func timelineSVG(ws []window) string {
 	h := 60 + rowH*float64(len(ws)) + 40
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", width, h)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="20" font-size="15">vipd failover: who answered each client probe (every 10 ms) around the fault</text>`+"\n")
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="20" font-size="15">failover side by side (vipd, keepalived): who answered each client probe (a fresh TLS connection every 10 ms) around the fault</text>`+"\n")
 	plotW := width - left - right
 	x := func(d time.Duration) float64 { return left + plotW*float64(d+before)/float64(span) }
 	for s := 0; s <= 6; s++ {
@@ -437,4 +515,17 @@ func timelineSVG(ws []window) string {
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" fill="#d62728">row 0 red: no answer</text><text x="%.0f" y="%.0f">rows 1-3: answered by n1 (blue), n2 (green), n3 (purple); red line: fault</text>`+"\n", left, h-5, left+160, h-5)
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+// delAddr removes vip/32 from the link (in the calling thread's namespace).
+func delAddr(link string, vip netip.Addr) error {
+	l, err := netlink.LinkByName(link)
+	if err != nil {
+		return err
+	}
+	a, err := netlink.ParseAddr(vip.String() + "/32")
+	if err != nil {
+		return err
+	}
+	return netlink.AddrDel(l, a)
 }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// idleResult is the idle cost of one contender: each node of a 3-node l2
+// cluster (holder included), past the start and the announce burst.
+type idleResult struct {
+	Impl       string    `json:"impl"`
+	Nodes      int       `json:"nodes"`
+	Seconds    float64   `json:"seconds"`
+	RSSMB      []float64 `json:"rss_mb"`                  // per node (keepalived: its processes together)
+	CPUPercent []float64 `json:"cpu_percent_of_one_core"` // per node
+	RSSMeanMB  float64   `json:"rss_mean_mb"`
+	RSSMaxMB   float64   `json:"rss_max_mb"`
+	CPUMeanPct float64   `json:"cpu_mean_percent"`
+	CPUMaxPct  float64   `json:"cpu_max_percent"`
+	Target     string    `json:"target,omitempty"`
+	Met        *bool     `json:"target_met,omitempty"`
+}
+
+// idleSeconds is how long the idle cost is measured.
+const idleSeconds = 20
+
+// measureIdle runs a 3-node cluster of one contender and reads each
+// node's resident memory and CPU time from /proc over idleSeconds.
+func measureIdle(ctx context.Context, im impl) (res idleResult, err error) {
+	t := &tb{}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+		t.close()
+	}()
+	res = idleResult{Impl: im.name, Nodes: 3}
+	fmt.Fprintf(os.Stderr, "== idle / %s (3-node l2 cluster, %d s)\n", im.name, idleSeconds)
+	c, err := newCluster(ctx, t, 3, im.env...)
+	if err != nil {
+		return res, err
+	}
+	c.impl = im
+	if err := c.start(); err != nil {
+		return res, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := c.stableHolder(wctx, time.Second); err != nil {
+		return res, err
+	}
+	time.Sleep(7 * time.Second) // past the announce burst
+	var pids []int
+	for _, n := range c.Nodes {
+		pids = append(pids, c.vipd[n.Name].Pid())
+	}
+	cpu0 := make([]int64, len(pids))
+	for i, p := range pids {
+		if cpu0[i], err = groupTicks(p); err != nil {
+			return res, err
+		}
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return res, ctx.Err()
+	case <-time.After(idleSeconds * time.Second):
+	}
+	el := time.Since(start).Seconds()
+	res.Seconds = el
+	for i, p := range pids {
+		cpu1, err := groupTicks(p)
+		if err != nil {
+			return res, err
+		}
+		rss, err := groupRSSMB(p)
+		if err != nil {
+			return res, err
+		}
+		res.RSSMB = append(res.RSSMB, rss)
+		res.CPUPercent = append(res.CPUPercent, float64(cpu1-cpu0[i])/100/el*100)
+	}
+	res.RSSMeanMB, res.RSSMaxMB = mean(res.RSSMB), maxOf(res.RSSMB)
+	res.CPUMeanPct, res.CPUMaxPct = mean(res.CPUPercent), maxOf(res.CPUPercent)
+	if im.name == "vipd-default" {
+		res.Target = "<= 20 MB and <= 0.3 % per node"
+		met := res.RSSMaxMB <= 20 && res.CPUMaxPct <= 0.3
+		res.Met = &met
+	}
+	return res, nil
+}
+
+// groupPids returns the processes of the process group led by pid (vipd:
+// itself; keepalived: its parent and VRRP child).
+func groupPids(pid int) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 2 && f[2] == strconv.Itoa(pid) {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no process in group %d", pid)
+	}
+	return out, nil
+}
+
+func groupTicks(pid int) (int64, error) {
+	ps, err := groupPids(pid)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, p := range ps {
+		t, err := cpuTicks(p)
+		if err != nil {
+			return 0, err
+		}
+		sum += t
+	}
+	return sum, nil
+}
+
+func groupRSSMB(pid int) (float64, error) {
+	ps, err := groupPids(pid)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, p := range ps {
+		r, err := rssMB(p)
+		if err != nil {
+			return 0, err
+		}
+		sum += r
+	}
+	return sum, nil
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
