@@ -52,6 +52,10 @@ type ElectionConfig struct {
 	ClaimSettle time.Duration
 	// MemberExpiry: see DefaultMemberExpiry. Zero means the default.
 	MemberExpiry time.Duration
+	// PreemptDelay (VIPD_PREEMPT_DELAY): a holder hands a VIP over to a
+	// member with a higher priority that has been eligible this long
+	// without a break. Zero: never preempt.
+	PreemptDelay time.Duration
 }
 
 // Event is an input to the Election.
@@ -117,6 +121,13 @@ type Output struct {
 	Logs []LogLine
 	// Next is when the election next wants a Tick; zero: no timer needed.
 	Next time.Time
+	// Send are handover messages to deliver to other nodes.
+	Send []Message
+	// Prepare are VIPs the core should get ready to take at once
+	// (answered with Prepared).
+	Prepare []string
+	// Handovers that ended or were refused.
+	Handovers []HandoverResult
 }
 
 // LogLine is one message for the log.
@@ -147,6 +158,8 @@ type Election struct {
 	quorumAt    time.Time // when quorum (not bootstrap) was last regained
 	conflictAt  time.Time
 	conflictBy  string
+
+	ho handover // planned handovers, preemption, failover timeline
 }
 
 type brokenVIP struct {
@@ -168,6 +181,7 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		meta:      Meta{Priority: cfg.Priority},
 		decisions: map[string]Decision{},
 		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
+		ho: newHandover(),
 	}
 	for n, m := range known.Members {
 		e.known[n] = m
@@ -201,6 +215,10 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 	case HealthChanged:
 		e.healthy = ev.Healthy
 	case HoldingChanged:
+		e.ho.held[ev.VIP] = ev.Held
+		if !ev.Held && e.onReleased(ev.VIP, now, &out) {
+			break // handing over: the claim stays until the successor's is seen
+		}
 		if ev.Held {
 			delete(e.broken, ev.VIP) // it works again
 			// Only confirm a claim the election stands behind: an acquire
@@ -230,6 +248,15 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 			out.log(true, "another node gossips under this node's name: not holding any VIP (give every node a unique VIPD_NODE_NAME)", "name", e.cfg.Name, "other", ev.Addr)
 		}
 		e.conflictAt, e.conflictBy = now, ev.Addr
+	case HandoverRequested:
+		e.evaluate(now, &out) // decide on the latest view first
+		e.requestHandover(ev, now, &out)
+	case MessageReceived:
+		e.onMessage(ev.Msg, now, &out)
+	case SendFailed:
+		e.onSendFailed(ev, now, &out)
+	case Prepared:
+		e.onPrepared(ev, now, &out)
 	case Tick:
 	}
 	e.evaluate(now, &out)
@@ -248,6 +275,8 @@ func (o *Output) log(warn bool, msg string, args ...any) {
 // evaluate recomputes membership, quorum, eligibility and every decision.
 func (e *Election) evaluate(now time.Time, out *Output) {
 	e.updateMembership(now, out)
+	e.trackMembers(now)
+	e.expireHandovers(now, out)
 	view := e.currentView()
 	q := Quorum(view, e.knownNames(), e.cfg.Quorum)
 	switch {
@@ -263,7 +292,9 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		q.Reason = "gossip key mismatch with peers (VIPD_GOSSIP_KEY_FILE): not holding alone"
 	}
 	conflict := !e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold
-	eligible := e.healthy && q.OK && !conflict
+	// A stopping node stays eligible while it hands its VIPs over (it
+	// keeps its claims until the successors' are seen), then it is not.
+	eligible := e.healthy && q.OK && !conflict && !(e.ho.stopping && len(e.ho.out) == 0)
 	if q.OK && !q.Bootstrap && (!e.quorum.OK || e.quorum.Bootstrap) {
 		e.quorumAt = now
 	}
@@ -293,10 +324,19 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 	}
 	e.meta.Broken = broken
 
+	defer func() {
+		for _, v := range e.cfg.VIPs {
+			e.preempt(v, now, out)
+		}
+	}()
 	for _, v := range e.cfg.VIPs {
 		view = e.currentView() // claims below change our own metadata
 		d := Decide(view, v)
+		e.trackFault(v, d, now)
+		in, handedIn := e.ho.handedIn[v]
+		delete(e.ho.handedIn, v)
 		switch {
+		case e.handoverDecision(v, &d, now, out):
 		case d.Holder && !e.meta.Holds(v) && now.Before(e.pausedUntil[v]):
 			d = Decision{Reason: "released moments ago: letting another node take it"}
 		case d.Holder && !e.meta.Holds(v) && !q.Bootstrap && now.Sub(e.quorumAt) < QuorumSettle:
@@ -309,13 +349,16 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 			if e.cfg.ClaimSettle > 0 {
 				d = Decision{Leader: e.cfg.Name, Reason: "claimed; letting the claim settle"}
 			}
-		case d.Holder && now.Sub(e.claimedAt[v]) < e.cfg.ClaimSettle:
+		case d.Holder && !handedIn && now.Sub(e.claimedAt[v]) < e.cfg.ClaimSettle:
 			d = Decision{Leader: e.cfg.Name, Reason: "claimed; letting the claim settle"}
 		case !d.Holder && e.meta.Holds(v):
 			e.unclaim(v)
 		}
 		d.Lone = d.Holder && q.Bootstrap && !e.cfg.Quorum.Off && e.cfg.Quorum.Fixed == 0
 		old, seen := e.decisions[v]
+		if d.Holder && !old.Holder {
+			e.timeline(v, &d, in, handedIn)
+		}
 		if !seen || old.Holder != d.Holder || old.Leader != d.Leader || old.Lone != d.Lone {
 			out.Decisions = append(out.Decisions, VIPDecision{VIP: v, Decision: d})
 		}
@@ -479,6 +522,7 @@ func (e *Election) next(now time.Time) time.Time {
 			add(t.Add(e.cfg.MemberExpiry))
 		}
 	}
+	e.handoverNext(add)
 	if len(ts) == 0 {
 		return time.Time{}
 	}
@@ -494,11 +538,13 @@ type ElectionStatus struct {
 	Broken map[string]string `json:"broken,omitempty"`
 	// NameConflict is the address of another node using this node's name.
 	NameConflict string `json:"name_conflict,omitempty"`
+	// Handover: the last planned handover of each VIP and those under way.
+	Handover HandoverStatus `json:"handover"`
 }
 
 // Status returns the election's state for /status and metrics.
 func (e *Election) Status(now time.Time) ElectionStatus {
-	s := ElectionStatus{Quorum: e.quorum, Known: e.knownNames(), Elections: maps.Clone(e.decisions)}
+	s := ElectionStatus{Quorum: e.quorum, Known: e.knownNames(), Elections: maps.Clone(e.decisions), Handover: e.handoverStatus()}
 	for v, b := range e.broken {
 		if s.Broken == nil {
 			s.Broken = map[string]string{}
