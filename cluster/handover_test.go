@@ -299,7 +299,7 @@ func TestHandoverHolderFailures(t *testing.T) {
 		offerReady(f)
 		f.step(HoldingChanged{VIP: vip1, Held: false})
 		f.advance(SettleTimeout)
-		if f.advance(ReclaimPause/2); f.e.decisions[vip1].Holder {
+		if f.advance(ReclaimPause / 2); f.e.decisions[vip1].Holder {
 			t.Fatal("reclaimed within ReclaimPause: the successor's late claim would lose to a newer term")
 		}
 	})
