@@ -38,6 +38,8 @@ type Config struct {
 	ClaimSettle time.Duration
 	// MemberExpiry: see ElectionConfig (VIPD_MEMBER_EXPIRY).
 	MemberExpiry time.Duration
+	// PreemptDelay: see ElectionConfig (VIPD_PREEMPT_DELAY).
+	PreemptDelay time.Duration
 	// LocalAddrs returns this host's addresses, to drop this node from
 	// Peers (nil: the host's interface addresses).
 	LocalAddrs func() ([]netip.Addr, error)
@@ -106,6 +108,9 @@ type Node struct {
 	mQuorum   prometheus.Gauge
 	mBroken   *prometheus.GaugeVec
 	mConflict prometheus.Gauge
+
+	waiters []*waiter // handover requests waiting for results (Run's goroutine only)
+	prepare func(vip string)
 }
 
 // New validates the configuration and creates the memberlist (it binds the
@@ -135,7 +140,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 		wake:     make(chan struct{}, 1),
 		election: NewElection(ElectionConfig{
 			Name: cfg.Name, VIPs: cfg.VIPs, Priority: cfg.Priority, Quorum: cfg.Quorum, Peers: len(peers) > 0,
-			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry,
+			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry, PreemptDelay: cfg.PreemptDelay,
 		}, known, time.Now()),
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Gossip members by state (alive, suspect), and known members (known).",
@@ -309,6 +314,10 @@ func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) err
 		for more := true; more; {
 			select {
 			case ev := <-n.inbox:
+				if r, ok := ev.(handoverRequest); ok {
+					n.startWaiter(r, n.step(r.HandoverRequested, decide, nil))
+					continue
+				}
 				n.step(ev, decide, nil)
 			default:
 				more = false
@@ -319,7 +328,7 @@ func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) err
 
 // step feeds the view and one event to the election and carries out its
 // output; timer (when not nil) is armed for the next deadline.
-func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) {
+func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) Output {
 	now := time.Now()
 	n.mu.Lock()
 	left := n.left
@@ -337,6 +346,9 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 		out.Known = o2.Known
 	}
 	out.Next = o2.Next
+	out.Send = append(out.Send, o2.Send...)
+	out.Prepare = append(out.Prepare, o2.Prepare...)
+	out.Handovers = append(out.Handovers, o2.Handovers...)
 	for _, l := range out.Logs {
 		lvl := slog.LevelInfo
 		if l.Warn {
@@ -376,9 +388,20 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 	n.status.Election = st
 	n.mu.Unlock()
 	for _, d := range out.Decisions {
-		n.log.Info("election", "vip", d.VIP, "holder", d.Holder, "leader", d.Leader, "lone", d.Lone, "reason", d.Reason)
+		n.log.Info("election", "vip", d.VIP, "holder", d.Holder, "leader", d.Leader, "lone", d.Lone, "handover", d.Handover, "reason", d.Reason)
 		decide(d.VIP, d.Decision)
 	}
+	for _, m := range out.Send {
+		n.sendMsg(m)
+	}
+	for _, v := range out.Prepare {
+		if n.prepare != nil {
+			n.prepare(v)
+		} else {
+			n.send(Prepared{VIP: v, Err: "this node cannot prepare"})
+		}
+	}
+	n.deliver(out.Handovers)
 	if timer != nil && !out.Next.IsZero() {
 		if !timer.Stop() {
 			select {
@@ -388,6 +411,7 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 		}
 		timer.Reset(max(time.Until(out.Next), 0))
 	}
+	return out
 }
 
 // mergeDecisions keeps the last decision of each VIP.
@@ -549,6 +573,7 @@ type StatusDoc struct {
 	Elections    map[string]Decision `json:"elections"`
 	Broken       map[string]string   `json:"broken,omitempty"`
 	NameConflict string              `json:"name_conflict,omitempty"`
+	Handover     HandoverStatus      `json:"handover"`
 }
 
 // MemberStatus is one member in /status.
@@ -570,7 +595,7 @@ func (n *Node) Status() any {
 	n.mu.Lock()
 	st := n.status.Election
 	n.mu.Unlock()
-	doc := StatusDoc{Quorum: st.Quorum, Known: st.Known, Elections: st.Elections, Broken: st.Broken, NameConflict: st.NameConflict}
+	doc := StatusDoc{Quorum: st.Quorum, Known: st.Known, Elections: st.Elections, Broken: st.Broken, NameConflict: st.NameConflict, Handover: st.Handover}
 	for _, m := range ms {
 		doc.Members = append(doc.Members, MemberStatus{Name: m.Name, Addr: m.Addr, State: m.State.String(),
 			Healthy: m.Meta.Healthy, Eligible: m.Meta.Eligible, Priority: m.Meta.Priority, Term: m.Meta.Term,
@@ -590,7 +615,14 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	}
 	return d.metaEnc
 }
-func (d *delegate) NotifyMsg([]byte)                           {}
+func (d *delegate) NotifyMsg(b []byte) {
+	m, ok := decodeMsg(b)
+	if !ok {
+		d.log.Debug("ignoring an unreadable user message", "bytes", len(b))
+		return
+	}
+	(*Node)(d).send(MessageReceived{Msg: m})
+}
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}

@@ -97,6 +97,8 @@ type HandoverResult struct {
 	// Took is from the request to the successor's Released message (or the end).
 	Took    time.Duration `json:"took_ns,omitempty"`
 	Preempt bool          `json:"preempt,omitempty"`
+	// Refused: nothing was tried (no successor, not the holder, ...).
+	Refused bool `json:"refused,omitempty"`
 }
 
 type hoPhase int
@@ -296,7 +298,7 @@ func (e *Election) startHandover(v, to string, now time.Time, stopping, preempt 
 }
 
 func (o *Output) refuse(vip, to, reason string, now time.Time) {
-	o.Handovers = append(o.Handovers, HandoverResult{VIP: vip, To: to, Reason: reason, At: now})
+	o.Handovers = append(o.Handovers, HandoverResult{VIP: vip, To: to, Reason: reason, At: now, Refused: true})
 }
 
 func (o *Output) send(m Message) { o.Send = append(o.Send, m) }
