@@ -365,6 +365,21 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 			n.mu.Unlock()
 		}
 	}
+	// A planned handover does not wait for the metadata broadcast below
+	// (UpdateNode blocks up to a gossip round): the holder keeps its claim
+	// until the successor's is seen, so nobody else acts meanwhile. Its
+	// messages and decisions go out first.
+	early := map[string]bool{}
+	for _, d := range out.Decisions {
+		if d.Handover || n.election.ho.out[d.VIP] != nil {
+			early[d.VIP] = true
+			n.log.Info("election", "vip", d.VIP, "holder", d.Holder, "leader", d.Leader, "handover", true, "reason", d.Reason)
+			decide(d.VIP, d.Decision)
+		}
+	}
+	for _, m := range out.Send {
+		n.sendMsg(m)
+	}
 	if out.Meta != nil {
 		m := *out.Meta
 		n.mu.Lock()
@@ -375,7 +390,14 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 			n.mu.Lock()
 			n.metaEnc = b
 			n.mu.Unlock()
-			if err := n.ml.UpdateNode(time.Second); err != nil {
+			// UpdateNode queues the broadcast, then waits until it is
+			// sent (up to a gossip round). A handover step does not wait:
+			// another VIP's handover may be next in the queue.
+			wait := time.Second
+			if len(early) > 0 || len(out.Send) > 0 {
+				wait = time.Nanosecond
+			}
+			if err := n.ml.UpdateNode(wait); err != nil && wait == time.Second {
 				n.log.Warn("gossip metadata update failed", "err", err)
 			}
 		} else {
@@ -388,11 +410,11 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 	n.status.Election = st
 	n.mu.Unlock()
 	for _, d := range out.Decisions {
-		n.log.Info("election", "vip", d.VIP, "holder", d.Holder, "leader", d.Leader, "lone", d.Lone, "handover", d.Handover, "reason", d.Reason)
+		if early[d.VIP] {
+			continue
+		}
+		n.log.Info("election", "vip", d.VIP, "holder", d.Holder, "leader", d.Leader, "lone", d.Lone, "reason", d.Reason)
 		decide(d.VIP, d.Decision)
-	}
-	for _, m := range out.Send {
-		n.sendMsg(m)
 	}
 	for _, v := range out.Prepare {
 		if n.prepare != nil {
