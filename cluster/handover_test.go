@@ -488,9 +488,8 @@ func TestFailoverTimeline(t *testing.T) {
 	m.Holding, m.Term = []string{vip1}, 3
 	f.set("n2", Alive, m)
 	f.advance(10 * time.Millisecond)
-	lastAlive := f.now
 	f.advance(200 * time.Millisecond)
-	lastAlive = f.now
+	lastAlive := f.now
 	f.set("n2", Suspect, m) // fault seen
 	f.advance(10 * time.Millisecond)
 	fault := f.now

@@ -112,8 +112,7 @@ type node struct {
 	bound     bool // VIP bound in the kernel
 	deleted   bool
 	restartAt time.Time
-	state     *cluster.Known // the state directory (nil: none)
-	prio      int
+	state     *cluster.Known  // the state directory (nil: none)
 	stopping  bool            // a planned stop waits for its handovers
 	stopAt    time.Time       // then stops at the latest
 	hoPending map[string]bool // handovers the planned stop waits for
