@@ -104,8 +104,9 @@ func newHandoverCmd() *cobra.Command {
 		Long: `handover asks the vipd running on this node to hand the VIPs it holds (all of
 them, or the VIPs named) to another node, for example before maintenance. The
 successor gets ready first, then this node releases the VIP and the successor
-binds it and announces it within milliseconds: clients see an outage of well
-under 100 ms, and at no moment do two nodes answer for the VIP.
+binds it and announces it within milliseconds: clients typically see an
+outage of tens of milliseconds, and at no moment do two nodes answer for
+the VIP.
 
 Without --to the best eligible node takes each VIP (highest VIPD_PRIORITY,
 then the usual ranking). The command refuses, and nothing moves, when no
@@ -120,8 +121,8 @@ is also shown by "vipd status".
 Note that the VIP may come back: a node with a higher VIPD_PRIORITY takes it
 again after VIPD_PREEMPT_DELAY when that is set.
 
-Exit status: 0 when every VIP was handed over, 1 otherwise (one line per VIP
-says why).`,
+Exit status: 0 when every VIP was handed over, 1 otherwise (the message
+says why for each VIP), 2 for a bad argument.`,
 		Example: `  vipd handover                      # every VIP this node holds, to the best node
   vipd handover --to cp-2            # to cp-2
   vipd handover 10.0.0.100           # one VIP`,
@@ -175,7 +176,7 @@ func postHandover(ctx context.Context, sock string, req handoverRequest) ([]clus
 	}
 	resp, err := client.Do(hreq)
 	if err != nil {
-		return nil, fmt.Errorf("is vipd running in a cluster (l2 or cloud mode with VIPD_PEERS)? cannot reach its control socket %s: %w", sock, errors.Unwrap(err))
+		return nil, fmt.Errorf("is vipd running in a cluster (l2 or cloud mode with VIPD_PEERS)? cannot reach its control socket %s: %w", sock, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
