@@ -255,7 +255,7 @@ func printStatus(w io.Writer, s Status, now time.Time) error {
 	sort.Strings(names)
 	for _, n := range names {
 		if n == "cluster" {
-			if err := printCluster(tw, s.Components[n]); err == nil {
+			if err := printCluster(tw, s.Components[n], now); err == nil {
 				continue
 			}
 		}
@@ -280,7 +280,7 @@ func ago(now, t time.Time) string {
 }
 
 // printCluster renders the cluster section as tables.
-func printCluster(w io.Writer, v any) error {
+func printCluster(w io.Writer, v any, now time.Time) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -310,7 +310,7 @@ func printCluster(w io.Writer, v any) error {
 		if r.Preempt {
 			what = "last handover (preemption)"
 		}
-		fmt.Fprintf(w, "%s %s:\t%s to %s %s (%v): %s\n", what, v, state, r.To, ago(time.Now(), r.At), r.Took.Round(time.Millisecond), r.Reason)
+		fmt.Fprintf(w, "%s %s:\t%s to %s %s (%v): %s\n", what, v, state, r.To, ago(now, r.At), r.Took.Round(time.Millisecond), r.Reason)
 	}
 	fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSTATE\tHEALTHY\tELIGIBLE\tPRIORITY\tTERM\tHOLDING")
 	for _, m := range c.Members {
