@@ -201,10 +201,19 @@ func (d *Driver) apply(ctx context.Context, ev Event, timer *time.Timer) {
 // perform carries out the actions of one step, feeding each result back
 // to the core (Done or Failed) and carrying out what that asks in turn, and
 // returns the core's next deadline.
+//
+// What the steps report (transitions, prepared, timelines) is published
+// once their actions are done: a release is reported to the election (which
+// may tell a handover's successor to bind) only after the VIP is unbound.
 func (d *Driver) perform(ctx context.Context, out Output) time.Time {
 	queue := out.Actions
 	next := out.Next
-	d.results(out)
+	outs := []Output{out}
+	defer func() {
+		for _, o := range outs {
+			d.results(o)
+		}
+	}()
 	for len(queue) > 0 {
 		a := queue[0]
 		queue = queue[1:]
@@ -215,7 +224,7 @@ func (d *Driver) perform(ctx context.Context, out Output) time.Time {
 			o = d.core.Step(Done{Action: a}, time.Now())
 		}
 		queue = append(queue, o.Actions...)
-		d.results(o)
+		outs = append(outs, o)
 		next = o.Next
 	}
 	return next

@@ -1,8 +1,13 @@
 package vip
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +116,29 @@ func TestCoreTimelineWithoutAnnouncements(t *testing.T) {
 	out = c2.Step(Elected{VIP: v4, Holder: true}, t0)
 	if o := c2.Step(Done{Action: out.Actions[0]}, t0); len(o.Timelines) != 0 {
 		t.Fatal("a timeline without a previous holder")
+	}
+}
+
+// A release is published (OnTransition, which tells a handover's successor
+// to bind) only once the VIP is unbound; an acquire once it is bound.
+func TestDriverPublishesAfterTheAction(t *testing.T) {
+	ann := &fakeAnnouncer{bound: map[netip.Prefix]bool{}}
+	var seen []string
+	var d *Driver
+	d, err := NewDriver(New([]netip.Prefix{v4}, Options{Elect: true}), ann, slog.New(slog.NewTextHandler(io.Discard, nil)), nil,
+		DriverOptions{Mode: "l2", OnTransition: func(tr Transition) {
+			ann.mu.Lock()
+			seen = append(seen, fmt.Sprintf("held=%v bound=%v", tr.Held, ann.bound[v4]))
+			ann.mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d.perform(ctx, d.core.Step(HealthChanged{Healthy: true}, time.Now()))
+	d.perform(ctx, d.core.Step(Elected{VIP: v4, Holder: true}, time.Now()))
+	d.perform(ctx, d.core.Step(Elected{VIP: v4, Holder: false, Reason: "handing over to n2"}, time.Now()))
+	if want := []string{"held=true bound=true", "held=false bound=false"}; !slices.Equal(seen, want) {
+		t.Fatalf("published %v, want %v", seen, want)
 	}
 }
