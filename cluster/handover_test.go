@@ -502,3 +502,32 @@ func TestFailoverTimeline(t *testing.T) {
 		t.Fatalf("decision %+v, want fault at %v, last heard %v", d, fault.Sub(t0), lastAlive.Sub(t0))
 	}
 }
+
+func TestHandoverMessageCodec(t *testing.T) {
+	m := Message{Kind: MsgReleased, From: "n1", To: "n2", VIP: vip1, ID: 7}
+	got, ok := decodeMsg(encodeMsg(m))
+	if !ok || got != m {
+		t.Fatalf("round trip: %+v %v", got, ok)
+	}
+	for _, b := range [][]byte{nil, []byte("H"), []byte(`X{"k":"offer","f":"n1","v":"x"}`), []byte(`H{"k":"takeover","f":"n1","v":"x"}`),
+		[]byte(`H{"k":"offer","v":"x"}`), []byte(`H{"k":"offer","f":"n1"}`), []byte("H{not json")} {
+		if _, ok := decodeMsg(b); ok {
+			t.Errorf("accepted %q", b)
+		}
+	}
+	// A message for another node or another VIP changes nothing.
+	f := holdVIP(t, nil)
+	offer := sent(f.step(HandoverRequested{To: "n2"}), MsgOffer)
+	for _, m := range []Message{
+		{Kind: MsgReady, From: "n2", To: "n3", VIP: vip1, ID: offer.ID},
+		{Kind: MsgReady, From: "n2", To: "n1", VIP: "10.9.9.9/32", ID: offer.ID},
+		{Kind: MsgReady, From: "n3", To: "n1", VIP: vip1, ID: offer.ID},
+	} {
+		if o := f.step(MessageReceived{Msg: m}); len(o.Decisions) != 0 || len(o.Send) != 0 {
+			t.Errorf("%+v changed something: %+v", m, o)
+		}
+	}
+	if !f.e.decisions[vip1].Holder {
+		t.Fatal("a stray message released the VIP")
+	}
+}
