@@ -21,6 +21,8 @@ APT_PKGS    := frr etcd-server iproute2 tcpdump arping ndisc6 nftables iputils-p
                debootstrap systemd-container rpm runc
 # BIRD 2: the second router of the bgp interop tests (test/bgp).
 APT_PKGS    += bird2
+# iptables (nft backend): the egress lab installs a CNI-style masquerade rule (test/egress).
+APT_PKGS    += iptables
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 GOTEST      := $(GO) test -count=1
 # Integration packages run one at a time: they measure timings in network

@@ -95,6 +95,14 @@ type Config struct {
 	Controllers      string // raw VIPD_CONTROLLERS; parsed by the kube package
 	CloudflareToken  string
 	CloudflareAPIURL string
+
+	// Static egress (config/egress.go).
+	Egress             []EgressRule
+	EgressClusterCIDRs []netip.Prefix
+	EgressTable        int
+	EgressRulePriority int
+	EgressMarkMask     uint32
+	EgressPolicies     bool // VIPD_EGRESS_POLICIES=on
 }
 
 // Quorum is VIPD_QUORUM: auto (majority of known members), off, or a fixed N.
@@ -168,6 +176,9 @@ func Load(src Source) (*Config, error) {
 
 // check validates combinations of settings.
 func (c *Config) check() error {
+	if err := c.checkEgress(); err != nil {
+		return err
+	}
 	if len(c.Addresses) == 0 && c.Controllers == "" {
 		return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "at least one VIP in CIDR form, e.g. 10.0.0.100/32,fd00::100/128 (required unless only VIPD_CONTROLLERS run)"}
 	}

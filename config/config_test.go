@@ -40,6 +40,7 @@ func TestDefaults(t *testing.T) {
 		BGPRestartTime: 10 * time.Second, BFDMultihopMinTTL: 254,
 		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",
 		MetricsAddress: "127.0.0.1:9469", LogLevel: "info", LogFormat: "text", CloudflareAPIURL: "https://api.cloudflare.com/client/v4/",
+		EgressTable: DefaultEgressTable, EgressRulePriority: DefaultEgressRulePriority, EgressMarkMask: DefaultEgressMarkMask,
 	}
 	if got := strings.Join(c.Effective(), "\n"); got != strings.Join(want.Effective(), "\n") {
 		t.Fatalf("defaults differ:\n got %s\nwant %s", got, strings.Join(want.Effective(), "\n"))

@@ -45,6 +45,9 @@ func main() {
 }
 
 func run() error {
+	if isEgressFeed(os.Args) {
+		return egressFeedMain() // egressfeed.go
+	}
 	if len(os.Args) > 1 {
 		return fmt.Errorf("takes no arguments: it is started by `vipd run` with VIPD_CONTROLLERS set")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/health"
 	"github.com/vipd/vipd/vip"
 )
@@ -171,6 +172,9 @@ type daemon struct {
 	elector elector
 	ctrl    *controllers          // the vipd-controllers child, when VIPD_CONTROLLERS is set
 	extra   map[string]func() any // more /status sections, by name
+	egress  *egress.Controller    // VIPD_EGRESS (cmd/vipd/egress.go)
+
+	egressFeed *egressFeed // VIPD_EGRESS_POLICIES (cmd/vipd/egressfeed.go)
 }
 
 // elector is a running election (cluster mode) as the daemon needs it.
@@ -266,6 +270,10 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		_ = d.ann.Close()
 		return nil, err
 	}
+	if err := d.setupEgress(); err != nil {
+		_ = d.ann.Close()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -282,6 +290,9 @@ func actionTimeout(c *config.Config) time.Duration {
 func (d *daemon) addStatus(name string, fn func() any) { d.extra[name] = fn }
 
 func (d *daemon) onTransition(t vip.Transition) {
+	if d.egress != nil {
+		d.egress.SetHeld(t.VIP.Addr(), t.Held && !t.Failed)
+	}
 	if d.elector == nil {
 		return
 	}
@@ -348,6 +359,17 @@ func (d *daemon) run(parent context.Context) error {
 				}
 			})
 		}()
+		// Egress stops after the node left the cluster (a gateway keeps its
+		// SNAT until the directors route elsewhere): awaited below.
+		egressDone, egressLeft := make(chan struct{}), make(chan struct{})
+		if d.egress != nil {
+			go func() {
+				defer close(egressDone)
+				d.runEgress(ctx, egressLeft) // removes the egress rules when ctx is done
+			}()
+		} else {
+			close(egressDone)
+		}
 		if d.elector != nil {
 			wg.Add(1)
 			go func() {
@@ -364,6 +386,8 @@ func (d *daemon) run(parent context.Context) error {
 					d.log.Warn("leaving the cluster", "err", err)
 				}
 			}
+			close(egressLeft)
+			<-egressDone
 			_ = d.ann.Close()
 		}()
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -48,6 +49,9 @@ func checkModeSettings(c *config.Config) error {
 			vips[i] = a.String()
 		}
 		if err := cluster.MetaFits(vips); err != nil {
+			if n := len(c.EgressIPs()); n > 0 {
+				err = fmt.Errorf("%w (counting the %d egress IP(s) of VIPD_EGRESS)", err, n)
+			}
 			return usageError{err}
 		}
 	}
