@@ -17,14 +17,16 @@ import (
 	"time"
 
 	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ndp"
 	"github.com/vipd/vipd/lab"
 )
 
 // Planned handover in real namespaces: `vipd handover` and SIGTERM move
 // the VIPs (IPv4 and IPv6) to a ready successor. A client opens a fresh
 // TLS connection to each VIP every 10 ms and the gap between answers is
-// measured; a watcher namespace asks for the IPv4 VIP's MAC every 5 ms and
-// captures every ARP answer, so a moment where two MACs answer would show.
+// measured; a watcher namespace asks for both VIPs' MACs every 5 ms (ARP
+// request, neighbour solicitation) and captures every answer, so a moment
+// where two MACs answer would show.
 //
 // The wall-clock bounds are generous (a loaded 2-core CI machine); the
 // behaviour is asserted exactly: the successor took the VIP by a handover
@@ -174,22 +176,33 @@ func (h *handoverLab) waitMember(ctx context.Context, node, member string, eligi
 	}
 }
 
-// startARPWatch asks for the IPv4 VIP's MAC from the watcher every 5 ms
-// and captures the answers there.
+// startARPWatch asks for the IPv4 VIP's MAC (ARP request) and the IPv6
+// VIP's (neighbour solicitation) from the watcher every 5 ms and captures
+// the answers there.
 func (h *handoverLab) startARPWatch(ctx context.Context) {
 	h.t.Helper()
-	capt, err := h.watch.StartCapture(ctx, "arp")
+	capt, err := h.watch.StartCapture(ctx, "arp or icmp6")
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.arpCap = capt
 	var c *arp.Client
+	var nc *ndp.Conn
+	var ns *ndp.NeighborSolicitation
+	snm, err := ndp.SolicitedNodeMulticast(h.v6)
+	if err != nil {
+		h.t.Fatal(err)
+	}
 	if err := h.watch.Run(func() error {
 		ifi, err := net.InterfaceByName(h.watch.Link)
 		if err != nil {
 			return err
 		}
-		c, err = arp.Dial(ifi)
+		if c, err = arp.Dial(ifi); err != nil {
+			return err
+		}
+		ns = &ndp.NeighborSolicitation{TargetAddress: h.v6, Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: ifi.HardwareAddr}}}
+		nc, _, err = ndp.Listen(ifi, ndp.LinkLocal)
 		return err
 	}); err != nil {
 		h.t.Fatal(err)
@@ -199,6 +212,7 @@ func (h *handoverLab) startARPWatch(ctx context.Context) {
 	go func() {
 		defer close(done)
 		defer c.Close()
+		defer nc.Close()
 		tk := time.NewTicker(5 * time.Millisecond)
 		defer tk.Stop()
 		for {
@@ -207,17 +221,23 @@ func (h *handoverLab) startARPWatch(ctx context.Context) {
 				return
 			case <-tk.C:
 				_ = c.Request(h.vip)
+				_ = nc.WriteTo(ns, nil, snm)
 			}
 		}
 	}()
 	h.t.Cleanup(func() { cancel(); <-done })
 }
 
-// answersFrom returns the MACs answering ARP for the VIP since from, in
-// the order they answered, one entry per change of MAC.
-func (h *handoverLab) answersFrom(from time.Time) []string {
+// answersFrom returns the MACs answering ARP for the IPv4 VIP (or
+// advertising the IPv6 VIP) since from, in the order they answered, one
+// entry per change of MAC.
+func (h *handoverLab) answersFrom(from time.Time, v6 bool) []string {
 	var seq []string
-	for _, f := range h.arpCap.Frames("Reply " + h.vip.String() + " is-at") {
+	match := []string{"Reply " + h.vip.String() + " is-at"}
+	if v6 {
+		match = []string{"neighbor advertisement", "tgt is " + h.v6.String() + ","}
+	}
+	for _, f := range h.arpCap.Frames(match...) {
 		if f.At.Before(from) {
 			continue
 		}
@@ -294,10 +314,18 @@ func (h *handoverLab) move(ctx context.Context, old, want string, act func()) (t
 		}
 	}
 	if h.arpCap != nil {
-		seq := h.answersFrom(start.Add(-300 * time.Millisecond))
 		oldMAC, newMAC := h.node(old).MAC.String(), h.node(want).MAC.String()
-		if !slices.Equal(seq, []string{oldMAC, newMAC}) {
-			h.t.Errorf("ARP answers for the VIP changed MAC as %v, want %s then %s only (never both)", seq, oldMAC, newMAC)
+		for _, v6 := range []bool{false, true} {
+			seq := h.answersFrom(start.Add(-300*time.Millisecond), v6)
+			// The old holder's solicited NAs may be missing (the bridge's
+			// multicast snooping decides who hears the solicitation); the
+			// new holder's unsolicited NA never is. Never old after new.
+			if v6 && slices.Equal(seq, []string{newMAC}) {
+				continue
+			}
+			if !slices.Equal(seq, []string{oldMAC, newMAC}) {
+				h.t.Errorf("answers for the VIP (IPv6: %v) changed MAC as %v, want %s then %s only (never both)", v6, seq, oldMAC, newMAC)
+			}
 		}
 	}
 	// What the daemons say about it: the successor's timeline, the
