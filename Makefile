@@ -113,10 +113,11 @@ demo: deps build
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab demo
 
 ## bench: failover benchmarks in the lab; prints tables, writes out/bench.json
-bench: deps build
+bench: deps build kube-apiserver
 	@mkdir -p out
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab bench -out out
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) VIPD_BENCH_BGP_JSON=$(CURDIR)/out/bench-bgp.json VIPD_BENCH_RUNS=5 $(GOTEST) -timeout 20m -run '^TestBenchBGP$$' -v ./test/bgp/
+	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) VIPD_BENCH_POOLS=1 VIPD_BENCH_POOLS_JSON=$(CURDIR)/out/bench-pools.json $(GOTEST) -timeout 15m -run '^TestBenchPools$$' -v ./test/pools/
 
 package:
 	packaging/build.sh $(VERSION)

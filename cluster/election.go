@@ -84,6 +84,8 @@ type Meta struct {
 	// would each make a majority), until it has seen no clash for
 	// ConflictHold while every member it knows is in view.
 	Dup bool `json:"d,omitempty"`
+	// Pools is set by a node that announces pool addresses (VIPD_POOLS=on).
+	Pools bool `json:"o,omitempty"`
 }
 
 // Holds reports whether the member claims vip.

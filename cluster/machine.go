@@ -53,6 +53,8 @@ type ElectionConfig struct {
 	ClaimSettle time.Duration
 	// MemberExpiry: see DefaultMemberExpiry. Zero means the default.
 	MemberExpiry time.Duration
+	// Pools: gossip Meta.Pools (this node announces pool addresses).
+	Pools bool
 	// PreemptDelay (VIPD_PREEMPT_DELAY): a holder hands a VIP over to a
 	// member with a higher priority that has been eligible this long
 	// without a break. Zero: never preempt.
@@ -183,7 +185,7 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		cfg: cfg, started: now,
 		known:     map[string]KnownMember{},
 		seen:      map[string]time.Time{},
-		meta:      Meta{Priority: cfg.Priority},
+		meta:      Meta{Priority: cfg.Priority, Pools: cfg.Pools},
 		decisions: map[string]Decision{},
 		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
 		ho: newHandover(),

@@ -171,6 +171,7 @@ type daemon struct {
 	status  *statusServer
 	elector elector
 	ctrl    *controllers          // the vipd-controllers child, when VIPD_CONTROLLERS is set
+	pools   *poolsPart            // pool addresses, when VIPD_POOLS=on
 	extra   map[string]func() any // more /status sections, by name
 	egress  *egress.Controller    // VIPD_EGRESS (cmd/vipd/egress.go)
 
@@ -213,7 +214,7 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 			return nil, err
 		}
 	}
-	if len(c.Addresses) == 0 {
+	if len(c.Addresses) == 0 && !c.Pools {
 		return d, nil // controllers only
 	}
 	checker, err := health.NewChecker(health.Config{
@@ -273,6 +274,12 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 	if err := d.setupEgress(); err != nil {
 		_ = d.ann.Close()
 		return nil, err
+	}
+	if c.Pools {
+		if d.pools, err = newPools(c, d, log, d.reg); err != nil {
+			_ = d.ann.Close()
+			return nil, err
+		}
 	}
 	return d, nil
 }
@@ -379,8 +386,14 @@ func (d *daemon) run(parent context.Context) error {
 				}
 			}()
 		}
+		if d.pools != nil {
+			go d.pools.run(ctx)
+		}
 		defer func() {
 			<-driverDone // VIPs released first, then leave: no second holder meanwhile
+			if d.pools != nil {
+				<-d.pools.done // pool addresses too
+			}
 			if d.elector != nil {
 				if err := d.elector.Close(); err != nil {
 					d.log.Warn("leaving the cluster", "err", err)

@@ -55,7 +55,7 @@ func checkModeSettings(c *config.Config) error {
 			return usageError{err}
 		}
 	}
-	if c.Mode == config.ModeBGP && len(c.Addresses) > 0 {
+	if c.Mode == config.ModeBGP && (len(c.Addresses) > 0 || c.Pools) {
 		if err := checkBGPSettings(c); err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (
 		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Keys: c.GossipKeys, Insecure: c.GossipInsecure, Priority: c.Priority,
 		MemberExpiry: c.MemberExpiry, PreemptDelay: c.PreemptDelay,
 		Quorum: cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
-		ClaimSettle: claimSettle(c.Mode),
+		ClaimSettle: claimSettle(c.Mode), Pools: c.Pools,
 	}, log, reg)
 	if err != nil {
 		return nil, err
