@@ -296,6 +296,13 @@ func (h *handoverLab) move(ctx context.Context, old, want string, act func()) (t
 	time.Sleep(1200 * time.Millisecond)
 	start := time.Now()
 	act()
+	// A stop returns at once: wait for the move before asking for a
+	// steady holder (which the old one still was a moment ago).
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if a, b := h.mon.Now(), h.mon6.Now(); slices.Equal(a, []string{want}) && slices.Equal(b, []string{want}) {
+			break
+		}
+	}
 	if got := h.holders(ctx); got != want {
 		h.t.Fatalf("VIPs moved from %s to %s, want %s", old, got, want)
 	}
