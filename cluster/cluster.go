@@ -42,6 +42,8 @@ type Config struct {
 	ClaimSettle time.Duration
 	// MemberExpiry: see ElectionConfig (VIPD_MEMBER_EXPIRY).
 	MemberExpiry time.Duration
+	// PreemptDelay: see ElectionConfig (VIPD_PREEMPT_DELAY).
+	PreemptDelay time.Duration
 	// LocalAddrs returns this host's addresses, to drop this node from
 	// Peers (nil: the host's interface addresses).
 	LocalAddrs func() ([]netip.Addr, error)
@@ -115,6 +117,9 @@ type Node struct {
 
 	hb *heartbeat // the holder heartbeat (heartbeat.go)
 	hbMetrics
+
+	waiters []*waiter // handover requests waiting for results (Run's goroutine only)
+	prepare func(vip string)
 }
 
 // New validates the configuration and creates the memberlist (it binds the
@@ -146,7 +151,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 		wake:      make(chan struct{}, 1),
 		election: NewElection(ElectionConfig{
 			Name: cfg.Name, VIPs: cfg.VIPs, Priority: cfg.Priority, Quorum: cfg.Quorum, Peers: len(peers) > 0,
-			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry, Pools: cfg.Pools,
+			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry, Pools: cfg.Pools, PreemptDelay: cfg.PreemptDelay,
 		}, known, time.Now()),
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Gossip members by state (alive, suspect), and known members (known).",
@@ -326,6 +331,10 @@ func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) err
 		for more := true; more; {
 			select {
 			case ev := <-n.inbox:
+				if r, ok := ev.(handoverRequest); ok {
+					n.startWaiter(r, n.step(r.HandoverRequested, decide, nil))
+					continue
+				}
 				n.step(ev, decide, nil)
 			default:
 				more = false
@@ -336,7 +345,7 @@ func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) err
 
 // step feeds the view and one event to the election and carries out its
 // output; timer (when not nil) is armed for the next deadline.
-func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) {
+func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) Output {
 	now := time.Now()
 	n.mu.Lock()
 	left := n.left
@@ -355,6 +364,9 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 		out.Known = o2.Known
 	}
 	out.Next = o2.Next
+	out.Send = append(out.Send, o2.Send...)
+	out.Prepare = append(out.Prepare, o2.Prepare...)
+	out.Handovers = append(out.Handovers, o2.Handovers...)
 	for _, l := range out.Logs {
 		lvl := slog.LevelInfo
 		if l.Warn {
@@ -371,6 +383,21 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 			n.mu.Unlock()
 		}
 	}
+	// A planned handover does not wait for the metadata broadcast below
+	// (UpdateNode blocks up to a gossip round): the holder keeps its claim
+	// until the successor's is seen, so nobody else acts meanwhile. Its
+	// messages and decisions go out first.
+	early := map[string]bool{}
+	for _, d := range out.Decisions {
+		if d.Handover || n.election.ho.out[d.VIP] != nil {
+			early[d.VIP] = true
+			n.log.Info("election", "vip", d.VIP, "holder", d.Holder, "leader", d.Leader, "handover", true, "reason", d.Reason)
+			decide(d.VIP, d.Decision)
+		}
+	}
+	for _, m := range out.Send {
+		n.sendMsg(m)
+	}
 	if out.Meta != nil {
 		m := *out.Meta
 		n.mu.Lock()
@@ -381,7 +408,14 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 			n.mu.Lock()
 			n.metaEnc = b
 			n.mu.Unlock()
-			if err := n.ml.UpdateNode(time.Second); err != nil {
+			// UpdateNode queues the broadcast, then waits until it is
+			// sent (up to a gossip round). A handover step does not wait:
+			// another VIP's handover may be next in the queue.
+			wait := time.Second
+			if len(early) > 0 || len(out.Send) > 0 {
+				wait = time.Nanosecond
+			}
+			if err := n.ml.UpdateNode(wait); err != nil && wait == time.Second {
 				n.log.Warn("gossip metadata update failed", "err", err)
 			}
 		} else {
@@ -397,9 +431,20 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 	n.status.Election = st
 	n.mu.Unlock()
 	for _, d := range out.Decisions {
+		if early[d.VIP] {
+			continue
+		}
 		n.log.Info("election", "vip", d.VIP, "holder", d.Holder, "leader", d.Leader, "lone", d.Lone, "reason", d.Reason)
 		decide(d.VIP, d.Decision)
 	}
+	for _, v := range out.Prepare {
+		if n.prepare != nil {
+			n.prepare(v)
+		} else {
+			n.send(Prepared{VIP: v, Err: "this node cannot prepare"})
+		}
+	}
+	n.deliver(out.Handovers)
 	if timer != nil && !out.Next.IsZero() {
 		if !timer.Stop() {
 			select {
@@ -409,6 +454,7 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 		}
 		timer.Reset(max(time.Until(out.Next), 0))
 	}
+	return out
 }
 
 // mergeDecisions keeps the last decision of each VIP.
@@ -579,6 +625,7 @@ type StatusDoc struct {
 	Elections    map[string]Decision `json:"elections"`
 	Broken       map[string]string   `json:"broken,omitempty"`
 	NameConflict string              `json:"name_conflict,omitempty"`
+	Handover     HandoverStatus      `json:"handover"`
 }
 
 // MemberStatus is one member in /status.
@@ -600,7 +647,7 @@ func (n *Node) Status() any {
 	n.mu.Lock()
 	st := n.status.Election
 	n.mu.Unlock()
-	doc := StatusDoc{Quorum: st.Quorum, Known: st.Known, Elections: st.Elections, Broken: st.Broken, NameConflict: st.NameConflict}
+	doc := StatusDoc{Quorum: st.Quorum, Known: st.Known, Elections: st.Elections, Broken: st.Broken, NameConflict: st.NameConflict, Handover: st.Handover}
 	for _, m := range ms {
 		doc.Members = append(doc.Members, MemberStatus{Name: m.Name, Addr: m.Addr, State: m.State.String(),
 			Healthy: m.Meta.Healthy, Eligible: m.Meta.Eligible, Priority: m.Meta.Priority, Term: m.Meta.Term,
@@ -622,13 +669,22 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 func (d *delegate) NotifyMsg(msg []byte) {
 	n := (*Node)(d)
-	evs, ok := n.hb.heard(msg, n.cfg.Name, time.Now())
-	if !ok {
+	if len(msg) > 0 && msg[0] == heartbeatMagic {
+		evs, ok := n.hb.heard(msg, n.cfg.Name, time.Now())
+		if !ok {
+			return
+		}
+		for _, ev := range evs {
+			n.heartbeatSilent(ev)
+		}
 		return
 	}
-	for _, ev := range evs {
-		n.heartbeatSilent(ev)
+	m, ok := decodeMsg(msg)
+	if !ok {
+		d.log.Debug("ignoring an unreadable user message", "bytes", len(msg))
+		return
 	}
+	n.send(MessageReceived{Msg: m})
 }
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }

@@ -35,6 +35,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // State of a member as memberlist sees it.
@@ -133,6 +134,16 @@ type Decision struct {
 	// vouches for it, so the VIP is watched for another holder on the
 	// segment and given up to it.
 	Lone bool `json:"lone,omitempty"`
+	// Handover is set when this node takes the VIP from a holder that
+	// released it for this node (a planned handover): nobody else answers
+	// for it, so it binds without the conflict probe.
+	Handover bool `json:"handover,omitempty"`
+	// The failover timeline, set when this node becomes the holder after
+	// another: who held it, when this node saw it lose the VIP (handover:
+	// when the release arrived) and when it was last heard alive.
+	PrevHolder  string    `json:"-"`
+	FaultAt     time.Time `json:"-"`
+	PrevHeardAt time.Time `json:"-"`
 }
 
 // Decide computes who holds vip. It is a pure function of the view.

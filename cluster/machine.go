@@ -55,6 +55,10 @@ type ElectionConfig struct {
 	MemberExpiry time.Duration
 	// Pools: gossip Meta.Pools (this node announces pool addresses).
 	Pools bool
+	// PreemptDelay (VIPD_PREEMPT_DELAY): a holder hands a VIP over to a
+	// member with a higher priority that has been eligible this long
+	// without a break. Zero: never preempt.
+	PreemptDelay time.Duration
 }
 
 // Event is an input to the Election.
@@ -120,6 +124,13 @@ type Output struct {
 	Logs []LogLine
 	// Next is when the election next wants a Tick; zero: no timer needed.
 	Next time.Time
+	// Send are handover messages to deliver to other nodes.
+	Send []Message
+	// Prepare are VIPs the core should get ready to take at once
+	// (answered with Prepared).
+	Prepare []string
+	// Handovers that ended or were refused.
+	Handovers []HandoverResult
 }
 
 // LogLine is one message for the log.
@@ -155,6 +166,8 @@ type Election struct {
 	// merely behind a partition.
 	dup    bool
 	silent map[string]bool // claimants whose heartbeats stopped (heartbeat.go)
+
+	ho handover // planned handovers, preemption, failover timeline
 }
 
 type brokenVIP struct {
@@ -176,6 +189,7 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		meta:      Meta{Priority: cfg.Priority, Pools: cfg.Pools},
 		decisions: map[string]Decision{},
 		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
+		ho: newHandover(),
 	}
 	for n, m := range known.Members {
 		e.known[n] = m
@@ -209,6 +223,10 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 	case HealthChanged:
 		e.healthy = ev.Healthy
 	case HoldingChanged:
+		e.ho.held[ev.VIP] = ev.Held
+		if !ev.Held && e.onReleased(ev.VIP, now, &out) {
+			break // handing over: the claim stays until the successor's is seen
+		}
 		if ev.Held {
 			delete(e.broken, ev.VIP) // it works again
 			// Only confirm a claim the election stands behind: an acquire
@@ -240,6 +258,15 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 		e.conflictAt, e.conflictBy, e.dup = now, ev.Addr, true
 	case HolderSilent:
 		e.silence(ev, &out)
+	case HandoverRequested:
+		e.evaluate(now, &out) // decide on the latest view first
+		e.requestHandover(ev, now, &out)
+	case MessageReceived:
+		e.onMessage(ev.Msg, now, &out)
+	case SendFailed:
+		e.onSendFailed(ev, now, &out)
+	case Prepared:
+		e.onPrepared(ev, now, &out)
 	case Tick:
 	}
 	e.evaluate(now, &out)
@@ -258,6 +285,8 @@ func (o *Output) log(warn bool, msg string, args ...any) {
 // evaluate recomputes membership, quorum, eligibility and every decision.
 func (e *Election) evaluate(now time.Time, out *Output) {
 	e.updateMembership(now, out)
+	e.trackMembers(now)
+	e.expireHandovers(now, out)
 	view := e.currentView()
 	q := Quorum(view, e.knownNames(), e.cfg.Quorum)
 	switch {
@@ -281,7 +310,9 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 	}
 	conflict := e.dup
 	e.meta.Dup = e.dup
-	eligible := e.healthy && q.OK && !conflict
+	// A stopping node stays eligible while it hands its VIPs over (it
+	// keeps its claims until the successors' are seen), then it is not.
+	eligible := e.healthy && q.OK && !conflict && !(e.ho.stopping && len(e.ho.out) == 0)
 	if q.OK && !q.Bootstrap && (!e.quorum.OK || e.quorum.Bootstrap) {
 		e.quorumAt = now
 	}
@@ -316,10 +347,19 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 	}
 	e.meta.Broken = broken
 
+	defer func() {
+		for _, v := range e.cfg.VIPs {
+			e.preempt(v, now, out)
+		}
+	}()
 	for _, v := range e.cfg.VIPs {
 		view = e.currentView() // claims below change our own metadata
 		d := Decide(view, v)
+		e.trackFault(v, d, now)
+		in, handedIn := e.ho.handedIn[v]
+		delete(e.ho.handedIn, v)
 		switch {
+		case e.handoverDecision(v, &d, now, out):
 		case d.Holder && !e.meta.Holds(v) && now.Before(e.pausedUntil[v]):
 			d = Decision{Reason: "released moments ago: letting another node take it"}
 		case d.Holder && !e.meta.Holds(v) && !q.Bootstrap && now.Sub(e.quorumAt) < QuorumSettle:
@@ -332,13 +372,16 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 			if e.cfg.ClaimSettle > 0 {
 				d = Decision{Leader: e.cfg.Name, Reason: "claimed; letting the claim settle"}
 			}
-		case d.Holder && now.Sub(e.claimedAt[v]) < e.cfg.ClaimSettle:
+		case d.Holder && !handedIn && now.Sub(e.claimedAt[v]) < e.cfg.ClaimSettle:
 			d = Decision{Leader: e.cfg.Name, Reason: "claimed; letting the claim settle"}
 		case !d.Holder && e.meta.Holds(v):
 			e.unclaim(v)
 		}
 		d.Lone = d.Holder && q.Bootstrap && !e.cfg.Quorum.Off && e.cfg.Quorum.Fixed == 0
 		old, seen := e.decisions[v]
+		if d.Holder && !old.Holder {
+			e.timeline(v, &d, in, handedIn)
+		}
 		if !seen || old.Holder != d.Holder || old.Leader != d.Leader || old.Lone != d.Lone {
 			out.Decisions = append(out.Decisions, VIPDecision{VIP: v, Decision: d})
 		}
@@ -531,6 +574,7 @@ func (e *Election) next(now time.Time) time.Time {
 			add(t.Add(e.cfg.MemberExpiry))
 		}
 	}
+	e.handoverNext(add)
 	if len(ts) == 0 {
 		return time.Time{}
 	}
@@ -546,11 +590,13 @@ type ElectionStatus struct {
 	Broken map[string]string `json:"broken,omitempty"`
 	// NameConflict is the address of another node using this node's name.
 	NameConflict string `json:"name_conflict,omitempty"`
+	// Handover: the last planned handover of each VIP and those under way.
+	Handover HandoverStatus `json:"handover"`
 }
 
 // Status returns the election's state for /status and metrics.
 func (e *Election) Status(now time.Time) ElectionStatus {
-	s := ElectionStatus{Quorum: e.quorum, Known: e.knownNames(), Elections: maps.Clone(e.decisions)}
+	s := ElectionStatus{Quorum: e.quorum, Known: e.knownNames(), Elections: maps.Clone(e.decisions), Handover: e.handoverStatus()}
 	for v, b := range e.broken {
 		if s.Broken == nil {
 			s.Broken = map[string]string{}

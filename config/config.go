@@ -51,6 +51,7 @@ type Config struct {
 	Quorum        Quorum
 	StateDir      string
 	MemberExpiry  time.Duration
+	PreemptDelay  time.Duration // VIPD_PREEMPT_DELAY; 0: off
 	// GossipInsecure allows peers without VIPD_GOSSIP_KEY_FILE.
 	GossipInsecure bool
 	// GossipKeys are the keys in GossipKeyFile, the primary first; set by

@@ -144,8 +144,28 @@ var table = []Setting{
 	boolSetting("VIPD_GOSSIP_INSECURE", "gossip-insecure", "false", SecCluster,
 		"Allow plaintext, unauthenticated gossip without VIPD_GOSSIP_KEY_FILE: anyone who reaches the gossip port can join and vote. For labs only.",
 		func(c *Config) *bool { return &c.GossipInsecure }),
-	intSetting("VIPD_PRIORITY", "priority", "0", SecCluster, "Election priority; higher wins when no node holds the VIP. Never preempts a holder.", -1000, 1000,
+	intSetting("VIPD_PRIORITY", "priority", "0", SecCluster, "Election priority; higher wins when no node holds the VIP. Never preempts a holder unless VIPD_PREEMPT_DELAY is set.", -1000, 1000,
 		func(c *Config) *int { return &c.Priority }),
+	{Env: "VIPD_PREEMPT_DELAY", Flag: "preempt-delay", Default: "off", Section: SecCluster,
+		Doc:      "off: a holder keeps its VIPs (VIPD_PRIORITY never preempts). A duration: a holder hands a VIP over (planned handover) to a node with a higher VIPD_PRIORITY once that node has been eligible for this long without a break.",
+		Accepted: "off, or a duration from 1s to 24h such as 30s",
+		parse: func(c *Config, v string) error {
+			if v == "off" || v == "0" {
+				c.PreemptDelay = 0
+				return nil
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second || d > 24*time.Hour {
+				return errInvalid
+			}
+			c.PreemptDelay = d
+			return nil
+		}, format: func(c *Config) string {
+			if c.PreemptDelay == 0 {
+				return "off"
+			}
+			return c.PreemptDelay.String()
+		}},
 	{Env: "VIPD_QUORUM", Flag: "quorum", Default: "auto", Section: SecCluster,
 		Doc:      "auto: a majority of known members must be alive; off: no quorum (two-node setups, split-brain risk); N: at least N alive.",
 		Accepted: "auto, off, or a number 1-100",

@@ -44,3 +44,19 @@ type Checker interface {
 type LoneAcquirer interface {
 	AcquireLone(ctx context.Context, vip netip.Prefix) error
 }
+
+// Preparer is implemented by announcers that can get ready to take a VIP
+// at once (a planned handover offered to this node): the interface is up,
+// the sockets for the first announcement are open. Announcers without it
+// are always ready.
+type Preparer interface {
+	Prepare(ctx context.Context, vip netip.Prefix) error
+}
+
+// HandoverAcquirer is implemented by announcers with a pre-bind conflict
+// probe (l2). The driver calls AcquireHandover instead of Acquire when the
+// previous holder released the VIP for this node moments ago: nobody else
+// answers for it, so the probe is skipped.
+type HandoverAcquirer interface {
+	AcquireHandover(ctx context.Context, vip netip.Prefix) error
+}

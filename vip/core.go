@@ -47,6 +47,9 @@ const (
 	// Check asks whether a held VIP still works (Checker); Probe also
 	// looks for another holder on the segment.
 	Check
+	// Prepare gets ready to take a VIP at once in a planned handover
+	// (Preparer): the interface is up, the announcement sockets are open.
+	Prepare
 )
 
 func (k ActionKind) String() string {
@@ -59,6 +62,8 @@ func (k ActionKind) String() string {
 		return "announce"
 	case Check:
 		return "check"
+	case Prepare:
+		return "prepare"
 	}
 	return fmt.Sprintf("action(%d)", int(k))
 }
@@ -72,6 +77,10 @@ type Action struct {
 	// Lone (Acquire): this node bootstraps alone in a cluster, nobody
 	// vouches for it (LoneAcquirer).
 	Lone bool
+	// Handover (Acquire): the previous holder released the VIP for this
+	// node moments ago, so nobody else answers: bind without the conflict
+	// probe (HandoverAcquirer).
+	Handover bool
 }
 
 // Transition records that the core changed its mind about holding a VIP.
@@ -92,6 +101,41 @@ type Output struct {
 	Transitions []Transition
 	// Next is when the core next wants a Tick; zero means no timer needed.
 	Next time.Time
+	// Prepared answers Prepare events: nil Err when ready.
+	Prepared []PrepareResult
+	// Timelines of failovers and handovers completed in this step (the
+	// first announcement made, or the VIP bound in modes without one).
+	Timelines []Timeline
+}
+
+// PrepareResult answers a Prepare event.
+type PrepareResult struct {
+	VIP netip.Prefix
+	Err error
+}
+
+// Timeline is how one failover or planned handover to this node went.
+type Timeline struct {
+	VIP netip.Prefix `json:"vip"`
+	// Handover: a planned handover; else a failover.
+	Handover   bool   `json:"handover"`
+	PrevHolder string `json:"prev_holder"`
+	// FaultAt: this node saw the previous holder lose the VIP (a
+	// handover: the release arrived). PrevHeardAt: the previous holder was
+	// last heard alive.
+	FaultAt     time.Time `json:"fault_at"`
+	PrevHeardAt time.Time `json:"prev_heard_at"`
+	DecidedAt   time.Time `json:"decided_at"`
+	BoundAt     time.Time `json:"bound_at"`
+	AnnouncedAt time.Time `json:"announced_at,omitempty"`
+}
+
+// Kind is "handover" or "failover".
+func (t Timeline) Kind() string {
+	if t.Handover {
+		return "handover"
+	}
+	return "failover"
 }
 
 // Event is an input to the core.
@@ -114,7 +158,19 @@ type Elected struct {
 	// vouches for it, so it gives the VIP up to another holder it finds
 	// on the segment.
 	Lone bool
+	// Handover: the previous holder released the VIP for this node (a
+	// planned handover): acquire without the conflict probe.
+	Handover bool
+	// The failover timeline (cluster.Decision): the previous holder, when
+	// this node saw it lose the VIP and when it was last heard.
+	PrevHolder  string
+	FaultAt     time.Time
+	PrevHeardAt time.Time
 }
+
+// PrepareHandover asks the core to get ready to take VIP at once (a planned
+// handover offered to this node); answered in Output.Prepared.
+type PrepareHandover struct{ VIP netip.Prefix }
 
 // Observed reports what the outside world says: whether the VIP is present
 // on this node now (kernel address, advertised route, cloud assignment).
@@ -141,13 +197,14 @@ type Tick struct{}
 // Shutdown asks the core to release everything and stop acquiring.
 type Shutdown struct{ Reason string }
 
-func (HealthChanged) isEvent() {}
-func (Elected) isEvent()       {}
-func (Observed) isEvent()      {}
-func (Failed) isEvent()        {}
-func (Done) isEvent()          {}
-func (Tick) isEvent()          {}
-func (Shutdown) isEvent()      {}
+func (HealthChanged) isEvent()   {}
+func (Elected) isEvent()         {}
+func (Observed) isEvent()        {}
+func (Failed) isEvent()          {}
+func (Done) isEvent()            {}
+func (Tick) isEvent()            {}
+func (Shutdown) isEvent()        {}
+func (PrepareHandover) isEvent() {}
 
 // vipState is the core's view of one VIP.
 type vipState struct {
@@ -165,6 +222,9 @@ type vipState struct {
 	failures     int
 	pendingCause string
 	last         Transition
+	handover     bool      // the next Acquire is a planned handover's
+	tl           *Timeline // the failover under way, until announced
+	lastTL       Timeline
 }
 
 // Core is the state machine. Use New; the zero value is not usable.
@@ -218,6 +278,9 @@ type VIPState struct {
 	ElectionReason string
 	Last           Transition
 	RetryAt        time.Time
+	// LastFailover is the timeline of the last failover or handover to
+	// this node (zero: none since start).
+	LastFailover Timeline
 }
 
 // State returns the core's view of every VIP, in configuration order.
@@ -225,7 +288,7 @@ func (c *Core) State() []VIPState {
 	out := make([]VIPState, 0, len(c.order))
 	for _, v := range c.order {
 		s := c.vips[v]
-		out = append(out, VIPState{VIP: v, Held: s.held, Elected: s.elected, ElectionReason: s.electReason, Last: s.last, RetryAt: s.retryAt})
+		out = append(out, VIPState{VIP: v, Held: s.held, Elected: s.elected, ElectionReason: s.electReason, Last: s.last, RetryAt: s.retryAt, LastFailover: s.lastTL})
 	}
 	return out
 }
@@ -252,7 +315,29 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 			s.nextProbe = now.Add(FirstProbe)
 		}
 		s.elected, s.electReason, s.lone = e.Holder, e.Reason, e.Lone
+		switch {
+		case !e.Holder:
+			s.handover, s.tl = false, nil
+		case !s.held && !s.acquiring:
+			s.handover = e.Handover
+			s.tl = nil
+			if e.PrevHolder != "" {
+				s.tl = &Timeline{VIP: e.VIP, Handover: e.Handover, PrevHolder: e.PrevHolder, FaultAt: e.FaultAt, PrevHeardAt: e.PrevHeardAt, DecidedAt: now}
+			}
+		}
 		c.converge(e.VIP, now, &out, c.cause(e.VIP, e.Reason))
+	case PrepareHandover:
+		s, ok := c.vips[e.VIP]
+		switch {
+		case !ok:
+			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP, Err: fmt.Errorf("%s is not configured", e.VIP)})
+		case c.stopping || !c.healthy:
+			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP, Err: errors.New(c.cause(e.VIP, ""))})
+		case s.held:
+			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP})
+		default:
+			out.Actions = append(out.Actions, Action{Kind: Prepare, VIP: e.VIP, Cause: "handover offered"})
+		}
 	case Observed:
 		c.observe(e, now, &out)
 	case Failed:
@@ -329,17 +414,34 @@ func (c *Core) acquire(v netip.Prefix, now time.Time, out *Output, cause string)
 	s.acquiring = true
 	s.retryAt = time.Time{}
 	s.pendingCause = cause
-	out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: v, Cause: cause, Lone: c.elect && s.lone})
+	out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: v, Cause: cause, Lone: c.elect && s.lone, Handover: s.handover})
 }
 
 // done completes an action: an Acquire makes the VIP held, starts the
 // announcements and the checks.
 func (c *Core) done(e Done, now time.Time, out *Output) {
 	s, ok := c.vips[e.Action.VIP]
-	if !ok || e.Action.Kind != Acquire || !s.acquiring {
+	if !ok {
 		return
 	}
-	s.acquiring = false
+	switch {
+	case e.Action.Kind == Prepare:
+		out.Prepared = append(out.Prepared, PrepareResult{VIP: e.Action.VIP})
+		return
+	case e.Action.Kind == Announce && s.held && s.tl != nil && !s.tl.BoundAt.IsZero():
+		s.tl.AnnouncedAt = now
+		c.completeTimeline(s, out)
+		return
+	case e.Action.Kind != Acquire || !s.acquiring:
+		return
+	}
+	s.acquiring, s.handover = false, false
+	if s.tl != nil {
+		s.tl.BoundAt = now
+		if !c.announce {
+			c.completeTimeline(s, out)
+		}
+	}
 	s.failures = 0
 	wasHeld := s.held
 	s.held = true
@@ -353,6 +455,12 @@ func (c *Core) done(e Done, now time.Time, out *Output) {
 	if !wasHeld {
 		c.transition(e.Action.VIP, true, now, s.pendingCause, out)
 	}
+}
+
+func (c *Core) completeTimeline(s *vipState, out *Output) {
+	s.lastTL = *s.tl
+	out.Timelines = append(out.Timelines, *s.tl)
+	s.tl = nil
 }
 
 // lone reports whether s is held without anybody vouching for it.
@@ -404,10 +512,13 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 		return
 	}
 	switch e.Action.Kind {
+	case Prepare:
+		out.Prepared = append(out.Prepared, PrepareResult{VIP: e.Action.VIP, Err: e.Err})
 	case Acquire:
 		if !s.acquiring {
 			return // released meanwhile
 		}
+		s.handover, s.tl = false, nil
 		// Another host answering for the VIP is no fault of this node:
 		// retry after the back-off without stepping aside (every other
 		// node would find the same host). Anything else is.

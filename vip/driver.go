@@ -23,12 +23,15 @@ type Driver struct {
 	stopped chan struct{} // closed when Run has returned
 	timeout time.Duration
 	onTrans func(Transition)
+	onPrep  func(PrepareResult)
 
 	mu    sync.Mutex
 	state []VIPState
 
 	held  *prometheus.GaugeVec
 	trans *prometheus.CounterVec
+	// Failover timeline histograms, by VIP and kind (failover, handover).
+	detect, toBound, toAnnounce, silence *prometheus.HistogramVec
 }
 
 // DriverOptions shape a Driver.
@@ -39,6 +42,9 @@ type DriverOptions struct {
 	// OnTransition is called (on the driver goroutine) after each transition
 	// has been carried out, e.g. to publish holding state to the cluster.
 	OnTransition func(Transition)
+	// OnPrepared is called (on the driver goroutine) with the answer to
+	// each PrepareHandover event.
+	OnPrepared func(PrepareResult)
 }
 
 // NewDriver wires a core to an announcer.
@@ -47,7 +53,7 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 		opts.ActionTimeout = 10 * time.Second
 	}
 	d := &Driver{
-		core: core, ann: ann, mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition,
+		core: core, ann: ann, mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition, onPrep: opts.OnPrepared,
 		events: make(chan Event, 256),
 		state:  core.State(),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -57,12 +63,20 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 			Name: "vipd_transitions_total", Help: "Changes of holding state, by VIP and new state (held or released).",
 		}, []string{"vip", "to"}),
 	}
+	hist := func(name, help string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help,
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"vip", "kind"})
+	}
+	d.detect = hist("vipd_failover_detection_seconds", "On the new holder: from seeing the previous holder lose the VIP (suspect, released, ineligible, gone; a handover: the release message) to the decision to take it.")
+	d.toBound = hist("vipd_failover_decision_to_bound_seconds", "On the new holder: from the decision to take the VIP to the VIP bound (l2: after the conflict probe; cloud: assigned).")
+	d.toAnnounce = hist("vipd_failover_bound_to_announce_seconds", "On the new holder: from the VIP bound to the first gratuitous ARP / unsolicited NA sent (l2).")
+	d.silence = hist("vipd_failover_old_holder_silence_seconds", "On the new holder, at the decision: time since the previous holder was last heard alive.")
 	d.stopped = make(chan struct{})
 	for _, s := range d.state {
 		d.held.WithLabelValues(s.VIP.String(), d.mode).Set(0)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{d.held, d.trans} {
+		for _, c := range []prometheus.Collector{d.held, d.trans, d.detect, d.toBound, d.toAnnounce, d.silence} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -187,12 +201,19 @@ func (d *Driver) apply(ctx context.Context, ev Event, timer *time.Timer) {
 // perform carries out the actions of one step, feeding each result back
 // to the core (Done or Failed) and carrying out what that asks in turn, and
 // returns the core's next deadline.
+//
+// What the steps report (transitions, prepared, timelines) is published
+// once their actions are done: a release is reported to the election (which
+// may tell a handover's successor to bind) only after the VIP is unbound.
 func (d *Driver) perform(ctx context.Context, out Output) time.Time {
 	queue := out.Actions
 	next := out.Next
-	for _, t := range out.Transitions {
-		d.transition(t)
-	}
+	outs := []Output{out}
+	defer func() {
+		for _, o := range outs {
+			d.results(o)
+		}
+	}()
 	for len(queue) > 0 {
 		a := queue[0]
 		queue = queue[1:]
@@ -203,12 +224,48 @@ func (d *Driver) perform(ctx context.Context, out Output) time.Time {
 			o = d.core.Step(Done{Action: a}, time.Now())
 		}
 		queue = append(queue, o.Actions...)
-		for _, t := range o.Transitions {
-			d.transition(t)
-		}
+		outs = append(outs, o)
 		next = o.Next
 	}
 	return next
+}
+
+// results publishes what one step reports besides its actions.
+func (d *Driver) results(o Output) {
+	for _, t := range o.Transitions {
+		d.transition(t)
+	}
+	for _, p := range o.Prepared {
+		if p.Err != nil {
+			d.log.Info("not ready to take the VIP in a handover", "vip", p.VIP, "err", p.Err)
+		}
+		if d.onPrep != nil {
+			d.onPrep(p)
+		}
+	}
+	for _, t := range o.Timelines {
+		d.timeline(t)
+	}
+}
+
+func (d *Driver) timeline(t Timeline) {
+	v, k := t.VIP.String(), t.Kind()
+	args := []any{"vip", t.VIP, "kind", k, "from", t.PrevHolder}
+	if !t.FaultAt.IsZero() {
+		d.detect.WithLabelValues(v, k).Observe(t.DecidedAt.Sub(t.FaultAt).Seconds())
+		args = append(args, "detection", t.DecidedAt.Sub(t.FaultAt))
+	}
+	if !t.PrevHeardAt.IsZero() {
+		d.silence.WithLabelValues(v, k).Observe(t.DecidedAt.Sub(t.PrevHeardAt).Seconds())
+		args = append(args, "prev_holder_silent", t.DecidedAt.Sub(t.PrevHeardAt))
+	}
+	d.toBound.WithLabelValues(v, k).Observe(t.BoundAt.Sub(t.DecidedAt).Seconds())
+	args = append(args, "decision_to_bound", t.BoundAt.Sub(t.DecidedAt))
+	if !t.AnnouncedAt.IsZero() {
+		d.toAnnounce.WithLabelValues(v, k).Observe(t.AnnouncedAt.Sub(t.BoundAt).Seconds())
+		args = append(args, "bound_to_announce", t.AnnouncedAt.Sub(t.BoundAt))
+	}
+	d.log.Info("took the VIP over", args...)
 }
 
 func (d *Driver) do(ctx context.Context, a Action) error {
@@ -217,8 +274,11 @@ func (d *Driver) do(ctx context.Context, a Action) error {
 	var err error
 	switch a.Kind {
 	case Acquire:
+		ha, handover := d.ann.(HandoverAcquirer)
 		if la, ok := d.ann.(LoneAcquirer); ok && a.Lone {
 			err = la.AcquireLone(cctx, a.VIP)
+		} else if handover && a.Handover {
+			err = ha.AcquireHandover(cctx, a.VIP)
 		} else {
 			err = d.ann.Acquire(cctx, a.VIP)
 		}
@@ -229,6 +289,10 @@ func (d *Driver) do(ctx context.Context, a Action) error {
 	case Check:
 		if c, ok := d.ann.(Checker); ok {
 			err = c.Check(cctx, a.VIP, a.Probe)
+		}
+	case Prepare:
+		if p, ok := d.ann.(Preparer); ok {
+			err = p.Prepare(cctx, a.VIP)
 		}
 	}
 	if err != nil {

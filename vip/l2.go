@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,7 +66,30 @@ type L2 struct {
 	// index is the interface's index when last found by name, to find its
 	// addresses after a rename.
 	index atomic.Int32
+
+	mu    sync.Mutex
+	ready map[netip.Addr]*readySocket // opened by Prepare for the first announcement
 }
+
+// readySocket is an announcement socket opened ahead of a handover.
+type readySocket struct {
+	arp   *arp.Client
+	ndp   *ndp.Conn
+	until time.Time
+}
+
+func (r *readySocket) close() {
+	if r.arp != nil {
+		_ = r.arp.Close()
+	}
+	if r.ndp != nil {
+		_ = r.ndp.Close()
+	}
+}
+
+// readyFor is how long a socket opened by Prepare is kept for the
+// acquire that should follow.
+const readyFor = 3 * time.Second
 
 // L2Options shape an L2 announcer.
 type L2Options struct {
@@ -250,6 +274,71 @@ func (l *L2) ours(a netlink.Addr, vip netip.Prefix) bool {
 // the interface is down or gone. A VIP already bound in another form (other
 // prefix length or label) is adopted: it is replaced by vipd's own entry.
 func (l *L2) Acquire(ctx context.Context, vip netip.Prefix) error {
+	return l.acquire(ctx, vip, true)
+}
+
+// AcquireHandover binds the VIP without the conflict probe: the previous
+// holder has just released it for this node (vip.HandoverAcquirer).
+func (l *L2) AcquireHandover(ctx context.Context, vip netip.Prefix) error {
+	return l.acquire(ctx, vip, false)
+}
+
+// Prepare gets ready to take the VIP at once (vip.Preparer): the interface
+// is up and the socket for the first gratuitous ARP / unsolicited NA is
+// open, so that the successor of a planned handover binds and announces
+// within a millisecond of the release.
+func (l *L2) Prepare(_ context.Context, vip netip.Prefix) error {
+	_, ifi, err := l.upLink()
+	if err != nil {
+		return err
+	}
+	r := &readySocket{until: time.Now().Add(readyFor)}
+	if vip.Addr().Is4() {
+		if r.arp, err = arp.Dial(ifi); err != nil {
+			return fmt.Errorf("ARP socket on %s: %w", ifi.Name, err)
+		}
+	} else if r.ndp, _, err = ndp.Listen(ifi, ndp.LinkLocal); err != nil {
+		return fmt.Errorf("NDP socket on %s: %w", ifi.Name, err)
+	}
+	l.mu.Lock()
+	if l.ready == nil {
+		l.ready = map[netip.Addr]*readySocket{}
+	}
+	if old := l.ready[vip.Addr()]; old != nil {
+		old.close()
+	}
+	l.ready[vip.Addr()] = r
+	l.mu.Unlock()
+	return nil
+}
+
+// takeReady returns the socket Prepare opened for vip, if still fresh; the
+// caller closes it.
+func (l *L2) takeReady(vip netip.Addr) *readySocket {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.ready[vip]
+	delete(l.ready, vip)
+	if r != nil && time.Now().After(r.until) {
+		r.close()
+		return nil
+	}
+	return r
+}
+
+// sweepReady closes the sockets of handovers that never came.
+func (l *L2) sweepReady() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for v, r := range l.ready {
+		if time.Now().After(r.until) {
+			r.close()
+			delete(l.ready, v)
+		}
+	}
+}
+
+func (l *L2) acquire(ctx context.Context, vip netip.Prefix, probe bool) error {
 	link, ifi, err := l.upLink()
 	if err != nil {
 		if link != nil && errors.Is(err, ErrLinkDown) {
@@ -261,7 +350,7 @@ func (l *L2) Acquire(ctx context.Context, vip netip.Prefix) error {
 	if err != nil {
 		return err
 	}
-	if !usable(match) && l.probeTimeout > 0 {
+	if !usable(match) && l.probeTimeout > 0 && probe {
 		if err := l.probe(ctx, ifi, vip.Addr()); err != nil {
 			var ce *ConflictError
 			if errors.As(err, &ce) {
@@ -401,6 +490,7 @@ func describe(as []netlink.Addr) string {
 // another label or prefix length. On a renamed interface it still reports
 // the addresses there, so that they are released.
 func (l *L2) Present(_ context.Context, vip netip.Prefix) (bool, error) {
+	l.sweepReady()
 	link, err := l.lookup()
 	if link == nil {
 		if errors.Is(err, ErrLinkDown) {
@@ -464,9 +554,14 @@ func (l *L2) Announce(_ context.Context, vip netip.Prefix) error {
 }
 
 func (l *L2) garp(ifi *net.Interface, vip netip.Addr) error {
-	c, err := arp.Dial(ifi)
-	if err != nil {
-		return fmt.Errorf("gratuitous ARP on %s: %w", ifi.Name, err)
+	var c *arp.Client
+	if r := l.takeReady(vip); r != nil && r.arp != nil {
+		c = r.arp
+	} else {
+		var err error
+		if c, err = arp.Dial(ifi); err != nil {
+			return fmt.Errorf("gratuitous ARP on %s: %w", ifi.Name, err)
+		}
 	}
 	defer c.Close()
 	for _, op := range []arp.Operation{arp.OperationRequest, arp.OperationReply} {
@@ -487,9 +582,14 @@ func (l *L2) garp(ifi *net.Interface, vip netip.Addr) error {
 }
 
 func (l *L2) unsolicitedNA(ifi *net.Interface, vip netip.Addr) error {
-	c, _, err := ndp.Listen(ifi, ndp.LinkLocal)
-	if err != nil {
-		return fmt.Errorf("neighbour advertisement on %s: %w", ifi.Name, err)
+	var c *ndp.Conn
+	if r := l.takeReady(vip); r != nil && r.ndp != nil {
+		c = r.ndp
+	} else {
+		var err error
+		if c, _, err = ndp.Listen(ifi, ndp.LinkLocal); err != nil {
+			return fmt.Errorf("neighbour advertisement on %s: %w", ifi.Name, err)
+		}
 	}
 	defer c.Close()
 	na := &ndp.NeighborAdvertisement{
@@ -696,6 +796,14 @@ func isTimeout(err error) bool {
 }
 
 // Close releases nothing: sockets are opened per operation.
-func (l *L2) Close() error { return nil }
+func (l *L2) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for v, r := range l.ready {
+		r.close()
+		delete(l.ready, v)
+	}
+	return nil
+}
 
 var _ Checker = (*L2)(nil)

@@ -67,6 +67,24 @@ type Options struct {
 	Script []Step
 	// Observe, when set, is called after every simulated tick.
 	Observe func(*Sim)
+	// Priorities (VIPD_PRIORITY) by node name; PreemptDelay for every node.
+	Priorities   map[string]int
+	PreemptDelay time.Duration
+	// NoHandovers leaves planned handovers (vipd handover, a stop with a
+	// handover, lost or failed handover messages, a crash mid-handover)
+	// out of the random schedule.
+	NoHandovers bool
+}
+
+// TCPTimeout is how long a handover message to a node that does not
+// answer takes to fail (memberlist's TCPTimeout in vipd).
+const TCPTimeout = time.Second
+
+// simMsg is a handover message (or its failure) on its way.
+type simMsg struct {
+	at time.Time
+	to *node
+	ev cluster.Event
 }
 
 // Step is one scripted action at a time after the start.
@@ -98,7 +116,10 @@ type node struct {
 	bound     bool // VIP bound in the kernel
 	deleted   bool
 	restartAt time.Time
-	state     *cluster.Known // the state directory (nil: none)
+	state     *cluster.Known  // the state directory (nil: none)
+	stopping  bool            // a planned stop waits for its handovers
+	stopAt    time.Time       // then stops at the latest
+	hoPending map[string]bool // handovers the planned stop waits for
 
 	el    *cluster.Election
 	hb    *cluster.Heartbeats // VIPD_PROFILE=fast
@@ -136,9 +157,23 @@ type Sim struct {
 	lastHolder  string
 	seq         int
 	pendingStop []stopAt
+	msgs        []simMsg
+	msgLoss     float64 // probability a handover message is lost silently
+	lossKind    cluster.MsgKind
+	hrnd        *rand.Rand // the handover schedule's own source
+	handovers   []cluster.HandoverResult
+	crashOn     *crashOn
 	// The failure detector's timings (Options.Fast) and the detection
 	// time the invariants allow.
 	suspectAfter, deadAfter, detection time.Duration
+}
+
+// crashOn crashes a node's vipd when a handover message of a kind is
+// delivered to (or sent by) it: mid-handover crashes.
+type crashOn struct {
+	node string
+	kind cluster.MsgKind
+	send bool // when the node sends it (else when it receives it)
 }
 
 func vipHealth(h bool) vip.Event    { return vip.HealthChanged{Healthy: h, Reason: "sim"} }
@@ -158,7 +193,7 @@ func Run(opt Options) Result {
 	if opt.Expiry == 0 {
 		opt.Expiry = time.Minute
 	}
-	s := &Sim{opt: opt, rnd: rand.New(rand.NewSource(opt.Seed)), block: map[[2]int]bool{}, deletedAt: map[int]time.Time{}, deletedName: map[string]time.Time{}}
+	s := &Sim{opt: opt, rnd: rand.New(rand.NewSource(opt.Seed)), hrnd: rand.New(rand.NewSource(opt.Seed * 7919)), block: map[[2]int]bool{}, deletedAt: map[int]time.Time{}, deletedName: map[string]time.Time{}}
 	s.now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.start = s.now
 	s.suspectAfter, s.deadAfter, s.detection = SuspectAfter, DeadAfter, Detection
@@ -175,6 +210,7 @@ func Run(opt Options) Result {
 	s.lastTopo = s.now
 	end := s.now.Add(opt.Duration)
 	nextFault := s.now.Add(10 * time.Second)
+	nextHandover := s.now.Add(7 * time.Second)
 	script := opt.Script
 	for s.now.Before(end) {
 		for len(script) > 0 && !s.now.Before(s.start.Add(script[0].At)) {
@@ -185,6 +221,10 @@ func Run(opt Options) Result {
 		if opt.Script == nil && !s.now.Before(nextFault) {
 			s.fault()
 			nextFault = s.now.Add(time.Duration(2+s.rnd.Intn(12)) * time.Second)
+		}
+		if opt.Script == nil && !opt.NoHandovers && !s.now.Before(nextHandover) {
+			s.handoverFault()
+			nextHandover = s.now.Add(time.Duration(3+s.hrnd.Intn(15)) * time.Second)
 		}
 		s.step()
 		if opt.Observe != nil {
@@ -245,12 +285,14 @@ func (s *Sim) startVipd(n *node, withState bool) {
 		n.state = &cluster.Known{Members: map[string]cluster.KnownMember{}}
 	}
 	n.running, n.startedAt = true, s.now
+	n.stopping, n.stopAt, n.hoPending = false, time.Time{}, map[string]bool{}
 	n.heard, n.meta, n.left, n.pending = map[int]time.Time{}, map[int]cluster.Meta{}, map[int]bool{}, nil
 	n.hb = nil
 	if s.opt.Fast {
 		n.hb = cluster.NewHeartbeats(cluster.FastHeartbeat())
 	}
-	n.el = cluster.NewElection(cluster.ElectionConfig{Name: n.name, VIPs: []string{VIP.String()}, Peers: true, MemberExpiry: s.opt.Expiry, Quorum: cluster.QuorumRule{Off: s.opt.QuorumOff}}, *n.state, s.now)
+	n.el = cluster.NewElection(cluster.ElectionConfig{Name: n.name, VIPs: []string{VIP.String()}, Peers: true, MemberExpiry: s.opt.Expiry,
+		Quorum: cluster.QuorumRule{Off: s.opt.QuorumOff}, Priority: s.opt.Priorities[n.name], PreemptDelay: s.opt.PreemptDelay}, *n.state, s.now)
 	n.core = vip.New([]netip.Prefix{VIP}, vip.Options{Elect: true, Announce: true, Check: true, Jitter: time.Duration(n.id*37%500) * time.Millisecond})
 	n.next, n.cnext = s.now, s.now
 	s.coreStep(n, vip.Observed{VIP: VIP, Present: n.bound})
@@ -329,7 +371,13 @@ func (s *Sim) step() {
 			s.logf("%s stopped gracefully and removed (replaced)", n.name)
 		}
 	}
+	s.deliverMsgs()
 	for _, n := range s.nodes {
+		if n.running && n.stopping && !s.now.Before(n.stopAt) {
+			s.stopVipd(n, true)
+			n.restartAt = s.now.Add(RestartDelay)
+			s.logf("%s: planned stop done, restart in %v", n.name, RestartDelay)
+		}
 		if !n.up && n.running {
 			s.stopVipd(n, false)
 		}
@@ -445,9 +493,27 @@ func (s *Sim) elOut(n *node, out cluster.Output) {
 	for _, l := range out.Logs {
 		s.logf("%s: %s %v", n.name, l.Msg, l.Args)
 	}
+	for _, m := range out.Send {
+		s.sendMsg(n, m)
+	}
+	for _, r := range out.Handovers {
+		s.logf("%s: handover of %s to %q: ok=%v (%s)", n.name, r.VIP, r.To, r.OK, r.Reason)
+		s.handovers = append(s.handovers, r)
+		delete(n.hoPending, r.VIP)
+	}
+	if n.stopping && len(n.hoPending) == 0 {
+		n.stopAt = s.now // the handovers ended: stop at the next tick
+	}
 	for _, d := range out.Decisions {
-		s.logf("%s: decision holder=%v leader=%q lone=%v (%s)", n.name, d.Holder, d.Leader, d.Lone, d.Reason)
-		s.coreStep(n, vip.Elected{VIP: VIP, Holder: d.Holder, Reason: d.Reason, Lone: d.Lone})
+		s.logf("%s: decision holder=%v leader=%q lone=%v handover=%v (%s)", n.name, d.Holder, d.Leader, d.Lone, d.Handover, d.Reason)
+		s.coreStep(n, vip.Elected{VIP: VIP, Holder: d.Holder, Reason: d.Reason, Lone: d.Lone,
+			Handover: d.Handover, PrevHolder: d.PrevHolder, FaultAt: d.FaultAt, PrevHeardAt: d.PrevHeardAt})
+		if n.el == nil {
+			return
+		}
+	}
+	for range out.Prepare {
+		s.coreStep(n, vip.PrepareHandover{VIP: VIP})
 		if n.el == nil {
 			return
 		}
@@ -463,6 +529,7 @@ func (s *Sim) coreStep(n *node, ev vip.Event) {
 	out := n.core.Step(ev, s.now)
 	queue := out.Actions
 	trans := out.Transitions
+	prepared := out.Prepared
 	n.cnext = out.Next
 	for len(queue) > 0 {
 		a := queue[0]
@@ -475,7 +542,18 @@ func (s *Sim) coreStep(n *node, ev vip.Event) {
 		}
 		queue = append(queue, o.Actions...)
 		trans = append(trans, o.Transitions...)
+		prepared = append(prepared, o.Prepared...)
 		n.cnext = o.Next
+	}
+	for _, p := range prepared {
+		ev := cluster.Prepared{VIP: VIP.String()}
+		if p.Err != nil {
+			ev.Err = p.Err.Error()
+		}
+		s.elStep(n, ev)
+		if n.el == nil {
+			return
+		}
 	}
 	for _, t := range trans {
 		s.logf("%s: core held=%v failed=%v (%s)", n.name, t.Held, t.Failed, t.Cause)
@@ -539,7 +617,9 @@ func (s *Sim) do(n *node, a vip.Action) error {
 				}
 			}
 		}
-		if o := other(); o != nil && !n.bound {
+		// A handover's acquire binds without the probe (l2's
+		// AcquireHandover): the invariants check that this is safe.
+		if o := other(); o != nil && !n.bound && !a.Handover {
 			return &vip.ConflictError{VIP: VIP.Addr(), MAC: mac(o.id)}
 		}
 		if !n.bound {
@@ -548,6 +628,10 @@ func (s *Sim) do(n *node, a vip.Action) error {
 		n.bound = true
 	case vip.Release:
 		n.bound = false
+	case vip.Prepare:
+		if !n.linkUp || !n.vipIf {
+			return fmt.Errorf("eth0: %w", vip.ErrLinkDown)
+		}
 	case vip.Check:
 		if !n.linkUp || !n.vipIf {
 			return fmt.Errorf("eth0: %w", vip.ErrLinkDown)

@@ -85,6 +85,7 @@ for the full list, and vipd(8).
 Files:
   /etc/vipd/vipd.env          settings for the systemd unit (vipd.service)
   /var/lib/vipd/members.json  cluster members ever seen (VIPD_STATE_DIR); see "vipd forget"
+  /var/lib/vipd/vipd.sock     control socket of "vipd handover" (root only)
   127.0.0.1:9469              /metrics, /status, /healthz (VIPD_METRICS_ADDRESS)
 
 Exit status:
@@ -95,7 +96,7 @@ Exit status:
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newRunCmd(), newCheckConfigCmd(), newStatusCmd(), newVersionCmd(), newKeygenCmd())
+	root.AddCommand(newRunCmd(), newCheckConfigCmd(), newStatusCmd(), newVersionCmd(), newKeygenCmd(), newHandoverCmd())
 	root.AddCommand(extraCommands()...)
 	return root
 }

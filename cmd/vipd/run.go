@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/health"
@@ -67,18 +69,29 @@ func runDaemon(c *config.Config) error {
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	// The daemon, once built: a stop first hands its VIPs over.
+	var mu sync.Mutex
+	var running *daemon
 	go func() {
 		s := <-sigs
 		if len(c.Addresses) > 0 {
-			log.Info("stopping: releasing VIPs", "signal", s.String())
+			log.Info("stopping: handing over and releasing VIPs", "signal", s.String())
 		} else {
 			log.Info("stopping", "signal", s.String())
 		}
 		notify("STOPPING=1")
+		go func() {
+			s := <-sigs
+			log.Warn("second signal: exiting at once", "signal", s.String())
+			os.Exit(exitFailure)
+		}()
+		mu.Lock()
+		d := running
+		mu.Unlock()
+		if d != nil {
+			d.handOverAtStop(ctx)
+		}
 		cancel()
-		s = <-sigs
-		log.Warn("second signal: exiting at once", "signal", s.String())
-		os.Exit(exitFailure)
 	}()
 
 	if usesStateDir(c) {
@@ -90,7 +103,56 @@ func runDaemon(c *config.Config) error {
 	if err != nil {
 		return err
 	}
+	mu.Lock()
+	running = d
+	mu.Unlock()
 	return d.run(ctx)
+}
+
+// stopHandoverWait bounds the planned handover at a stop: after it the
+// VIPs are released (and the cluster left) as without a handover.
+const stopHandoverWait = 2 * time.Second
+
+// handOverAtStop hands every VIP this node holds to a successor before the
+// daemon stops (SIGTERM): the successor is ready before this node lets go,
+// and binds within milliseconds of the release.
+func (d *daemon) handOverAtStop(ctx context.Context) {
+	if d.elector == nil {
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, stopHandoverWait)
+	defer cancel()
+	rs, err := d.elector.HandOver(hctx, nil, "", true)
+	if err != nil {
+		d.log.Warn("handover at stop did not finish: releasing", "err", err)
+		return
+	}
+	for _, r := range rs {
+		if r.OK {
+			d.log.Info("handed over at stop", "vip", r.VIP, "to", r.To, "took", r.Took)
+		} else if r.VIP != "" {
+			d.log.Warn("no handover at stop: releasing", "vip", r.VIP, "reason", r.Reason)
+		}
+	}
+}
+
+// handoverSummary is one line per result, for `vipd handover`.
+func handoverSummary(rs []cluster.HandoverResult) (string, bool) {
+	var b strings.Builder
+	ok := len(rs) > 0
+	for _, r := range rs {
+		switch {
+		case r.OK:
+			fmt.Fprintf(&b, "%s: handed over to %s in %v\n", r.VIP, r.To, r.Took.Round(time.Millisecond))
+		case r.VIP == "":
+			ok = false
+			fmt.Fprintf(&b, "cannot hand over: %s\n", r.Reason)
+		default:
+			ok = false
+			fmt.Fprintf(&b, "cannot hand over %s: %s\n", r.VIP, r.Reason)
+		}
+	}
+	return b.String(), ok
 }
 
 func newLogger(c *config.Config) *slog.Logger {
@@ -128,6 +190,12 @@ type elector interface {
 	// Run feeds election decisions into send until ctx is done, then
 	// leaves the cluster.
 	Run(ctx context.Context, send func(vip.Event)) error
+	// SetPrepared answers a PrepareHandover the election asked for.
+	SetPrepared(vip string, err error)
+	// HandOver hands VIPs this node holds to another node (all held
+	// when vips is empty; the best successor when to is "") and waits
+	// for the results.
+	HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]cluster.HandoverResult, error)
 	// Status is the cluster's section of /status.
 	Status() any
 	// Close leaves the cluster.
@@ -194,6 +262,11 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2, Check: c.Mode == config.ModeL2, Jitter: nodeJitter(c.NodeName)})
 	d.driver, err = vip.NewDriver(core, d.ann, log, d.reg, vip.DriverOptions{
 		Mode: c.Mode, ActionTimeout: actionTimeout(c), OnTransition: d.onTransition,
+		OnPrepared: func(p vip.PrepareResult) {
+			if d.elector != nil {
+				d.elector.SetPrepared(p.VIP.String(), p.Err)
+			}
+		},
 	})
 	if err != nil {
 		_ = d.ann.Close()
@@ -257,6 +330,16 @@ func (d *daemon) run(parent context.Context) error {
 		}
 		d.status = srv
 		defer srv.Close()
+	}
+	if d.elector != nil {
+		cs, err := startControlServer(d.cfg.StateDir, d, d.log)
+		if err != nil {
+			if d.ann != nil {
+				_ = d.ann.Close()
+			}
+			return err
+		}
+		defer cs.Close()
 	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/health"
 	"github.com/vipd/vipd/vip"
@@ -55,11 +56,15 @@ type failingElector struct {
 	closed chan struct{}
 }
 
-func (e *failingElector) SetHealthy(bool)          {}
-func (e *failingElector) SetHolding(string, bool)  {}
-func (e *failingElector) SetFailed(string, string) {}
-func (e *failingElector) Status() any              { return nil }
-func (e *failingElector) Close() error             { close(e.closed); return nil }
+func (e *failingElector) SetHealthy(bool)           {}
+func (e *failingElector) SetHolding(string, bool)   {}
+func (e *failingElector) SetFailed(string, string)  {}
+func (e *failingElector) Status() any               { return nil }
+func (e *failingElector) SetPrepared(string, error) {}
+func (e *failingElector) HandOver(context.Context, []string, string, bool) ([]cluster.HandoverResult, error) {
+	return nil, nil
+}
+func (e *failingElector) Close() error { close(e.closed); return nil }
 func (e *failingElector) Run(ctx context.Context, _ func(vip.Event)) error {
 	select {
 	case <-ctx.Done():
@@ -78,7 +83,7 @@ func TestDaemonFatalErrorStopsEverything(t *testing.T) {
 	defer api.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	v := netip.MustParsePrefix("192.0.2.100/32")
-	c := &config.Config{Mode: config.ModeL2, Addresses: []netip.Prefix{v}, NodeName: "n1"}
+	c := &config.Config{Mode: config.ModeL2, Addresses: []netip.Prefix{v}, NodeName: "n1", StateDir: t.TempDir()}
 	checker, err := health.NewChecker(health.Config{URL: api.URL, Interval: 20 * time.Millisecond, Timeout: time.Second,
 		FailThreshold: 1, RiseThreshold: 1, TokenPath: "/nonexistent"}, log, prometheus.NewRegistry())
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/health"
+	"github.com/vipd/vipd/vip"
 )
 
 // Status is the JSON document served on /status.
@@ -67,6 +68,9 @@ type VIPStatus struct {
 	Elected        *bool       `json:"elected,omitempty"`
 	ElectionReason string      `json:"election_reason,omitempty"`
 	LastTransition *Transition `json:"last_transition,omitempty"`
+	// LastFailover is the timeline of the last failover or planned
+	// handover that made this node the holder.
+	LastFailover *vip.Timeline `json:"last_failover,omitempty"`
 }
 
 // Transition is the last change of a VIP's holding state.
@@ -93,6 +97,10 @@ func (d *daemon) statusDoc() Status {
 			}
 			if !v.Last.At.IsZero() {
 				vs.LastTransition = &Transition{Held: v.Last.Held, At: v.Last.At, Cause: v.Last.Cause}
+			}
+			if !v.LastFailover.DecidedAt.IsZero() {
+				tl := v.LastFailover
+				vs.LastFailover = &tl
 			}
 			s.VIPs = append(s.VIPs, vs)
 		}
@@ -235,6 +243,11 @@ func printStatus(w io.Writer, s Status, now time.Time) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.VIP, held, since, why)
 	}
+	for _, v := range s.VIPs {
+		if t := v.LastFailover; t != nil {
+			fmt.Fprintf(tw, "last %s to this node:\t%s\n", t.Kind(), describeTimeline(*t, now))
+		}
+	}
 	names := make([]string, 0, len(s.Components))
 	for n := range s.Components {
 		names = append(names, n)
@@ -242,7 +255,7 @@ func printStatus(w io.Writer, s Status, now time.Time) error {
 	sort.Strings(names)
 	for _, n := range names {
 		if n == "cluster" {
-			if err := printCluster(tw, s.Components[n]); err == nil {
+			if err := printCluster(tw, s.Components[n], now); err == nil {
 				continue
 			}
 		}
@@ -272,7 +285,7 @@ func ago(now, t time.Time) string {
 }
 
 // printCluster renders the cluster section as tables.
-func printCluster(w io.Writer, v any) error {
+func printCluster(w io.Writer, v any, now time.Time) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -288,6 +301,21 @@ func printCluster(w io.Writer, v any) error {
 	}
 	for _, v := range slices.Sorted(maps.Keys(c.Broken)) {
 		fmt.Fprintf(w, "CANNOT HOLD %s:\t%s\n", v, c.Broken[v])
+	}
+	for _, v := range slices.Sorted(maps.Keys(c.Handover.Running)) {
+		fmt.Fprintf(w, "HANDOVER %s:\tunder way to %s\n", v, c.Handover.Running[v])
+	}
+	for _, v := range slices.Sorted(maps.Keys(c.Handover.Last)) {
+		r := c.Handover.Last[v]
+		state := "done"
+		if !r.OK {
+			state = "failed"
+		}
+		what := "last handover"
+		if r.Preempt {
+			what = "last handover (preemption)"
+		}
+		fmt.Fprintf(w, "%s %s:\t%s to %s %s (%v): %s\n", what, v, state, r.To, ago(now, r.At), r.Took.Round(time.Millisecond), r.Reason)
 	}
 	fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSTATE\tHEALTHY\tELIGIBLE\tPRIORITY\tTERM\tHOLDING")
 	for _, m := range c.Members {
@@ -308,6 +336,24 @@ func printCluster(w io.Writer, v any) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", v, leader, d.Reason)
 	}
 	return nil
+}
+
+// describeTimeline is the status line of a failover timeline.
+func describeTimeline(t vip.Timeline, now time.Time) string {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s from %s, %s", t.VIP, t.PrevHolder, ago(now, t.DecidedAt))
+	if !t.FaultAt.IsZero() {
+		fmt.Fprintf(&b, "; detection %s", ms(t.DecidedAt.Sub(t.FaultAt)))
+	}
+	fmt.Fprintf(&b, ", decision to bound %s", ms(t.BoundAt.Sub(t.DecidedAt)))
+	if !t.AnnouncedAt.IsZero() {
+		fmt.Fprintf(&b, ", bound to first announcement %s", ms(t.AnnouncedAt.Sub(t.BoundAt)))
+	}
+	if !t.PrevHeardAt.IsZero() {
+		fmt.Fprintf(&b, "; %s last heard %s before the decision", t.PrevHolder, ms(t.DecidedAt.Sub(t.PrevHeardAt)))
+	}
+	return b.String()
 }
 
 func credentialStatus(c health.Credential) *CredentialStatus {

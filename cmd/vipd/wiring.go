@@ -72,8 +72,8 @@ func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (
 	timings, heartbeat := cluster.TimingsFor(c.Profile)
 	n, err := cluster.New(cluster.Config{
 		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Keys: c.GossipKeys, Insecure: c.GossipInsecure, Priority: c.Priority,
-		MemberExpiry: c.MemberExpiry,
-		Quorum:       cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
+		MemberExpiry: c.MemberExpiry, PreemptDelay: c.PreemptDelay,
+		Quorum: cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
 		ClaimSettle: claimSettle(c.Mode), Pools: c.Pools,
 		Timings: timings, Heartbeat: heartbeat,
 	}, log, reg)
@@ -104,11 +104,24 @@ func nodeJitter(name string) time.Duration {
 type clusterElector struct{ *cluster.Node }
 
 func (e clusterElector) Run(ctx context.Context, send func(vip.Event)) error {
+	e.OnPrepare(func(v string) {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			e.SetPrepared(v, err)
+			return
+		}
+		send(vip.PrepareHandover{VIP: p})
+	})
 	return e.Node.Run(ctx, func(v string, d cluster.Decision) {
 		p, err := netip.ParsePrefix(v)
 		if err != nil {
 			return
 		}
-		send(vip.Elected{VIP: p, Holder: d.Holder, Reason: d.Reason, Lone: d.Lone})
+		send(vip.Elected{VIP: p, Holder: d.Holder, Reason: d.Reason, Lone: d.Lone,
+			Handover: d.Handover, PrevHolder: d.PrevHolder, FaultAt: d.FaultAt, PrevHeardAt: d.PrevHeardAt})
 	})
+}
+
+func (e clusterElector) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]cluster.HandoverResult, error) {
+	return e.Node.HandOver(ctx, cluster.HandoverRequested{VIPs: vips, To: to, Stopping: stopping})
 }
