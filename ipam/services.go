@@ -50,7 +50,7 @@ const (
 	ReasonReleased        = "AddressReleased"
 )
 
-func labelsEverything() labels.Selector  { return labels.Everything() }
+func labelsEverything() labels.Selector   { return labels.Everything() }
 func metav1GetOptions() metav1.GetOptions { return metav1.GetOptions{} }
 
 // served reports whether the Service is one vipd allocates for.

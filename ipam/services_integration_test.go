@@ -89,7 +89,10 @@ func TestServiceLifecycle(t *testing.T) {
 	if err := h.kc.CoreV1().Services(h.ns).Delete(h.ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitGone(func() error { _, err := h.kc.CoreV1().Services(h.ns).Get(h.ctx, "web", metav1.GetOptions{}); return err }, "Service web")
+	h.waitGone(func() error {
+		_, err := h.kc.CoreV1().Services(h.ns).Get(h.ctx, "web", metav1.GetOptions{})
+		return err
+	}, "Service web")
 	if al := h.allocations()["198.18.0.1"]; al != nil {
 		t.Errorf("198.18.0.1 still allocated after the Service was deleted: %+v", al.Spec)
 	}
@@ -175,7 +178,9 @@ func TestPoolsStatusExhaustionAndShrink(t *testing.T) {
 	h.pool("big6", nil, "2001:db8:19::/64")
 	h.run(Options{Services: true, DefaultClass: true}, nil)
 
-	cond := func(p v1alpha1.IPPool, typ string) *metav1.Condition { return meta.FindStatusCondition(p.Status.Conditions, typ) }
+	cond := func(p v1alpha1.IPPool, typ string) *metav1.Condition {
+		return meta.FindStatusCondition(p.Status.Conditions, typ)
+	}
 	h.eventually(10*time.Second, "pool conditions", func() string {
 		for _, tc := range []struct {
 			pool, typ string
