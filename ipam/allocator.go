@@ -94,25 +94,26 @@ func (a *Allocator) Take(ctx context.Context, addr netip.Addr, pool string, ref 
 	if err != nil {
 		return nil, err
 	}
-	created, err := a.Client.Create(ctx, u, metav1.CreateOptions{})
-	if err == nil {
-		return FromUnstructured(created)
-	}
-	if !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("create IPAllocation %s: %w", name, err)
-	}
-	cur, gerr := a.Get(ctx, addr)
-	if gerr != nil {
-		if apierrors.IsNotFound(gerr) {
-			// Released between our create and get: the caller retries.
+	for attempt := 0; ; attempt++ {
+		created, err := a.Client.Create(ctx, u, metav1.CreateOptions{})
+		if err == nil {
+			return FromUnstructured(created)
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("create IPAllocation %s: %w", name, err)
 		}
-		return nil, gerr
+		cur, gerr := a.Get(ctx, addr)
+		if apierrors.IsNotFound(gerr) && attempt < 3 {
+			continue // released between the create and the get
+		}
+		if gerr != nil {
+			return nil, gerr
+		}
+		if SameClaimer(cur.Spec.ClaimRef, ref) {
+			return cur, nil
+		}
+		return nil, &TakenError{Address: addr, Holder: cur.Spec.ClaimRef, Alloc: cur}
 	}
-	if SameClaimer(cur.Spec.ClaimRef, ref) {
-		return cur, nil
-	}
-	return nil, &TakenError{Address: addr, Holder: cur.Spec.ClaimRef, Alloc: cur}
 }
 
 // Get reads the allocation of addr from the API server.

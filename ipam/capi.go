@@ -212,12 +212,11 @@ func (c *controller) syncClaim(ctx context.Context, key string) error {
 		ipaddr.SetLabels(map[string]string{LabelClusterName: cl})
 	}
 	if _, err := addresses.Create(ctx, ipaddr, metav1.CreateOptions{}); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Another replica answered first: the next pass keeps its
-			// address and gives this one back.
-			return c.alloc.Release(ctx, al, ref)
-		}
-		c.rollback(ctx, []*v1alpha1.IPAllocation{al}, ref)
+		// Another replica answered first (or the create failed): the
+		// next pass keeps the address the IPAddress shows and gives back
+		// any other. Nothing is released here: the other replica may have
+		// answered with this very record (Take returns a record its
+		// claimer already holds).
 		return fmt.Errorf("create IPAddress %s: %w", key, err)
 	}
 	c.setWaiting(kindClaim, key, false)

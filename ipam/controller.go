@@ -138,7 +138,7 @@ func Run(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, opt
 		return fmt.Errorf("allocation index: %w", err)
 	}
 	limiter := func() workqueue.TypedRateLimiter[string] {
-		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second)
+		return workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 5*time.Second)
 	}
 	newQ := func(name string) workqueue.TypedRateLimitingInterface[string] {
 		return workqueue.NewTypedRateLimitingQueueWithConfig(limiter(), workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
@@ -272,7 +272,7 @@ func (c *controller) work(ctx context.Context, q workqueue.TypedRateLimitingInte
 		q.Forget(key)
 	case ctx.Err() != nil:
 	default:
-		if !apierrors.IsConflict(err) && !errors.Is(err, errTooManyCollisions) {
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && !errors.Is(err, errTooManyCollisions) {
 			c.log.Warn("sync failed; retrying", "key", key, "err", err)
 		}
 		q.AddRateLimited(key)

@@ -118,6 +118,7 @@ func capiCRDs(t *testing.T) []string {
 	files := []string{
 		filepath.Join(info.Dir, "config/crd/bases/ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
 		filepath.Join(info.Dir, "config/crd/bases/ipam.cluster.x-k8s.io_ipaddresses.yaml"),
+		filepath.Join(info.Dir, "config/crd/bases/cluster.x-k8s.io_clusters.yaml"), // for spec.paused
 	}
 	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {

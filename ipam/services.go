@@ -128,7 +128,7 @@ func (c *controller) syncService(ctx context.Context, key string) error {
 		inStatus[ing.IP] = true
 	}
 	keep := map[Family]*v1alpha1.IPAllocation{}
-	var drop []*v1alpha1.IPAllocation
+	var drop, extra []*v1alpha1.IPAllocation
 	valid := func(al *v1alpha1.IPAllocation) bool {
 		a, err := Address(al)
 		if err != nil || !slices.Contains(families, FamilyOf(a)) {
@@ -172,10 +172,25 @@ func (c *controller) syncService(ctx context.Context, key string) error {
 			continue
 		}
 		// A second one of the family: another replica's claim in flight,
-		// or left by a crash. Only an old one is released; a young one is
-		// released by the replica that loses the status write.
+		// the loser of a status race, or left by a crash. Released once
+		// older than OrphanGrace, and only when the Service's status, read
+		// from the API server, does not show it.
 		if c.opts.Now().Sub(al.Spec.ClaimedAt.Time) > c.opts.OrphanGrace {
-			drop = append(drop, al)
+			extra = append(extra, al)
+		}
+	}
+	if len(extra) > 0 {
+		live, err := c.kube.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if live.UID != svc.UID {
+			return nil // re-created meanwhile: the next event handles it
+		}
+		for _, al := range extra {
+			if !slices.ContainsFunc(live.Status.LoadBalancer.Ingress, func(i corev1.LoadBalancerIngress) bool { return i.IP == al.Spec.Address }) {
+				drop = append(drop, al)
+			}
 		}
 	}
 	for _, al := range drop {
@@ -197,7 +212,6 @@ func (c *controller) syncService(ctx context.Context, key string) error {
 		}
 		al, sf, err := c.claimFamily(ctx, svc, ref, f, requested, pools, matched, facts, sharer)
 		if err != nil {
-			c.rollback(ctx, fresh, ref)
 			return err
 		}
 		if sf != nil {
@@ -235,9 +249,12 @@ func (c *controller) syncService(ctx context.Context, key string) error {
 	meta.SetStatusCondition(&next.Status.Conditions, cond)
 	if !equalStatus(svc.Status, next.Status) {
 		if _, err := c.kube.CoreV1().Services(ns).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-			// Another replica wrote first (or the Service changed): give
-			// back what this pass took, the next pass starts from there.
-			c.rollback(ctx, fresh, ref)
+			// Another replica wrote first (or the Service changed). What
+			// this pass took is not given back here: the other replica may
+			// have adopted the same record (Take returns a record its
+			// claimer already holds). The next pass keeps one per family
+			// and releases an extra one once it is older than OrphanGrace
+			// and the Service's status does not show it.
 			return fmt.Errorf("update status of Service %s: %w", key, err)
 		}
 		for _, al := range fresh {
@@ -356,25 +373,38 @@ func (c *controller) sharersOf(al *v1alpha1.IPAllocation) []Sharer {
 	return out
 }
 
-// rollback gives back the holds taken in a pass whose status write failed.
-func (c *controller) rollback(ctx context.Context, fresh []*v1alpha1.IPAllocation, ref v1alpha1.ClaimRef) {
-	for _, al := range fresh {
-		cur, err := c.alloc.Get(ctx, mustAddr(al))
-		if err != nil || cur.UID != al.UID {
-			continue
-		}
-		if err := c.alloc.Release(ctx, cur, ref); err != nil {
-			c.log.Warn("rolling back an allocation failed; the orphan collector will release it", "address", al.Spec.Address, "err", err)
-		}
-	}
-}
-
 // unserve releases everything of a Service vipd no longer serves (deleted,
 // another type or class), clears what vipd wrote and drops the finalizer.
 func (c *controller) unserve(ctx context.Context, svc *corev1.Service, ref v1alpha1.ClaimRef, held []*v1alpha1.IPAllocation) error {
 	had := slices.Contains(svc.Finalizers, FinalizerService)
 	if !had && len(held) == 0 {
 		return nil
+	}
+	// The status first: no Service may show an address after it has been
+	// released (and handed to someone else). With the finalizer on, every
+	// ingress entry is vipd's.
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		a, err := netip.ParseAddr(ing.IP)
+		if err != nil || slices.ContainsFunc(held, func(al *v1alpha1.IPAllocation) bool { return al.Spec.Address == a.Unmap().String() }) {
+			continue
+		}
+		if cur, err := c.alloc.Get(ctx, a); err == nil && holdsExactly(cur, ref) {
+			held = append(held, cur)
+		} else if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	if had {
+		next := svc.DeepCopy()
+		next.Status.LoadBalancer.Ingress = nil
+		meta.RemoveStatusCondition(&next.Status.Conditions, ConditionAllocated)
+		if !equalStatus(svc.Status, next.Status) {
+			up, err := c.kube.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("clear status of Service %s/%s: %w", svc.Namespace, svc.Name, err)
+			}
+			svc = up
+		}
 	}
 	for _, al := range held {
 		cur, err := c.alloc.Get(ctx, mustAddr(al))
@@ -388,26 +418,8 @@ func (c *controller) unserve(ctx context.Context, svc *corev1.Service, ref v1alp
 			return err
 		}
 	}
-	// Status and condition only for a Service that stays (another type or
-	// class): the next owner starts clean.
-	if svc.DeletionTimestamp == nil && had {
-		next := svc.DeepCopy()
-		ours := map[string]bool{}
-		for _, al := range held {
-			ours[al.Spec.Address] = true
-		}
-		next.Status.LoadBalancer.Ingress = slices.DeleteFunc(next.Status.LoadBalancer.Ingress, func(i corev1.LoadBalancerIngress) bool {
-			return ours[i.IP] || len(held) == 0
-		})
-		meta.RemoveStatusCondition(&next.Status.Conditions, ConditionAllocated)
-		if !equalStatus(svc.Status, next.Status) {
-			up, err := c.kube.CoreV1().Services(svc.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
-			if err != nil {
-				return fmt.Errorf("clear status of Service %s/%s: %w", svc.Namespace, svc.Name, err)
-			}
-			svc = up
-		}
-		c.rec.Event(svc, corev1.EventTypeNormal, ReasonReleased, "Released the load-balancer addresses: the Service is no longer served by "+LoadBalancerClass)
+	if svc.DeletionTimestamp == nil && len(held) > 0 {
+		c.rec.Event(svc, corev1.EventTypeNormal, ReasonReleased, "Released the load-balancer addresses: the Service is no longer a LoadBalancer of class "+LoadBalancerClass)
 	}
 	if had {
 		svc = svc.DeepCopy()
