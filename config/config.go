@@ -90,12 +90,13 @@ type Config struct {
 	LogLevel       string
 	LogFormat      string
 
-	Kubeconfig  string
-	Controllers string // raw VIPD_CONTROLLERS; parsed by the kube package
+	Kubeconfig       string
+	Controllers      string // raw VIPD_CONTROLLERS; parsed by the kube package
+	CloudflareToken  string
+	CloudflareAPIURL string
+
 	// ServicesDefaultClass: VIPD_SERVICES_DEFAULT_CLASS (--default-class).
 	ServicesDefaultClass bool
-	CloudflareToken      string
-	CloudflareAPIURL     string
 }
 
 // Quorum is VIPD_QUORUM: auto (majority of known members), off, or a fixed N.
