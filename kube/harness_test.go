@@ -140,6 +140,8 @@ func (h *harness) installOnce() {
 	objs, err := kubetest.ReadObjects(
 		repoPath(t, "deploy/kube/crds/floatingippool.yaml"),
 		repoPath(t, "deploy/kube/crds/nodednsrecordset.yaml"),
+		repoPath(t, "deploy/kube/crds/ippool.yaml"),
+		repoPath(t, "deploy/kube/crds/ipallocation.yaml"),
 		repoPath(t, "deploy/kube/rbac.yaml"),
 	)
 	if err != nil {
