@@ -30,7 +30,9 @@ func TestServicesControllerThroughRun(t *testing.T) {
 	if _, err := h.dyn.Resource(v1alpha1.IPPoolResource).Create(h.ctx, pool, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = h.dyn.Resource(v1alpha1.IPPoolResource).Delete(h.ctx, pool.GetName(), metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = h.dyn.Resource(v1alpha1.IPPoolResource).Delete(h.ctx, pool.GetName(), metav1.DeleteOptions{})
+	})
 	for _, id := range []string{"a", "b"} {
 		h.startWith(id, func(c *Config) {
 			c.Controllers = []string{ControllerServices}
