@@ -91,12 +91,12 @@ type IPPoolOut struct {
 		Name string `yaml:"name"`
 	} `yaml:"metadata"`
 	Spec struct {
-		Addresses         []string      `yaml:"addresses"`
-		Mode              string        `yaml:"mode"`
-		NodeSelector      *mlbSelector  `yaml:"nodeSelector,omitempty"`
-		ServiceAllocation *allocOut     `yaml:"serviceAllocation,omitempty"`
-		AvoidBuggyIPs     bool          `yaml:"avoidBuggyIPs,omitempty"`
-		AutoAssign        *bool         `yaml:"autoAssign,omitempty"`
+		Addresses         []string     `yaml:"addresses"`
+		Mode              string       `yaml:"mode"`
+		NodeSelector      *mlbSelector `yaml:"nodeSelector,omitempty"`
+		ServiceAllocation *allocOut    `yaml:"serviceAllocation,omitempty"`
+		AvoidBuggyIPs     bool         `yaml:"avoidBuggyIPs,omitempty"`
+		AutoAssign        *bool        `yaml:"autoAssign,omitempty"`
 	} `yaml:"spec"`
 }
 
