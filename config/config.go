@@ -270,3 +270,15 @@ func (c *Config) NewLogger(w io.Writer) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
 }
+
+// ProviderControllers reports whether VIPD_CONTROLLERS names a controller
+// that needs a DigitalOcean or Cloudflare token (floatingippool,
+// nodednsrecordset); services and ipam need none.
+func (c *Config) ProviderControllers() bool {
+	for _, n := range splitList(c.Controllers) {
+		if n == "floatingippool" || n == "nodednsrecordset" {
+			return true
+		}
+	}
+	return false
+}

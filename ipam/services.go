@@ -304,6 +304,26 @@ func (c *controller) claimFamily(ctx context.Context, svc *corev1.Service, ref v
 	if len(fam) == 0 {
 		return nil, &shortfall{ReasonNoPool, fmt.Sprintf("no pool this Service may use has %s addresses", f)}, nil
 	}
+	// The address the status shows, if it is free again (its record was
+	// deleted by hand): addresses stay put where they can.
+	for _, ing := range svc.Status.LoadBalancer.Ingress {
+		a, err := netip.ParseAddr(ing.IP)
+		if err != nil || FamilyOf(a) != f {
+			continue
+		}
+		p := PoolOf(fam, a)
+		if p == nil || c.takenHint(a) {
+			continue
+		}
+		al, err := c.alloc.Take(ctx, a, p.Name, ref, sharer.Key)
+		if err == nil {
+			return al, nil, nil
+		}
+		var te *TakenError
+		if !errors.As(err, &te) {
+			return nil, nil, err
+		}
+	}
 	if sharer.Key != "" {
 		// Join a compatible address of the same key first.
 		for _, al := range c.allAllocs() {

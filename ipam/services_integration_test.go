@@ -295,6 +295,18 @@ func TestRestartAndOrphans(t *testing.T) {
 	for i := range 2 {
 		h.waitIngress(fmt.Sprintf("s%d", i), fmt.Sprintf("198.18.4.%d(VIP)", i))
 	}
+	// A record deleted by hand: the Service takes the same address back.
+	if err := h.dyn.Resource(v1alpha1.IPAllocationResource).Delete(h.ctx, "198.18.4.1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(10*time.Second, "198.18.4.1 taken back", func() string {
+		al := h.allocations()["198.18.4.1"]
+		if al == nil || al.Spec.ClaimRef.Name != "s1" || al.UID == after["198.18.4.1"].UID {
+			return fmt.Sprintf("%+v", al)
+		}
+		return ""
+	})
+	h.waitIngress("s1", "198.18.4.1(VIP)")
 
 	// Release is conditional on the record's UID: a record re-created for
 	// someone else survives a stale delete. (IPAddressClaim claimers: this
