@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -341,3 +342,62 @@ func TestRestartAndOrphans(t *testing.T) {
 }
 
 func mustParse(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// The apiserver loses its etcd while Services wait for addresses: the
+// controller keeps retrying (errors, not a crash or a stuck queue), and
+// once etcd is back every Service gets exactly one address.
+func TestAPIServerErrors(t *testing.T) {
+	h := newHarness(t, false)
+	h.pool("outage", nil, "198.18.6.0/29")
+	h.run(Options{Services: true, Resync: time.Second}, nil)
+	h.service("before")
+	h.waitIngress("before", "198.18.6.0(VIP)")
+
+	killed := time.Now()
+	h.srv.KillEtcd()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_ = h.srv.StartEtcd(context.Background())
+		}
+	})
+	// Writes fail while etcd is down: a Service created now cannot even be
+	// stored; the controller's pending work meets errors.
+	time.Sleep(2 * time.Second)
+	if err := h.srv.StartEtcd(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	t.Logf("etcd back after %s", time.Since(killed).Round(time.Millisecond))
+	for i := range 3 {
+		h.service(fmt.Sprintf("after-%d", i))
+	}
+	seen := map[string]bool{"198.18.6.0": true}
+	for i := range 3 {
+		s := h.waitIngressAny(fmt.Sprintf("after-%d", i))
+		if seen[s] {
+			t.Errorf("%s handed out twice", s)
+		}
+		seen[s] = true
+	}
+	h.waitIngress("before", "198.18.6.0(VIP)")
+	t.Logf("all served %s after etcd was killed", time.Since(killed).Round(time.Millisecond))
+}
+
+// waitIngressAny waits for one ingress address and returns it.
+func (h *harness) waitIngressAny(name string) string {
+	h.t.Helper()
+	var got string
+	h.eventually(30*time.Second, "Service "+name+" gets an address", func() string {
+		s, err := h.kc.CoreV1().Services(h.ns).Get(h.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if len(s.Status.LoadBalancer.Ingress) != 1 {
+			return fmt.Sprintf("status %+v", s.Status)
+		}
+		got = s.Status.LoadBalancer.Ingress[0].IP
+		return ""
+	})
+	return got
+}
