@@ -82,6 +82,7 @@ func (c *controller) syncClaim(ctx context.Context, key string) error {
 			if err := c.alloc.Release(ctx, al, ref); err != nil {
 				return err
 			}
+			c.opts.Metrics.count(kindClaim, OutcomeReleased)
 		}
 		if fins := claim.GetFinalizers(); slices.Contains(fins, FinalizerClaim) {
 			claim.SetFinalizers(slices.DeleteFunc(fins, func(f string) bool { return f == FinalizerClaim }))
@@ -172,7 +173,10 @@ func (c *controller) syncClaim(ctx context.Context, key string) error {
 		al, err = c.alloc.FirstFree(ctx, []*Pool{pool}, family, ref, "", c.takenHint)
 		if errors.Is(err, ErrExhausted) {
 			c.setWaiting(kindClaim, key, true)
-			c.rec.Eventf(claim, corev1.EventTypeWarning, ReasonPoolExhausted, "no free address in IPPool %s", pool.Name)
+			if !claimReason(claim, ReasonPoolExhausted) {
+				c.opts.Metrics.count(kindClaim, OutcomeExhausted)
+				c.rec.Eventf(claim, corev1.EventTypeWarning, ReasonPoolExhausted, "no free address in IPPool %s", pool.Name)
+			}
 			return c.claimStatus(ctx, claim, "", metav1.ConditionFalse, ReasonPoolExhausted, fmt.Sprintf("no free address in IPPool %s", pool.Name))
 		}
 		if err != nil {
@@ -220,6 +224,7 @@ func (c *controller) syncClaim(ctx context.Context, key string) error {
 		return fmt.Errorf("create IPAddress %s: %w", key, err)
 	}
 	c.setWaiting(kindClaim, key, false)
+	c.opts.Metrics.count(kindClaim, OutcomeAllocated)
 	c.rec.Eventf(claim, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s from IPPool %s", addr, pool.Name)
 	return c.claimStatus(ctx, claim, name, metav1.ConditionTrue, "", "")
 }
@@ -365,4 +370,16 @@ func (c *controller) claimStatus(ctx context.Context, claim *unstructured.Unstru
 		c.rec.Event(claim, corev1.EventTypeWarning, reason, msg)
 	}
 	return nil
+}
+
+// claimReason reports whether the claim's Ready condition already has the
+// reason (so an unchanged failure is not counted or announced again).
+func claimReason(claim *unstructured.Unstructured, reason string) bool {
+	conds, _, _ := unstructured.NestedSlice(claim.Object, "status", "conditions")
+	for _, ci := range conds {
+		if m, ok := ci.(map[string]any); ok && m["type"] == "Ready" && m["reason"] == reason {
+			return true
+		}
+	}
+	return false
 }

@@ -57,6 +57,9 @@ type Options struct {
 	Component string
 	Log       *slog.Logger
 	Now       func() time.Time
+	// Metrics, when set, counts outcomes and exposes the pools' counts
+	// while Run runs.
+	Metrics *Metrics
 }
 
 func (o Options) withDefaults() Options {
@@ -214,6 +217,8 @@ func Run(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, opt
 	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
 		return nil
 	}
+	opts.Metrics.set(c)
+	defer opts.Metrics.set(nil)
 	c.log.Info("ipam controllers running", "services", opts.Services, "capi", opts.CAPI, "default_class", opts.DefaultClass)
 
 	var wg sync.WaitGroup
@@ -587,6 +592,7 @@ func (c *controller) collectOrphans(ctx context.Context) {
 				c.log.Warn("releasing an orphaned allocation failed", "allocation", al.Name, "claimer", DescribeRef(r), "err", err)
 				break
 			}
+			c.opts.Metrics.count(r.Kind, OutcomeReleased)
 			c.log.Info("released an orphaned allocation", "address", al.Spec.Address, "pool", al.Spec.Pool,
 				"claimer", DescribeRef(r), "claimer_uid", r.UID, "current_uid", uid)
 			break // the record changed: the next pass looks again

@@ -19,6 +19,8 @@ import (
 
 type typesUID = types.UID
 
+func metav1Now() metav1.Time { return metav1.Now() }
+
 // Pool condition types and reasons.
 const (
 	PoolReady     = "Ready"

@@ -198,6 +198,7 @@ func (c *controller) syncService(ctx context.Context, key string) error {
 			return err
 		}
 		c.rec.Eventf(svc, corev1.EventTypeNormal, ReasonReleased, "Released %s (pool %s)", al.Spec.Address, al.Spec.Pool)
+		c.opts.Metrics.count(kindService, OutcomeReleased)
 	}
 
 	// Claim what is missing.
@@ -259,9 +260,16 @@ func (c *controller) syncService(ctx context.Context, key string) error {
 		}
 		for _, al := range fresh {
 			c.rec.Eventf(svc, corev1.EventTypeNormal, ReasonAllocated, "Allocated %s from pool %s", al.Spec.Address, al.Spec.Pool)
+			c.opts.Metrics.count(kindService, OutcomeAllocated)
 		}
 		for _, s := range short {
 			c.rec.Event(svc, corev1.EventTypeWarning, s.reason, s.msg)
+			switch s.reason {
+			case ReasonAddressInUse, ReasonSharingRejected:
+				c.opts.Metrics.count(kindService, OutcomeConflict)
+			case ReasonExhausted:
+				c.opts.Metrics.count(kindService, OutcomeExhausted)
+			}
 		}
 	}
 	return nil
@@ -437,6 +445,7 @@ func (c *controller) unserve(ctx context.Context, svc *corev1.Service, ref v1alp
 		if err := c.alloc.Release(ctx, cur, ref); err != nil {
 			return err
 		}
+		c.opts.Metrics.count(kindService, OutcomeReleased)
 	}
 	if svc.DeletionTimestamp == nil && len(held) > 0 {
 		c.rec.Event(svc, corev1.EventTypeNormal, ReasonReleased, "Released the load-balancer addresses: the Service is no longer a LoadBalancer of class "+LoadBalancerClass)

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,12 +34,13 @@ func TestServicesControllerThroughRun(t *testing.T) {
 	t.Cleanup(func() {
 		_ = h.dyn.Resource(v1alpha1.IPPoolResource).Delete(h.ctx, pool.GetName(), metav1.DeleteOptions{})
 	})
+	var ctrls []*controller
 	for _, id := range []string{"a", "b"} {
-		h.startWith(id, func(c *Config) {
+		ctrls = append(ctrls, h.startWith(id, func(c *Config) {
 			c.Controllers = []string{ControllerServices}
 			c.ServicesDefaultClass = true
 			c.DOToken, c.CloudflareToken = "", ""
-		})
+		}))
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: h.ns},
@@ -67,6 +69,36 @@ func TestServicesControllerThroughRun(t *testing.T) {
 		free, _, _ := unstructured.NestedInt64(u.Object, "status", "free")
 		if alloc != 1 || free != 2 {
 			return fmt.Errorf("status %v", u.Object["status"])
+		}
+		return nil
+	})
+	// The leader's metrics: the pool's counts and one allocation.
+	eventually(t, 10*time.Second, "pool metrics", func() error {
+		var got []string
+		for _, c := range ctrls {
+			fams, err := c.reg.Gather()
+			if err != nil {
+				return err
+			}
+			for _, f := range fams {
+				for _, m := range f.GetMetric() {
+					labels := ""
+					for _, l := range m.GetLabel() {
+						labels += l.GetName() + "=" + l.GetValue() + ","
+					}
+					v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+					got = append(got, fmt.Sprintf("%s{%s}=%g", f.GetName(), labels, v))
+				}
+			}
+		}
+		for _, want := range []string{
+			"vipd_ippool_addresses{pool=run-" + h.id + ",state=allocated,}=1",
+			"vipd_ippool_addresses{pool=run-" + h.id + ",state=free,}=2",
+			"vipd_ipam_allocations_total{kind=Service,outcome=allocated,}=1",
+		} {
+			if !slices.Contains(got, want) {
+				return fmt.Errorf("no %s in %v", want, got)
+			}
 		}
 		return nil
 	})

@@ -259,6 +259,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 		}
 	}
 	col := newCollector()
+	var poolMetrics *ipam.Metrics
+	if pools && reg != nil {
+		poolMetrics = ipam.NewMetrics()
+		if err := reg.Register(poolMetrics); err != nil {
+			return fmt.Errorf("register pool metrics: %w", err)
+		}
+		defer reg.Unregister(poolMetrics)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{pm, col} {
 			if err := reg.Register(c); err != nil {
@@ -337,6 +345,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 						return ipam.Run(ctx, kc, dc, ipam.Options{
 							Services: enabled[ControllerServices], CAPI: enabled[ControllerIPAM],
 							DefaultClass: cfg.ServicesDefaultClass, Workers: cfg.Workers, Log: logger,
+							Metrics: poolMetrics,
 						})
 					})
 					if err != nil {
