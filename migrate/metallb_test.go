@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,5 +77,31 @@ func TestMetalLBBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want one containing %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+func TestMetalLBCommand(t *testing.T) {
+	out, errOut, err := runCmd(t, "", "metallb", filepath.Join("testdata", "metallb", "bgp.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(filepath.Join("testdata", "metallb", "bgp.golden.yaml"))
+	if out != string(want) {
+		t.Errorf("stdout differs from the golden file:\n%s", out)
+	}
+	if !strings.Contains(errOut, "warning: BGPPeer metallb-system/sample") || strings.Contains(out, "warning:") {
+		t.Errorf("warnings not (only) on stderr: %q", errOut)
+	}
+	dst := filepath.Join(t.TempDir(), "pools.yaml")
+	if _, _, err := runCmd(t, "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: p}\nspec: {addresses: [192.0.2.0/28]}\n", "metallb", "-", "-o", dst); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(dst); err != nil || !strings.Contains(string(b), "name: p\n") {
+		t.Errorf("output file: %s %v", b, err)
+	}
+	_, _, err = runCmd(t, "kind: IPAddressPool\n", "metallb", "-")
+	var ie *InputError
+	if !errors.As(err, &ie) || ie.ExitCode() != 2 {
+		t.Errorf("bad input: %v, want an InputError (exit 2)", err)
 	}
 }
