@@ -245,6 +245,40 @@ func TestPoolsStatusExhaustionAndShrink(t *testing.T) {
 	h.waitIngress("c2", "198.18.3.1(VIP)") // the waiting Service is served as soon as one frees
 }
 
+// Services deleted while their allocation is in flight leave nothing
+// behind: the finalizer holds each until its address is released, or the
+// orphan collector frees a record whose Service vanished first.
+func TestServiceDeletedWhileAllocating(t *testing.T) {
+	h := newHarness(t, false)
+	h.pool("flight", nil, "198.18.7.0/28")
+	h.run(Options{Services: true, Resync: time.Second}, nil)
+	for i := range 10 {
+		name := fmt.Sprintf("gone-%d", i)
+		h.service(name)
+		if i%2 == 1 {
+			time.Sleep(time.Duration(i) * 20 * time.Millisecond)
+		}
+		if err := h.kc.CoreV1().Services(h.ns).Delete(h.ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.eventually(20*time.Second, "nothing left behind", func() string {
+		l, err := h.kc.CoreV1().Services(h.ns).List(h.ctx, metav1.ListOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if len(l.Items) > 0 {
+			return fmt.Sprintf("%d Services still there", len(l.Items))
+		}
+		for addr, al := range h.allocations() {
+			if al.Spec.Pool == "flight" {
+				return fmt.Sprintf("%s still allocated to %s", addr, DescribeRef(al.Spec.ClaimRef))
+			}
+		}
+		return ""
+	})
+}
+
 // State lives in the API server: a restarted controller adopts what is
 // there and allocates nothing new; an allocation whose claimer is gone or
 // was re-created (other UID) is released; a Service deleted while its
