@@ -101,10 +101,14 @@ func (c *controller) syncClaim(ctx context.Context, key string) error {
 		claim = up
 	}
 
+	// The IPAddress from the cache: one created meanwhile by another
+	// replica makes this pass's create fail with AlreadyExists, and the
+	// next pass sees it.
 	addresses := c.dyn.Resource(IPAddressResource).Namespace(ns)
-	existing, err := addresses.Get(ctx, name, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+	var existing *unstructured.Unstructured
+	err = apierrors.NewNotFound(IPAddressResource.GroupResource(), name)
+	if obj, ok, gerr := c.addrInf.GetStore().GetByKey(key); gerr == nil && ok {
+		existing, err = obj.(*unstructured.Unstructured), nil
 	}
 	if err == nil && ownedBy(existing, claim.GetUID()) {
 		// The IPAddress is the claim's answer and the arbiter between

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -563,6 +564,29 @@ func (c *controller) claimerUID(ctx context.Context, r v1alpha1.ClaimRef) (strin
 	return "", fmt.Errorf("unknown claimer kind %q", r.Kind)
 }
 
+// cachedClaimerUID is the claimer's UID in the informer cache ("" when
+// the cache does not have it).
+func (c *controller) cachedClaimerUID(r v1alpha1.ClaimRef) string {
+	var inf cache.SharedIndexInformer
+	switch r.Kind {
+	case kindService:
+		inf = c.svcInf
+	case kindClaim:
+		inf = c.claimInf
+	}
+	if inf == nil {
+		return ""
+	}
+	obj, ok, err := inf.GetStore().GetByKey(r.Namespace + "/" + r.Name)
+	if err != nil || !ok {
+		return ""
+	}
+	if m, ok := obj.(interface{ GetUID() types.UID }); ok {
+		return string(m.GetUID())
+	}
+	return ""
+}
+
 // collectOrphans releases the holds of claimers that no longer exist or
 // whose UID changed (deleted and re-created: the new object claims anew).
 // Only kinds whose controller runs here are examined; existence is checked
@@ -572,6 +596,9 @@ func (c *controller) collectOrphans(ctx context.Context) {
 		for _, r := range append([]v1alpha1.ClaimRef{al.Spec.ClaimRef}, al.Spec.Shares...) {
 			if (r.Kind == kindService && !c.opts.Services) || (r.Kind == kindClaim && !c.opts.CAPI) {
 				continue
+			}
+			if c.cachedClaimerUID(r) == r.UID && r.UID != "" {
+				continue // the cache shows it alive; a stale cache only delays a release
 			}
 			uid, err := c.claimerUID(ctx, r)
 			if err != nil {

@@ -208,8 +208,8 @@ func (c *controller) syncService(ctx context.Context, key string) error {
 		short = append(short, shortfall{ReasonBadRequest, reqErr.Error()})
 	}
 	for _, f := range families {
-		if keep[f] != nil {
-			continue
+		if keep[f] != nil || reqErr != nil {
+			continue // nothing new for a request that cannot be read
 		}
 		al, sf, err := c.claimFamily(ctx, svc, ref, f, requested, pools, matched, facts, sharer)
 		if err != nil {
