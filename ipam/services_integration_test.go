@@ -63,6 +63,9 @@ func TestServiceLifecycle(t *testing.T) {
 	if c := condition(h.getService("outside")); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonNotInPool {
 		t.Errorf("outside: condition %+v", c)
 	}
+	if got := ingressIPs(h.getService("garbage")); got != "" {
+		t.Errorf("a Service with an unreadable request got %q", got)
+	}
 	for _, n := range []string{"other", "classless"} {
 		if s := h.getService(n); len(s.Status.LoadBalancer.Ingress) > 0 || len(s.Finalizers) > 0 {
 			t.Errorf("Service %s of another class was served: %+v %v", n, s.Status, s.Finalizers)
