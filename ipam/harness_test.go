@@ -388,3 +388,18 @@ func unstructuredString(u *unstructured.Unstructured, path ...string) string {
 	s, _, _ := unstructured.NestedString(u.Object, path...)
 	return s
 }
+
+// make go-deps fetches the Cluster API release the tests install.
+func TestCAPIVersionMatchesMakefile(t *testing.T) {
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "CAPI_VERSION := "+CAPIVersion+"\n") {
+		t.Errorf("the Makefile's CAPI_VERSION is not %s", CAPIVersion)
+	}
+}
