@@ -327,7 +327,9 @@ func (c *controller) allocChanged(obj any, deleted bool) {
 	}
 	pool, _, _ := unstructured.NestedString(u.Object, "spec", "pool")
 	if pool != "" {
-		c.poolQ.Add(pool)
+		// Counted after a second: a burst of allocations is one status
+		// write, not one each.
+		c.poolQ.AddAfter(pool, time.Second)
 	}
 	al, err := FromUnstructured(u)
 	if err != nil {

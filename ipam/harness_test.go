@@ -51,7 +51,7 @@ var crdOnce sync.Map // CRD file set -> error
 func newHarness(t *testing.T, capi bool) *harness {
 	t.Helper()
 	srv := env.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	h := &harness{t: t, srv: srv, ctx: ctx, logs: &testenv.Buffer{}}
 	var err error
