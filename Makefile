@@ -21,6 +21,8 @@ APT_PKGS    := frr etcd-server iproute2 tcpdump arping ndisc6 nftables iputils-p
                debootstrap systemd-container rpm runc
 # BIRD 2: the second router of the bgp interop tests (test/bgp).
 APT_PKGS    += bird2
+# iptables (nft backend): the egress lab installs a CNI-style masquerade rule (test/egress).
+APT_PKGS    += iptables
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 GOTEST      := $(GO) test -count=1
 # Integration packages run one at a time: they measure timings in network
@@ -116,10 +118,11 @@ demo: deps build
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab demo
 
 ## bench: failover benchmarks in the lab; prints tables, writes out/bench.json
-bench: deps build
+bench: deps build kube-apiserver
 	@mkdir -p out
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GO) run ./lab/cmd/vipd-lab bench -out out
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) VIPD_BENCH_BGP_JSON=$(CURDIR)/out/bench-bgp.json VIPD_BENCH_RUNS=5 $(GOTEST) -timeout 20m -run '^TestBenchBGP$$' -v ./test/bgp/
+	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) VIPD_BENCH_POOLS=1 VIPD_BENCH_POOLS_JSON=$(CURDIR)/out/bench-pools.json $(GOTEST) -timeout 15m -run '^TestBenchPools$$' -v ./test/pools/
 
 package:
 	packaging/build.sh $(VERSION)

@@ -41,6 +41,8 @@ type Config struct {
 	// LocalAddrs returns this host's addresses, to drop this node from
 	// Peers (nil: the host's interface addresses).
 	LocalAddrs func() ([]netip.Addr, error)
+	// Pools: this node announces pool addresses (Meta.Pools).
+	Pools bool
 }
 
 // Timings are the memberlist failure-detector settings.
@@ -135,7 +137,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 		wake:     make(chan struct{}, 1),
 		election: NewElection(ElectionConfig{
 			Name: cfg.Name, VIPs: cfg.VIPs, Priority: cfg.Priority, Quorum: cfg.Quorum, Peers: len(peers) > 0,
-			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry,
+			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry, Pools: cfg.Pools,
 		}, known, time.Now()),
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Gossip members by state (alive, suspect), and known members (known).",

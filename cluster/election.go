@@ -77,6 +77,14 @@ type Meta struct {
 	// Leaving is set by a node that stops gracefully, just before it
 	// leaves: the others forget it at once instead of after the expiry.
 	Leaving bool `json:"l,omitempty"`
+	// Dup is set by a node that has seen another node gossip under its
+	// name: it stays out of the election, and the others do not count it
+	// for quorum (two nodes with one name on both sides of a partition
+	// would each make a majority), until it has seen no clash for
+	// ConflictHold while every member it knows is in view.
+	Dup bool `json:"d,omitempty"`
+	// Pools is set by a node that announces pool addresses (VIPD_POOLS=on).
+	Pools bool `json:"o,omitempty"`
 }
 
 // Holds reports whether the member claims vip.
@@ -256,7 +264,7 @@ func Quorum(v View, known []string, rule QuorumRule) QuorumResult {
 		if m.Name == v.Self {
 			continue
 		}
-		if (m.State == Alive || m.State == Suspect) && set[m.Name] && m.Meta.counts(v.Self) {
+		if (m.State == Alive || m.State == Suspect) && set[m.Name] && m.Meta.counts(v.Self) && !m.Meta.Dup {
 			alive++
 		}
 	}

@@ -23,7 +23,8 @@ const (
 	// other member refuses to hold alone.
 	KeyVeto = time.Minute
 	// ConflictHold is how long after the last sign of another node with
-	// this node's name this node stays ineligible.
+	// this node's name this node stays ineligible (and longer while it
+	// does not see every member it knows).
 	ConflictHold = 30 * time.Second
 	// StepAsideMin and StepAsideMax bound how long a node that could not
 	// acquire a VIP leaves it to the others (doubling on each failure).
@@ -52,6 +53,8 @@ type ElectionConfig struct {
 	ClaimSettle time.Duration
 	// MemberExpiry: see DefaultMemberExpiry. Zero means the default.
 	MemberExpiry time.Duration
+	// Pools: gossip Meta.Pools (this node announces pool addresses).
+	Pools bool
 }
 
 // Event is an input to the Election.
@@ -147,6 +150,10 @@ type Election struct {
 	quorumAt    time.Time // when quorum (not bootstrap) was last regained
 	conflictAt  time.Time
 	conflictBy  string
+	// dup is set by a name clash and cleared ConflictHold after the last
+	// one once every known member is in view: the other node is gone, not
+	// merely behind a partition.
+	dup bool
 }
 
 type brokenVIP struct {
@@ -165,7 +172,7 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		cfg: cfg, started: now,
 		known:     map[string]KnownMember{},
 		seen:      map[string]time.Time{},
-		meta:      Meta{Priority: cfg.Priority},
+		meta:      Meta{Priority: cfg.Priority, Pools: cfg.Pools},
 		decisions: map[string]Decision{},
 		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
 	}
@@ -226,10 +233,10 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 	case KeyMismatch:
 		e.keyErrAt = now
 	case NameConflict:
-		if e.conflictAt.IsZero() || now.Sub(e.conflictAt) > ConflictHold {
-			out.log(true, "another node gossips under this node's name: not holding any VIP (give every node a unique VIPD_NODE_NAME)", "name", e.cfg.Name, "other", ev.Addr)
+		if !e.dup {
+			out.log(true, "another node gossips under this node's name: not holding any VIP, and asking the others not to count this node, until the clash is over (give every node a unique VIPD_NODE_NAME)", "name", e.cfg.Name, "other", ev.Addr)
 		}
-		e.conflictAt, e.conflictBy = now, ev.Addr
+		e.conflictAt, e.conflictBy, e.dup = now, ev.Addr, true
 	case Tick:
 	}
 	e.evaluate(now, &out)
@@ -262,7 +269,15 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		q.OK = false
 		q.Reason = "gossip key mismatch with peers (VIPD_GOSSIP_KEY_FILE): not holding alone"
 	}
-	conflict := !e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold
+	if e.dup && now.Sub(e.conflictAt) >= ConflictHold && e.allKnownInView() {
+		// No clash for ConflictHold while every known member is in view
+		// and counts this node: the other node is gone, not merely on the
+		// other side of a partition.
+		e.dup = false
+		out.log(false, "name clash over: every known member is in view and none uses this node's name; taking part in the election again", "name", e.cfg.Name)
+	}
+	conflict := e.dup
+	e.meta.Dup = e.dup
 	eligible := e.healthy && q.OK && !conflict
 	if q.OK && !q.Bootstrap && (!e.quorum.OK || e.quorum.Bootstrap) {
 		e.quorumAt = now
@@ -280,7 +295,12 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 	var broken []string
 	for _, v := range e.cfg.VIPs {
 		if b, ok := e.broken[v]; ok {
-			if now.Before(b.until) {
+			// Stepping aside is for letting another node take the VIP:
+			// when no other member can, a node whose last failure is
+			// StepAsideMin old tries again (its fault may be repaired;
+			// several such nodes elect among themselves as usual).
+			lastResort := now.Sub(b.at) >= StepAsideMin && !e.othersCanHold(v)
+			if now.Before(b.until) && !lastResort {
 				broken = append(broken, v)
 			} else if now.Sub(b.until) > StepAsideMax && b.failures > 0 {
 				// A quiet spell: the next failure backs off from the
@@ -321,6 +341,32 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		}
 		e.decisions[v] = d
 	}
+}
+
+// allKnownInView reports whether every known member is alive in the view
+// and counts this node.
+func (e *Election) allKnownInView() bool {
+	for name := range e.known {
+		if name == e.cfg.Name {
+			continue
+		}
+		i := slices.IndexFunc(e.view, func(m Member) bool { return m.Name == name })
+		if i < 0 || e.view[i].State != Alive || !e.view[i].Meta.counts(e.cfg.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// othersCanHold reports whether another alive member is eligible for vip
+// and not stepping aside from it.
+func (e *Election) othersCanHold(vip string) bool {
+	for _, m := range e.view {
+		if m.Name != e.cfg.Name && m.State == Alive && m.Meta.Eligible && !m.Meta.CannotHold(vip) {
+			return true
+		}
+	}
+	return false
 }
 
 // updateMembership applies the membership rules to the current view:
@@ -470,6 +516,7 @@ func (e *Election) next(now time.Time) time.Time {
 	}
 	for _, b := range e.broken {
 		add(b.until)
+		add(b.at.Add(StepAsideMin))
 		if b.failures > 0 {
 			add(b.until.Add(StepAsideMax + time.Millisecond))
 		}
@@ -505,7 +552,7 @@ func (e *Election) Status(now time.Time) ElectionStatus {
 		}
 		s.Broken[v] = fmt.Sprintf("last attempt failed %s ago: %s", now.Sub(b.at).Round(time.Second), b.reason)
 	}
-	if !e.conflictAt.IsZero() && now.Sub(e.conflictAt) < ConflictHold {
+	if e.dup {
 		s.NameConflict = e.conflictBy
 	}
 	return s
@@ -520,7 +567,7 @@ func (m Meta) clone() Meta {
 }
 
 func (m Meta) equal(o Meta) bool {
-	return m.Leaving == o.Leaving && m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
+	return m.Leaving == o.Leaving && m.Dup == o.Dup && m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
 		slices.Equal(m.Holding, o.Holding) && slices.Equal(m.Broken, o.Broken) && slices.Equal(m.Counts, o.Counts) &&
 		(m.Counts == nil) == (o.Counts == nil)
 }

@@ -306,3 +306,110 @@ func TestElectionWaitsForClaimsAfterQuorumRegained(t *testing.T) {
 		t.Fatal("n1 claims the VIP")
 	}
 }
+
+// Stepping aside leaves the VIP to the others; when none of them can take
+// it (all stepping aside too, as after a segment-wide link failure), a node
+// tries again StepAsideMin after its last failure instead of sitting out a
+// back-off that outlives the fault.
+func TestElectionStepAsideLastResort(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		othersOK  bool
+		wantAfter bool // holder StepAsideMin after the second failure
+	}{
+		{"another member can hold it: keep stepping aside", true, false},
+		{"nobody else can: try again", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEl("n1", "n2", "n3")
+			e.cfg.Priority, e.meta.Priority = 100, 100
+			other := Meta{Eligible: true, Healthy: true, Counts: counts("n1", "n2", "n3")}
+			if !tc.othersOK {
+				other.Broken = []string{vip1}
+			}
+			e.Step(ViewChanged{Members: []Member{peer("n2", Alive, other), peer("n3", Alive, other)}}, t0)
+			e.Step(HealthChanged{Healthy: true}, t0)
+			base := t0.Add(QuorumSettle)
+			e.Step(Tick{}, base)
+			e.Step(AcquireFailed{VIP: vip1, Reason: "eth1 down"}, base)
+			e.Step(Tick{}, base.Add(StepAsideMin))
+			out := e.Step(AcquireFailed{VIP: vip1, Reason: "eth1 down"}, base.Add(StepAsideMin))
+			if d := e.decisions[vip1]; d.Holder {
+				t.Fatalf("holder right after a failure: %+v", d)
+			}
+			// Stepping aside for 2*StepAsideMin now; the timer must wake
+			// the election when the last-resort rule may change its answer.
+			if want := base.Add(2 * StepAsideMin); !out.Next.Equal(want) && tc.wantAfter {
+				t.Fatalf("next deadline %v, want %v", out.Next.Sub(base), want.Sub(base))
+			}
+			e.Step(Tick{}, base.Add(2*StepAsideMin-time.Millisecond))
+			if d := e.decisions[vip1]; d.Holder {
+				t.Fatalf("holder before StepAsideMin passed: %+v", d)
+			}
+			e.Step(Tick{}, base.Add(2*StepAsideMin))
+			if d := e.decisions[vip1]; d.Holder != tc.wantAfter {
+				t.Fatalf("StepAsideMin after the failure: %+v, want holder=%v", d, tc.wantAfter)
+			}
+			if tc.wantAfter && e.meta.CannotHold(vip1) {
+				t.Fatal("a last-resort holder still gossips that it cannot hold the VIP")
+			}
+		})
+	}
+}
+
+// A name clash keeps the node out, and the others stop counting it, until
+// it has seen no clash for ConflictHold while every known member is in
+// view: two nodes with one name on the two sides of a partition must not
+// give each side a majority, however short the clash before the partition.
+func TestElectionNameConflict(t *testing.T) {
+	all := Meta{Eligible: true, Healthy: true, Counts: counts("n1", "n2", "n3")}
+	partial := ViewChanged{Members: []Member{peer("n2", Alive, all)}} // n3 on the other side
+	whole := ViewChanged{Members: []Member{peer("n2", Alive, all), peer("n3", Alive, all)}}
+	for _, tc := range []struct {
+		name   string
+		after  ViewChanged // the view once the clash has stopped
+		wait   time.Duration
+		holder bool
+	}{
+		{"out during ConflictHold", whole, ConflictHold - QuorumSettle - time.Second, false},
+		{"back after ConflictHold with every member in view", whole, ConflictHold, true},
+		{"out while a member is out of view", partial, 50 * time.Second, false}, // (newEl's member expiry is a minute)
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEl("n1", "n2", "n3")
+			e.cfg.Priority, e.meta.Priority = 100, 100
+			e.Step(whole, t0)
+			e.Step(HealthChanged{Healthy: true}, t0)
+			at := t0.Add(3 * time.Second)
+			e.Step(NameConflict{Addr: "10.0.0.9:7950"}, at)
+			if e.meta.Eligible || e.decisions[vip1].Holder || !e.meta.Dup {
+				t.Fatalf("during a name clash: eligible %v, holder %v, dup %v", e.meta.Eligible, e.decisions[vip1].Holder, e.meta.Dup)
+			}
+			e.Step(tc.after, at.Add(time.Second))
+			later := at.Add(tc.wait)
+			out := e.Step(Tick{}, later)
+			if tc.holder && !out.Next.IsZero() && out.Next.Before(later) {
+				t.Fatalf("next deadline %v in the past", out.Next)
+			}
+			e.Step(Tick{}, later.Add(QuorumSettle))
+			if got := e.decisions[vip1].Holder; got != tc.holder {
+				t.Fatalf("holder %v, want %v (%+v)", got, tc.holder, e.decisions[vip1])
+			}
+			if e.meta.Dup == tc.holder {
+				t.Fatalf("meta.Dup %v", e.meta.Dup)
+			}
+			if st := e.Status(later); (st.NameConflict != "") == tc.holder {
+				t.Fatalf("status name conflict %q", st.NameConflict)
+			}
+		})
+	}
+	// Others do not count a member that gossips Dup.
+	view := View{Self: "n1", Members: []Member{
+		{Name: "n1", State: Alive},
+		{Name: "n2", State: Alive, Meta: Meta{Dup: true}},
+		{Name: "n3", State: Alive},
+	}}
+	if q := Quorum(view, []string{"n1", "n2", "n3", "n4", "n5"}, QuorumRule{}); q.OK || q.Alive != 2 {
+		t.Fatalf("quorum counts a duplicate-name member: %+v", q)
+	}
+}

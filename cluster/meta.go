@@ -78,7 +78,7 @@ func decodeMeta(b []byte) (Meta, error) {
 // priority, MaxCounted members), and if not, how many of them would.
 func MetaFits(vips []string) error {
 	worst := func(vs []string) int {
-		m := Meta{Healthy: true, Eligible: true, Leaving: true, Priority: math.MinInt32, Term: math.MaxUint64,
+		m := Meta{Healthy: true, Eligible: true, Leaving: true, Dup: true, Pools: true, Priority: math.MinInt32, Term: math.MaxUint64,
 			Holding: vs, Broken: []string{longest(vs)}, Counts: make(Hashes, MaxCounted)}
 		b, _ := encodeMeta(m)
 		return len(b)

@@ -95,6 +95,17 @@ type Config struct {
 	CloudflareToken  string
 	CloudflareAPIURL string
 
+	// Static egress (config/egress.go).
+	Egress             []EgressRule
+	EgressClusterCIDRs []netip.Prefix
+	EgressTable        int
+	EgressRulePriority int
+	EgressMarkMask     uint32
+	EgressPolicies     bool // VIPD_EGRESS_POLICIES=on
+
+	// Pools (VIPD_POOLS=on): announce the allocated addresses of IPPools.
+	Pools bool
+
 	// ServicesDefaultClass: VIPD_SERVICES_DEFAULT_CLASS (--default-class).
 	ServicesDefaultClass bool
 }
@@ -170,10 +181,19 @@ func Load(src Source) (*Config, error) {
 
 // check validates combinations of settings.
 func (c *Config) check() error {
-	if len(c.Addresses) == 0 && c.Controllers == "" {
-		return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "at least one VIP in CIDR form, e.g. 10.0.0.100/32,fd00::100/128 (required unless only VIPD_CONTROLLERS run)"}
+	if err := c.checkEgress(); err != nil {
+		return err
 	}
-	if c.Mode == ModeBGP && len(c.Addresses) > 0 {
+	if len(c.Addresses) == 0 && c.Controllers == "" && !c.Pools {
+		return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "at least one VIP in CIDR form, e.g. 10.0.0.100/32,fd00::100/128 (required unless only VIPD_CONTROLLERS run or VIPD_POOLS=on)"}
+	}
+	if c.Pools && c.Kubeconfig == "" {
+		return &Error{Name: "VIPD_KUBECONFIG", Value: "", Accepted: "the path of a kubeconfig, required with VIPD_POOLS=on (the pool addresses come from the Kubernetes API)"}
+	}
+	if c.Pools && c.Mode == ModeCloud {
+		return &Error{Name: "VIPD_POOLS", Value: "on", Accepted: "off in cloud mode (pool addresses are announced in l2 or bgp mode)"}
+	}
+	if c.Mode == ModeBGP && (len(c.Addresses) > 0 || c.Pools) {
 		if c.BGPLocalAS == 0 {
 			return &Error{Name: "VIPD_BGP_LOCAL_AS", Value: "", Accepted: "an AS number 1-4294967295 (required in bgp mode)"}
 		}
@@ -184,7 +204,7 @@ func (c *Config) check() error {
 			return &Error{Name: "VIPD_BGP_PEERS_FILE", Value: c.BGPPeersFile, Accepted: "empty when VIPD_BGP_PEERS is set (give the peers in one place)"}
 		}
 	}
-	if (c.Mode == ModeL2 || c.Mode == ModeCloud) && len(c.Addresses) > 0 && len(c.Peers) > 0 &&
+	if (c.Mode == ModeL2 || c.Mode == ModeCloud) && (len(c.Addresses) > 0 || c.Pools) && len(c.Peers) > 0 &&
 		c.GossipKeyFile == "" && !c.GossipInsecure {
 		return &Error{Name: "VIPD_GOSSIP_KEY_FILE", Value: "", Accepted: "a key file, required with VIPD_PEERS in " + c.Mode +
 			" mode (without one anyone reaching the gossip port can join and vote): make one with `vipd keygen --out /etc/vipd/gossip.key`," +

@@ -40,6 +40,7 @@ func TestDefaults(t *testing.T) {
 		BGPRestartTime: 10 * time.Second, BFDMultihopMinTTL: 254,
 		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",
 		MetricsAddress: "127.0.0.1:9469", LogLevel: "info", LogFormat: "text", CloudflareAPIURL: "https://api.cloudflare.com/client/v4/",
+		EgressTable: DefaultEgressTable, EgressRulePriority: DefaultEgressRulePriority, EgressMarkMask: DefaultEgressMarkMask,
 	}
 	if got := strings.Join(c.Effective(), "\n"); got != strings.Join(want.Effective(), "\n") {
 		t.Fatalf("defaults differ:\n got %s\nwant %s", got, strings.Join(want.Effective(), "\n"))
@@ -95,6 +96,7 @@ func TestInvalid(t *testing.T) {
 		{"VIPD_ADDRESS", "10.0.0.1,10.0.0.1/32", "10.0.0.1/32", "once"},
 		{"VIPD_ADDRESS", "", "", "at least one VIP"},
 		{"VIPD_MODE", "l3", "l3", "one of l2, bgp, cloud"},
+		{"VIPD_POOLS", "yes", "yes", "on or off"},
 		{"VIPD_INTERFACE", "this-name-is-far-too-long", "this-name-is-far-too-long", "15 characters"},
 		{"VIPD_NODE_NAME", "a b", "a b", "without spaces"},
 		{"VIPD_HEALTH_URL", "ftp://x/livez", "ftp://x/livez", "https URL"},
@@ -149,6 +151,11 @@ func TestCombinations(t *testing.T) {
 		{"cloud is IPv4 only", []string{"VIPD_MODE", "cloud", "VIPD_ADDRESS", "fd00::1/128"}, "IPv4 addresses only"},
 		{"cloud holds one reserved IP", []string{"VIPD_MODE", "cloud", "VIPD_ADDRESS", "10.0.0.1/32,10.0.0.2/32"}, "one reserved IPv4 address"},
 		{"controllers only", []string{"VIPD_ADDRESS", "", "VIPD_CONTROLLERS", "floatingippool"}, ""},
+		{"pools without a VIP", []string{"VIPD_ADDRESS", "", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/etc/vipd/kubeconfig"}, ""},
+		{"pools need a kubeconfig", []string{"VIPD_ADDRESS", "", "VIPD_POOLS", "on"}, "VIPD_KUBECONFIG"},
+		{"pools not in cloud mode", []string{"VIPD_MODE", "cloud", "VIPD_ADDRESS", "10.0.0.1/32", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k"}, "VIPD_POOLS"},
+		{"pools with peers need the gossip key", []string{"VIPD_ADDRESS", "", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2"}, "VIPD_GOSSIP_KEY_FILE"},
+		{"pools in bgp mode need the AS", []string{"VIPD_ADDRESS", "", "VIPD_MODE", "bgp", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k"}, "VIPD_BGP_LOCAL_AS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -352,6 +352,25 @@ var table = []Setting{
 			c.CloudflareToken = v
 			return nil
 		}, format: func(c *Config) string { return c.CloudflareToken }},
+	{Env: "VIPD_POOLS", Flag: "pools", Default: "off", Section: SecKube,
+		Doc:      "on: also announce the allocated addresses of IPPools this node is eligible for (needs VIPD_KUBECONFIG; VIPD_ADDRESS becomes optional). See docs/pools-announcing.md.",
+		Accepted: "on or off",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case "on":
+				c.Pools = true
+			case "off", "":
+				c.Pools = false
+			default:
+				return errInvalid
+			}
+			return nil
+		}, format: func(c *Config) string {
+			if c.Pools {
+				return "on"
+			}
+			return "off"
+		}},
 }
 
 // errInvalid tells Load to report the setting's own accepted form.

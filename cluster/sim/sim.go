@@ -651,7 +651,10 @@ func (s *Sim) majorityStable() bool {
 		names[n.name]++
 	}
 	for _, n := range s.members() {
-		if n.running && n.up && n.linkUp && n.vipIf && n.healthy && !n.brokenAcq && names[n.name] == 1 {
+		// A node that saw a name clash stays out until it sees every
+		// known member again (cluster.ConflictHold): not able.
+		if n.running && n.up && n.linkUp && n.vipIf && n.healthy && !n.brokenAcq && names[n.name] == 1 &&
+			n.el.Status(s.now).NameConflict == "" {
 			able = append(able, n)
 		}
 	}

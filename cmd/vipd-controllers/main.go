@@ -48,8 +48,14 @@ func main() {
 }
 
 func run() error {
+	if isEgressFeed(os.Args) {
+		return egressFeedMain() // egressfeed.go
+	}
+	if len(os.Args) == 2 && os.Args[1] == "pools-feed" {
+		return runPoolsFeed()
+	}
 	if len(os.Args) > 1 {
-		return fmt.Errorf("takes no arguments: it is started by `vipd run` with VIPD_CONTROLLERS set")
+		return fmt.Errorf("takes no arguments (or pools-feed, egressfeed): it is started by `vipd run` with VIPD_CONTROLLERS set, VIPD_POOLS=on or VIPD_EGRESS_POLICIES=on")
 	}
 	c, err := config.Load(config.EnvSource)
 	if err != nil {

@@ -88,7 +88,7 @@ func bgpAttributes(c *config.Config) (bgp.Attributes, error) {
 // leaves to the bgp package, for check-config and run alike. A bad value
 // is a usageError (exit code 2).
 func checkBGPSettings(c *config.Config) error {
-	if c.Mode != config.ModeBGP || len(c.Addresses) == 0 {
+	if c.Mode != config.ModeBGP || len(c.Addresses) == 0 && !c.Pools {
 		return nil
 	}
 	if _, err := bgpConfig(c); err != nil {

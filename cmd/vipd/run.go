@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/health"
 	"github.com/vipd/vipd/vip"
 )
@@ -108,7 +109,11 @@ type daemon struct {
 	status  *statusServer
 	elector elector
 	ctrl    *controllers          // the vipd-controllers child, when VIPD_CONTROLLERS is set
+	pools   *poolsPart            // pool addresses, when VIPD_POOLS=on
 	extra   map[string]func() any // more /status sections, by name
+	egress  *egress.Controller    // VIPD_EGRESS (cmd/vipd/egress.go)
+
+	egressFeed *egressFeed // VIPD_EGRESS_POLICIES (cmd/vipd/egressfeed.go)
 }
 
 // elector is a running election (cluster mode) as the daemon needs it.
@@ -141,7 +146,7 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 			return nil, err
 		}
 	}
-	if len(c.Addresses) == 0 {
+	if len(c.Addresses) == 0 && !c.Pools {
 		return d, nil // controllers only
 	}
 	checker, err := health.NewChecker(health.Config{
@@ -193,6 +198,16 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		_ = d.ann.Close()
 		return nil, err
 	}
+	if err := d.setupEgress(); err != nil {
+		_ = d.ann.Close()
+		return nil, err
+	}
+	if c.Pools {
+		if d.pools, err = newPools(c, d, log, d.reg); err != nil {
+			_ = d.ann.Close()
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
@@ -209,6 +224,9 @@ func actionTimeout(c *config.Config) time.Duration {
 func (d *daemon) addStatus(name string, fn func() any) { d.extra[name] = fn }
 
 func (d *daemon) onTransition(t vip.Transition) {
+	if d.egress != nil {
+		d.egress.SetHeld(t.VIP.Addr(), t.Held && !t.Failed)
+	}
 	if d.elector == nil {
 		return
 	}
@@ -265,6 +283,17 @@ func (d *daemon) run(parent context.Context) error {
 				}
 			})
 		}()
+		// Egress stops after the node left the cluster (a gateway keeps its
+		// SNAT until the directors route elsewhere): awaited below.
+		egressDone, egressLeft := make(chan struct{}), make(chan struct{})
+		if d.egress != nil {
+			go func() {
+				defer close(egressDone)
+				d.runEgress(ctx, egressLeft) // removes the egress rules when ctx is done
+			}()
+		} else {
+			close(egressDone)
+		}
 		if d.elector != nil {
 			wg.Add(1)
 			go func() {
@@ -274,13 +303,21 @@ func (d *daemon) run(parent context.Context) error {
 				}
 			}()
 		}
+		if d.pools != nil {
+			go d.pools.run(ctx)
+		}
 		defer func() {
 			<-driverDone // VIPs released first, then leave: no second holder meanwhile
+			if d.pools != nil {
+				<-d.pools.done // pool addresses too
+			}
 			if d.elector != nil {
 				if err := d.elector.Close(); err != nil {
 					d.log.Warn("leaving the cluster", "err", err)
 				}
 			}
+			close(egressLeft)
+			<-egressDone
 			_ = d.ann.Close()
 		}()
 	} else {

@@ -13,13 +13,13 @@ import (
 // usesGossip reports whether this configuration runs the gossip election:
 // l2 or cloud mode with VIPs and peers.
 func usesGossip(c *config.Config) bool {
-	return len(c.Addresses) > 0 && len(c.Peers) > 0 && (c.Mode == config.ModeL2 || c.Mode == config.ModeCloud)
+	return (len(c.Addresses) > 0 || c.Pools) && len(c.Peers) > 0 && (c.Mode == config.ModeL2 || c.Mode == config.ModeCloud)
 }
 
 // usesStateDir reports whether this configuration keeps state in
 // VIPD_STATE_DIR: the gossip election persists the members it has seen
 // there.
-func usesStateDir(c *config.Config) bool { return usesGossip(c) }
+func usesStateDir(c *config.Config) bool { return usesGossip(c) || c.Pools }
 
 // checkStateDir makes sure the state directory can be written the way the
 // cluster writes it (a temporary file renamed over the old one), before

@@ -246,6 +246,11 @@ func printStatus(w io.Writer, s Status, now time.Time) error {
 				continue
 			}
 		}
+		if n == "pools" {
+			if err := printPools(tw, s.Components[n]); err == nil {
+				continue
+			}
+		}
 		b, err := json.MarshalIndent(s.Components[n], "  ", "  ")
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -48,10 +49,13 @@ func checkModeSettings(c *config.Config) error {
 			vips[i] = a.String()
 		}
 		if err := cluster.MetaFits(vips); err != nil {
+			if n := len(c.EgressIPs()); n > 0 {
+				err = fmt.Errorf("%w (counting the %d egress IP(s) of VIPD_EGRESS)", err, n)
+			}
 			return usageError{err}
 		}
 	}
-	if c.Mode == config.ModeBGP && len(c.Addresses) > 0 {
+	if c.Mode == config.ModeBGP && (len(c.Addresses) > 0 || c.Pools) {
 		if err := checkBGPSettings(c); err != nil {
 			return err
 		}
@@ -69,7 +73,7 @@ func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (
 		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Keys: c.GossipKeys, Insecure: c.GossipInsecure, Priority: c.Priority,
 		MemberExpiry: c.MemberExpiry,
 		Quorum:       cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
-		ClaimSettle: claimSettle(c.Mode),
+		ClaimSettle: claimSettle(c.Mode), Pools: c.Pools,
 	}, log, reg)
 	if err != nil {
 		return nil, err

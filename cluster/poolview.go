@@ -1,0 +1,37 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// PoolMember is one member as the pool announcer needs it: alive or
+// suspect members only.
+type PoolMember struct {
+	Name     string
+	Suspect  bool
+	Eligible bool // Meta.Eligible: healthy, quorum, unique name
+	Pools    bool // Meta.Pools: announces pool addresses
+}
+
+// PoolMembers returns the alive and suspect members, this node included,
+// with the metadata each gossips (this node's as last published). It is a
+// read-only view for package pools, which decides per address from it
+// without gossiping anything per address.
+func (n *Node) PoolMembers() []PoolMember {
+	var out []PoolMember
+	for _, m := range n.ml.Members() {
+		if m.State != memberlist.StateAlive && m.State != memberlist.StateSuspect {
+			continue
+		}
+		meta, err := decodeMeta(m.Meta)
+		if err != nil {
+			continue
+		}
+		out = append(out, PoolMember{Name: m.Name, Suspect: m.State == memberlist.StateSuspect, Eligible: meta.Eligible, Pools: meta.Pools})
+	}
+	slices.SortFunc(out, func(a, b PoolMember) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}

@@ -1,0 +1,464 @@
+package main
+
+// `vipd-controllers egressfeed` resolves the cluster's EgressPolicy objects
+// (vipd.io/v1alpha1) to concrete egress rules (egress IP, pod addresses,
+// destinations) and prints them to stdout as NDJSON, one complete rule set
+// per line, whenever it changes. `vipd run` starts it when
+// VIPD_EGRESS_POLICIES=on and programs the rules (cmd/vipd/egressfeed.go):
+// vipd itself does not link client-go.
+//
+// On the node that is the gateway of a policy's egress IP (read from the
+// local vipd's /status), it writes the policy's status: gateway node,
+// address, selected pods and the Ready condition. Policies that cannot be
+// programmed on any node (an egress IP vipd does not elect, a poolRef) get
+// Ready=False with the reason from every node.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vipd/vipd/config"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// egressPolicyGVR is the EgressPolicy resource.
+var egressPolicyGVR = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "egresspolicies"}
+
+// FeedRule is one rule of the feed; vipd reads the same JSON.
+type FeedRule struct {
+	Policy   string   `json:"policy"` // namespace/name
+	EgressIP string   `json:"egressIP"`
+	From     []string `json:"from"`
+	To       []string `json:"to"`
+}
+
+// FeedDoc is one line of the feed: the complete rule set.
+type FeedDoc struct {
+	Rules []FeedRule `json:"rules"`
+}
+
+// egressPolicy is the part of an EgressPolicy the feed reads.
+type egressPolicy struct {
+	Namespace, Name string
+	Generation      int64
+	Spec            struct {
+		EgressIP string `json:"egressIP"`
+		PoolRef  *struct {
+			Name string `json:"name"`
+		} `json:"poolRef"`
+		PodSelector       *metav1.LabelSelector `json:"podSelector"`
+		NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector"`
+		Destinations      []string              `json:"destinations"`
+		NodeSelector      *metav1.LabelSelector `json:"nodeSelector"`
+	}
+	Status policyStatus
+}
+
+type policyStatus struct {
+	GatewayNode  string             `json:"gatewayNode,omitempty"`
+	Address      string             `json:"address,omitempty"`
+	SelectedPods int                `json:"selectedPods"`
+	Conditions   []metav1.Condition `json:"conditions,omitempty"`
+}
+
+func (p egressPolicy) key() string { return p.Namespace + "/" + p.Name }
+
+func policyFromUnstructured(u *unstructured.Unstructured) (egressPolicy, error) {
+	p := egressPolicy{Namespace: u.GetNamespace(), Name: u.GetName(), Generation: u.GetGeneration()}
+	if spec, ok := u.Object["spec"].(map[string]any); ok {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &p.Spec); err != nil {
+			return p, fmt.Errorf("spec: %w", err)
+		}
+	}
+	if st, ok := u.Object["status"].(map[string]any); ok {
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(st, &p.Status)
+	}
+	return p, nil
+}
+
+// policyResult is what resolve found for one policy.
+type policyResult struct {
+	Rule     *FeedRule
+	IP       netip.Addr
+	Selected int
+	Ready    bool
+	Reason   string
+	Message  string
+}
+
+// resolve turns policies, pods and namespaces into rules. elected is the
+// set of addresses vipd elects; a policy whose egress IP is not among them
+// cannot be programmed. It is a pure function.
+func resolve(pols []egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, elected []netip.Addr) ([]FeedRule, map[string]policyResult) {
+	results := map[string]policyResult{}
+	var rules []FeedRule
+	sort.Slice(pols, func(i, j int) bool { return pols[i].key() < pols[j].key() })
+	for _, p := range pols {
+		res := resolvePolicy(p, pods, nss, elected)
+		if res.Rule != nil {
+			rules = append(rules, *res.Rule)
+		}
+		results[p.key()] = res
+	}
+	return rules, results
+}
+
+func resolvePolicy(p egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, elected []netip.Addr) policyResult {
+	fail := func(reason, format string, args ...any) policyResult {
+		return policyResult{Reason: reason, Message: fmt.Sprintf(format, args...)}
+	}
+	if p.Spec.PoolRef != nil {
+		return fail("PoolRefUnsupported", "spec.poolRef %q: drawing the egress IP from an IPPool is not supported yet; set spec.egressIP", p.Spec.PoolRef.Name)
+	}
+	ip, err := netip.ParseAddr(p.Spec.EgressIP)
+	if err != nil || ip.Zone() != "" {
+		return fail("InvalidEgressIP", "spec.egressIP %q is not an IP address", p.Spec.EgressIP)
+	}
+	ip = ip.Unmap()
+	if !slices.Contains(elected, ip) {
+		return fail("EgressIPNotElected", "%s is not an address the nodes elect: add it to VIPD_ADDRESS on the nodes that may be its gateway", ip)
+	}
+	var to []string
+	for _, d := range p.Spec.Destinations {
+		pf, err := netip.ParsePrefix(d)
+		if err != nil || pf != pf.Masked() || pf.Addr().Is4() != ip.Is4() {
+			return fail("InvalidDestination", "destination %q is not a CIDR (network address) of the egress IP's family", d)
+		}
+		to = append(to, pf.String())
+	}
+	if len(to) == 0 {
+		to = []string{"0.0.0.0/0"}
+		if ip.Is6() {
+			to = []string{"::/0"}
+		}
+	}
+	podSel := labels.Everything()
+	if p.Spec.PodSelector != nil {
+		s, err := metav1.LabelSelectorAsSelector(p.Spec.PodSelector)
+		if err != nil {
+			return fail("InvalidSelector", "spec.podSelector: %v", err)
+		}
+		podSel = s
+	}
+	namespaces := map[string]bool{}
+	if p.Spec.NamespaceSelector == nil {
+		namespaces[p.Namespace] = true
+	} else {
+		s, err := metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector)
+		if err != nil {
+			return fail("InvalidSelector", "spec.namespaceSelector: %v", err)
+		}
+		for _, ns := range nss {
+			if s.Matches(labels.Set(ns.Labels)) {
+				namespaces[ns.Name] = true
+			}
+		}
+	}
+	var from []string
+	for _, pod := range pods {
+		if !namespaces[pod.Namespace] || pod.Spec.HostNetwork || !podSel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, pip := range pod.Status.PodIPs {
+			a, err := netip.ParseAddr(pip.IP)
+			if err != nil || a.Unmap().Is4() != ip.Is4() {
+				continue
+			}
+			a = a.Unmap()
+			from = append(from, netip.PrefixFrom(a, a.BitLen()).String())
+		}
+	}
+	sort.Strings(from)
+	from = slices.Compact(from)
+	res := policyResult{IP: ip, Selected: len(from), Ready: true, Reason: "Programmed",
+		Message: fmt.Sprintf("%d pod addresses leave with %s", len(from), ip)}
+	if p.Spec.NodeSelector != nil {
+		res.Message += "; spec.nodeSelector is not enforced yet (every node that elects the egress IP may be the gateway)"
+	}
+	if len(from) == 0 {
+		res.Reason = "NoPodsSelected"
+		return res
+	}
+	res.Rule = &FeedRule{Policy: p.key(), EgressIP: ip.String(), From: from, To: to}
+	return res
+}
+
+// desiredStatus is the status this node writes for a policy, or nil when
+// it writes none: only the gateway of an egress IP reports it, and every
+// node reports a policy that cannot be programmed.
+func desiredStatus(p egressPolicy, res policyResult, gatewayOf map[netip.Addr]bool, node string) *policyStatus {
+	var st policyStatus
+	st.Conditions = slices.Clone(p.Status.Conditions)
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: res.Reason, Message: res.Message, ObservedGeneration: p.Generation}
+	switch {
+	case res.IP.IsValid() && gatewayOf[res.IP]:
+		st.GatewayNode, st.Address, st.SelectedPods = node, res.IP.String(), res.Selected
+	case !res.IP.IsValid() || res.Reason == "EgressIPNotElected":
+		cond.Status = metav1.ConditionFalse
+		st.SelectedPods = res.Selected
+	default:
+		return nil // another node is (or will be) the gateway and reports
+	}
+	if !res.Ready {
+		cond.Status = metav1.ConditionFalse
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+	return &st
+}
+
+func statusEqual(a, b policyStatus) bool {
+	if a.GatewayNode != b.GatewayNode || a.Address != b.Address || a.SelectedPods != b.SelectedPods || len(a.Conditions) != len(b.Conditions) {
+		return false
+	}
+	for i := range a.Conditions {
+		x, y := a.Conditions[i], b.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}
+
+// egressFeed runs the resolver against the API.
+type egressFeed struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	dyn      dynamic.Interface
+	cs       kubernetes.Interface
+	out      io.Writer
+	statusOf func(ctx context.Context) map[netip.Addr]bool // egress IPs this node is the gateway of
+}
+
+func restConfig(c *config.Config) (*rest.Config, error) {
+	if c.Kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	}
+	return rest.InClusterConfig()
+}
+
+// runEgressFeed is `vipd-controllers egressfeed`.
+func runEgressFeed(ctx context.Context, c *config.Config, log *slog.Logger) error {
+	rc, err := restConfig(c)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	rc.UserAgent = "vipd-egressfeed/" + version
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	f := &egressFeed{cfg: c, log: log, dyn: dyn, cs: cs, out: os.Stdout, statusOf: localGatewayOf(c)}
+	return f.Run(ctx)
+}
+
+// localGatewayOf reads the egress roles from the local vipd's /status.
+func localGatewayOf(c *config.Config) func(ctx context.Context) map[netip.Addr]bool {
+	client := &http.Client{Timeout: 2 * time.Second}
+	return func(ctx context.Context) map[netip.Addr]bool {
+		if c.MetricsAddress == "" {
+			return nil
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.MetricsAddress+"/status", nil)
+		if err != nil {
+			return nil
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		var doc struct {
+			Components struct {
+				Egress struct {
+					EgressIPs []struct {
+						IP   string `json:"egress_ip"`
+						Role string `json:"role"`
+					} `json:"egress_ips"`
+				} `json:"egress"`
+			} `json:"components"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+			return nil
+		}
+		out := map[netip.Addr]bool{}
+		for _, e := range doc.Components.Egress.EgressIPs {
+			if a, err := netip.ParseAddr(e.IP); err == nil && e.Role == "gateway" {
+				out[a] = true
+			}
+		}
+		return out
+	}
+}
+
+// Run watches policies, pods and namespaces and prints the rule set
+// whenever it changes, until ctx is done.
+func (f *egressFeed) Run(ctx context.Context) error {
+	poke := make(chan struct{}, 1)
+	wake := func() {
+		select {
+		case poke <- struct{}{}:
+		default:
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { wake() },
+		UpdateFunc: func(any, any) { wake() },
+		DeleteFunc: func(any) { wake() },
+	}
+	inf := informers.NewSharedInformerFactory(f.cs, 0)
+	podInf, nsInf := inf.Core().V1().Pods(), inf.Core().V1().Namespaces()
+	if _, err := podInf.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	if _, err := nsInf.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	dinf := dynamicinformer.NewDynamicSharedInformerFactory(f.dyn, 0)
+	polInf := dinf.ForResource(egressPolicyGVR)
+	if _, err := polInf.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	inf.Start(ctx.Done())
+	dinf.Start(ctx.Done())
+	defer inf.Shutdown()
+	defer dinf.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), podInf.Informer().HasSynced, nsInf.Informer().HasSynced, polInf.Informer().HasSynced) {
+		return ctx.Err()
+	}
+	f.log.Info("egress feed: watching EgressPolicy objects, pods and namespaces")
+	elected := f.cfg.Addresses
+	var elect []netip.Addr
+	for _, p := range elected {
+		elect = append(elect, p.Addr())
+	}
+	w := bufio.NewWriter(f.out)
+	last := ""
+	tick := time.NewTicker(2 * time.Second) // the gateway role may change
+	defer tick.Stop()
+	for {
+		objs, err := polInf.Lister().List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		var pols []egressPolicy
+		for _, o := range objs {
+			u, ok := o.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			p, err := policyFromUnstructured(u)
+			if err != nil {
+				f.log.Warn("egress feed: unreadable EgressPolicy", "policy", u.GetNamespace()+"/"+u.GetName(), "err", err)
+				continue
+			}
+			pols = append(pols, p)
+		}
+		pods, err := podInf.Lister().List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		nss, err := nsInf.Lister().List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		rules, results := resolve(pols, pods, nss, elect)
+		b, err := json.Marshal(FeedDoc{Rules: rules})
+		if err != nil {
+			return err
+		}
+		if line := string(b); line != last {
+			if _, err := fmt.Fprintln(w, line); err != nil {
+				return fmt.Errorf("feed: %w", err)
+			}
+			if err := w.Flush(); err != nil {
+				return fmt.Errorf("feed: %w", err)
+			}
+			last = line
+			f.log.Info("egress feed: rules changed", "rules", len(rules))
+		}
+		f.writeStatuses(ctx, pols, results)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-poke:
+			// Let a burst of events settle into one pass.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+func (f *egressFeed) writeStatuses(ctx context.Context, pols []egressPolicy, results map[string]policyResult) {
+	gw := f.statusOf(ctx)
+	for _, p := range pols {
+		st := desiredStatus(p, results[p.key()], gw, f.cfg.NodeName)
+		if st == nil || statusEqual(*st, p.Status) {
+			continue
+		}
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(st)
+		if err != nil {
+			continue
+		}
+		patch, _ := json.Marshal(map[string]any{"status": obj})
+		_, err = f.dyn.Resource(egressPolicyGVR).Namespace(p.Namespace).Patch(ctx, p.Name, "application/merge-patch+json", patch, metav1.PatchOptions{}, "status")
+		if err != nil {
+			f.log.Warn("egress feed: writing the status", "policy", p.key(), "err", err)
+		}
+	}
+}
+
+// isEgressFeed reports whether the command line asks for the feed.
+func isEgressFeed(args []string) bool {
+	return len(args) == 2 && strings.TrimSpace(args[1]) == "egressfeed"
+}
+
+// egressFeedMain is main for `vipd-controllers egressfeed`.
+func egressFeedMain() error {
+	c, err := config.Load(config.EnvSource)
+	if err != nil {
+		return err
+	}
+	log := c.NewLogger(os.Stderr).With("component", "egressfeed")
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	return runEgressFeed(ctx, c, log)
+}

@@ -1,0 +1,366 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/internal/kubetest"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+)
+
+var env kubetest.Env
+
+func TestMain(m *testing.M) { os.Exit(env.Main(m)) }
+
+func pod(ns, name string, lbl map[string]string, ips ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbl}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return p
+}
+
+func TestResolve(t *testing.T) {
+	elected := []netip.Addr{netip.MustParseAddr("10.0.0.200"), netip.MustParseAddr("fd00::200")}
+	mk := func(ns, name, ip string, sel, nsSel map[string]string, dst ...string) egressPolicy {
+		p := egressPolicy{Namespace: ns, Name: name}
+		p.Spec.EgressIP = ip
+		if sel != nil {
+			p.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: sel}
+		}
+		if nsSel != nil {
+			p.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: nsSel}
+		}
+		p.Spec.Destinations = dst
+		return p
+	}
+	pods := []*corev1.Pod{
+		pod("a", "billing-1", map[string]string{"app": "billing"}, "10.244.1.5", "fd00:10:244:1::5"),
+		pod("a", "billing-2", map[string]string{"app": "billing"}, "10.244.2.9"),
+		pod("a", "web", map[string]string{"app": "web"}, "10.244.1.6"),
+		pod("b", "billing-b", map[string]string{"app": "billing"}, "10.244.3.4"),
+		pod("c", "billing-c", map[string]string{"app": "billing"}, "10.244.3.7"),
+	}
+	done := pod("a", "billing-done", map[string]string{"app": "billing"}, "10.244.9.9")
+	done.Status.Phase = corev1.PodSucceeded
+	host := pod("a", "billing-host", map[string]string{"app": "billing"}, "10.0.0.11")
+	host.Spec.HostNetwork = true
+	pods = append(pods, done, host)
+	nss := []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"team": "pay"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{"team": "pay"}}},
+	}
+	pool := mk("a", "pool", "", nil, nil)
+	pool.Spec.PoolRef = &struct {
+		Name string `json:"name"`
+	}{Name: "egress"}
+	pols := []egressPolicy{
+		mk("a", "v4", "10.0.0.200", map[string]string{"app": "billing"}, nil, "203.0.113.0/24"),
+		mk("a", "v6", "fd00::200", map[string]string{"app": "billing"}, nil),
+		mk("a", "teams", "10.0.0.200", map[string]string{"app": "billing"}, map[string]string{"team": "pay"}),
+		mk("a", "stranger", "10.0.0.99", nil, nil),
+		mk("a", "nobody", "10.0.0.200", map[string]string{"app": "none"}, nil),
+		mk("a", "baddst", "10.0.0.200", nil, nil, "fd00::/64"),
+		pool,
+	}
+	rules, res := resolve(pols, pods, nss, elected)
+	want := []FeedRule{
+		{Policy: "a/teams", EgressIP: "10.0.0.200", From: []string{"10.244.3.4/32", "10.244.3.7/32"}, To: []string{"0.0.0.0/0"}},
+		{Policy: "a/v4", EgressIP: "10.0.0.200", From: []string{"10.244.1.5/32", "10.244.2.9/32"}, To: []string{"203.0.113.0/24"}},
+		{Policy: "a/v6", EgressIP: "fd00::200", From: []string{"fd00:10:244:1::5/128"}, To: []string{"::/0"}},
+	}
+	if len(rules) != len(want) {
+		t.Fatalf("rules %+v", rules)
+	}
+	for i := range want {
+		if rules[i].Policy != want[i].Policy || !slices.Equal(rules[i].From, want[i].From) || !slices.Equal(rules[i].To, want[i].To) || rules[i].EgressIP != want[i].EgressIP {
+			t.Errorf("rule %d: %+v, want %+v", i, rules[i], want[i])
+		}
+	}
+	for key, reason := range map[string]string{"a/stranger": "EgressIPNotElected", "a/nobody": "NoPodsSelected", "a/baddst": "InvalidDestination", "a/pool": "PoolRefUnsupported", "a/v4": "Programmed"} {
+		if res[key].Reason != reason {
+			t.Errorf("%s: reason %q (%s), want %s", key, res[key].Reason, res[key].Message, reason)
+		}
+	}
+	if res["a/nobody"].Ready != true || res["a/stranger"].Ready {
+		t.Errorf("readiness: %+v", res)
+	}
+}
+
+// syncWriter is a feed output the test reads line by line.
+type lineSink struct {
+	mu    sync.Mutex
+	lines []string
+	pw    *io.PipeWriter
+}
+
+func newLineSink() *lineSink {
+	pr, pw := io.Pipe()
+	s := &lineSink{pw: pw}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.lines = append(s.lines, sc.Text())
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+func (s *lineSink) Write(b []byte) (int, error) { return s.pw.Write(b) }
+
+func (s *lineSink) last() FeedDoc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var d FeedDoc
+	if len(s.lines) > 0 {
+		_ = json.Unmarshal([]byte(s.lines[len(s.lines)-1]), &d)
+	}
+	return d
+}
+
+func waitUntil(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type errf string
+
+func (e errf) Error() string { return string(e) }
+
+// TestEgressFeedAgainstAPIServer runs the feed against a real
+// kube-apiserver: CRD validation, selection, pods coming and going, and
+// the status the gateway writes.
+func TestEgressFeedAgainstAPIServer(t *testing.T) {
+	srv := env.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	root, err := kubetest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/crds/egresspolicy.yaml"), filepath.Join(root, "deploy/kube/egresspolicy-rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kubetest.Apply(ctx, srv.Config(), objs...); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(srv.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(srv.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The documented example applies as it is.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	example, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/examples/egresspolicy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kubetest.Apply(ctx, srv.Config(), example...); err != nil {
+		t.Fatalf("deploy/kube/examples/egresspolicy.yaml: %v", err)
+	}
+	for _, ns := range []string{"egress-a", "egress-b"} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkPod := func(ns, name, app, ip string) {
+		t.Helper()
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/none"}}}}
+		p, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// No kubelet here: the test plays it and reports the pod's address.
+		p.Status.Phase = corev1.PodRunning
+		p.Status.PodIP = ip
+		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+		if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policies := dyn.Resource(egressPolicyGVR)
+	mkPolicy := func(ns, name string, spec map[string]any) error {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "vipd.io/v1alpha1", "kind": "EgressPolicy",
+			"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec}}
+		_, err := policies.Namespace(ns).Create(ctx, u, metav1.CreateOptions{})
+		return err
+	}
+
+	// The CRD refuses what vipd could not use.
+	for _, spec := range []map[string]any{
+		{"egressIP": "banana"},
+		{"egressIP": "10.0.0.200", "poolRef": map[string]any{"name": "p"}},
+		{},
+		{"egressIP": "10.0.0.200", "destinations": []any{"203.0.113.0/33"}},
+	} {
+		if err := mkPolicy("egress-a", "bad", spec); err == nil || !strings.Contains(err.Error(), "Invalid") {
+			t.Errorf("spec %v accepted (err %v)", spec, err)
+		}
+	}
+
+	mkPod("egress-a", "billing-1", "billing", "10.244.1.5")
+	mkPod("egress-a", "web-1", "web", "10.244.1.6")
+	if err := mkPolicy("egress-a", "billing", map[string]any{"egressIP": "10.0.0.200",
+		"podSelector": map[string]any{"matchLabels": map[string]any{"app": "billing"}}, "destinations": []any{"203.0.113.0/24"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mkPolicy("egress-b", "elsewhere", map[string]any{"egressIP": "10.0.0.99"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The feed runs with the documented RBAC only (deploy/kube/egresspolicy-rbac.yaml).
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "vipd-egress-test"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "vipd-egress"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: kubetest.User}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ucs, err := kubernetes.NewForConfig(srv.UserConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	udyn, err := dynamic.NewForConfig(srv.UserConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &config.Config{NodeName: "n1", Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.200/32")}}
+	sink := newLineSink()
+	f := &egressFeed{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), dyn: udyn, cs: ucs, out: sink,
+		statusOf: func(context.Context) map[netip.Addr]bool {
+			return map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true}
+		}}
+	fctx, fcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.Run(fctx) }()
+	defer func() {
+		fcancel()
+		if err := <-done; err != nil {
+			t.Errorf("feed: %v", err)
+		}
+	}()
+
+	fromIs := func(want ...string) func() error {
+		return func() error {
+			d := sink.last()
+			if len(d.Rules) != 1 || !slices.Equal(d.Rules[0].From, want) || d.Rules[0].EgressIP != "10.0.0.200" || !slices.Equal(d.Rules[0].To, []string{"203.0.113.0/24"}) {
+				return errf("feed says " + strings.TrimSpace(sink.lines0()))
+			}
+			return nil
+		}
+	}
+	waitUntil(t, "first rule", fromIs("10.244.1.5/32"))
+	// A new pod with the label matches; a relabelled one stops matching;
+	// a deleted one is gone.
+	mkPod("egress-a", "billing-2", "billing", "10.244.2.9")
+	waitUntil(t, "second pod", fromIs("10.244.1.5/32", "10.244.2.9/32"))
+	p, err := cs.CoreV1().Pods("egress-a").Get(ctx, "billing-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Labels["app"] = "web"
+	if _, err := cs.CoreV1().Pods("egress-a").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "relabelled pod", fromIs("10.244.1.5/32"))
+	mkPod("egress-a", "billing-3", "billing", "10.244.3.3")
+	waitUntil(t, "third pod", fromIs("10.244.1.5/32", "10.244.3.3/32"))
+	if err := cs.CoreV1().Pods("egress-a").Delete(ctx, "billing-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "deleted pod", fromIs("10.244.3.3/32"))
+
+	// Status: this node is the gateway of 10.0.0.200; the other policy's
+	// egress IP is elected by nobody.
+	status := func(ns, name string) (map[string]any, error) {
+		u, err := policies.Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		st, _, _ := unstructured.NestedMap(u.Object, "status")
+		return st, nil
+	}
+	waitUntil(t, "gateway status", func() error {
+		st, err := status("egress-a", "billing")
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(st, "conditions")
+		if st["gatewayNode"] != "n1" || st["address"] != "10.0.0.200" || len(conds) != 1 ||
+			conds[0].(map[string]any)["status"] != "True" || st["selectedPods"] != int64(1) {
+			return errf("status " + toJSON(st))
+		}
+		return nil
+	})
+	waitUntil(t, "not elected status", func() error {
+		st, err := status("egress-b", "elsewhere")
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(st, "conditions")
+		if len(conds) != 1 || conds[0].(map[string]any)["reason"] != "EgressIPNotElected" || conds[0].(map[string]any)["status"] != "False" {
+			return errf("status " + toJSON(st))
+		}
+		return nil
+	})
+	// Deleting the policy empties the rule set.
+	if err := policies.Namespace("egress-a").Delete(ctx, "billing", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "policy deleted", func() error {
+		if d := sink.last(); len(d.Rules) != 0 {
+			return errf("feed says " + sink.lines0())
+		}
+		return nil
+	})
+}
+
+func (s *lineSink) lines0() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lines) == 0 {
+		return "(nothing)"
+	}
+	return s.lines[len(s.lines)-1]
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

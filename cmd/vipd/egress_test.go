@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/egress"
+)
+
+// TestCheckConfigEgress: VIPD_EGRESS errors are one line naming the
+// setting and the form; egress IPs count against the gossip metadata limit.
+func TestCheckConfigEgress(t *testing.T) {
+	// As many VIPs as fit: one egress IP more is too many.
+	var vips []string
+	for i := 1; cluster.MetaFits(append(vips, fmt.Sprintf("192.168.100.%d/32", 100+i))) == nil; i++ {
+		vips = append(vips, fmt.Sprintf("192.168.100.%d/32", 100+i))
+	}
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"valid", []string{"VIPD_ADDRESS=", "VIPD_EGRESS=10.0.0.200 from 10.244.0.0/16 to 0.0.0.0/0"}, 0,
+			"VIPD_EGRESS=10.0.0.200 from 10.244.0.0/16 to 0.0.0.0/0\n", ""},
+		{"bad rule", []string{"VIPD_ADDRESS=10.0.0.9/32", "VIPD_EGRESS=10.0.0.200 via 10.244.0.0/16"}, exitConfig, "",
+			`invalid VIPD_EGRESS="10.0.0.200 via 10.244.0.0/16": want rules "EGRESS_IP from CIDR[,CIDR...] to CIDR[,CIDR...]"`},
+		{"17 VIP limit counts the egress IPs", []string{"VIPD_ADDRESS=" + strings.Join(vips, ","), "VIPD_PEERS=10.0.0.50", "VIPD_GOSSIP_INSECURE=true",
+			"VIPD_EGRESS=192.168.100.200 from 10.244.0.0/16 to 0.0.0.0/0"}, exitConfig, "",
+			"VIPs: the gossip metadata"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("VIPD_NODE_NAME", "n")
+			t.Setenv("VIPD_PEERS", "")
+			t.Setenv("VIPD_GOSSIP_INSECURE", "false")
+			for _, kv := range tc.env {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			code, out, errs := run(t, nil, "check-config")
+			if code != tc.code || !strings.Contains(out, tc.stdout) || !strings.Contains(errs, tc.stderr) {
+				t.Fatalf("exit %d (want %d)\nstdout %q (want %q)\nstderr %q (want %q)", code, tc.code, out, tc.stdout, errs, tc.stderr)
+			}
+			if tc.code != 0 && strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+				t.Fatalf("error is not one line: %q", errs)
+			}
+			if tc.name == "17 VIP limit counts the egress IPs" && !strings.Contains(errs, "counting the 1 egress IP(s) of VIPD_EGRESS") {
+				t.Fatalf("the limit error does not mention VIPD_EGRESS: %q", errs)
+			}
+		})
+	}
+}
+
+// TestEgressFeedParse: the feed's lines become rules for the egress IPs
+// this node elects; anything else is skipped with a reason, and a line
+// replaces the whole rule set.
+func TestEgressFeedParse(t *testing.T) {
+	var got [][]egress.Rule
+	f := &egressFeed{log: slog.New(slog.NewTextHandler(io.Discard, nil)), set: func(r []egress.Rule) { got = append(got, r) },
+		elected: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true, netip.MustParseAddr("fd00::200"): true}}
+	feed := strings.Join([]string{
+		`{"rules":[{"policy":"a/x","egressIP":"10.0.0.200","from":["10.244.1.5/32","10.244.2.9/32"],"to":["0.0.0.0/0"]},` +
+			`{"policy":"a/y","egressIP":"10.0.0.99","from":["10.244.1.5/32"],"to":["0.0.0.0/0"]},` +
+			`{"policy":"a/z","egressIP":"fd00::200","from":["10.244.1.5/32"],"to":["::/0"]},` +
+			`{"policy":"a/v6","egressIP":"fd00::200","from":["fd00:10:244::5/128"],"to":["::/0"]}]}`,
+		`not json`,
+		`{"rules":[]}`,
+	}, "\n") + "\n"
+	if err := f.read(strings.NewReader(feed)); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("rule sets: %v", got)
+	}
+	if len(got[0]) != 2 || got[0][0].IP != netip.MustParseAddr("10.0.0.200") || len(got[0][0].From) != 2 || got[0][1].IP != netip.MustParseAddr("fd00::200") {
+		t.Fatalf("first set: %+v", got[0])
+	}
+	if len(got[1]) != 0 {
+		t.Fatalf("an empty line of rules must clear them: %+v", got[1])
+	}
+}

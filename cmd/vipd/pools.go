@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/pools"
+	"github.com/vipd/vipd/vip"
+)
+
+// poolsPart announces IPPool addresses (VIPD_POOLS=on): the feed child
+// (vipd-controllers pools-feed) tells what is allocated, the pools driver
+// decides per address with the cluster view and announces through this
+// mode's announcer.
+type poolsPart struct {
+	feed *pools.Feed
+	drv  *pools.Driver
+	done chan struct{}
+}
+
+// PoolsStatus is the pools' section of /status.
+type PoolsStatus struct {
+	Feed pools.FeedStatus `json:"feed"`
+	pools.Status
+}
+
+func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Registerer) (*poolsPart, error) {
+	bin, err := controllersBinary()
+	if err != nil {
+		return nil, usageError{fmt.Errorf("VIPD_POOLS=on needs vipd-controllers for its pools-feed: %w", err)}
+	}
+	feed, err := pools.NewFeed(pools.FeedConfig{
+		Command:  []string{bin, "pools-feed"},
+		Env:      append(os.Environ(), c.Environ()...),
+		StateDir: c.StateDir,
+	}, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	dc := pools.DriverConfig{Name: c.NodeName}
+	for _, a := range c.Addresses {
+		dc.Exclude = append(dc.Exclude, a.Addr())
+	}
+	switch c.Mode {
+	case config.ModeL2:
+		l2, ok := d.ann.(*vip.L2)
+		if !ok {
+			return nil, fmt.Errorf("pools: the l2 announcer is a %T", d.ann)
+		}
+		dc.L2 = l2
+	case config.ModeBGP:
+		dc.BGP = d.ann
+	}
+	if ce, ok := d.elector.(clusterElector); ok {
+		dc.Members = func() []pools.Member {
+			ms := ce.PoolMembers()
+			out := make([]pools.Member, len(ms))
+			for i, m := range ms {
+				out[i] = pools.Member{Name: m.Name, Suspect: m.Suspect, Eligible: m.Eligible, Pools: m.Pools}
+			}
+			return out
+		}
+	} else {
+		// No cluster (l2 without peers, bgp): this node alone, eligible
+		// while its apiserver is healthy.
+		dc.Members = func() []pools.Member {
+			return []pools.Member{{Name: c.NodeName, Eligible: d.checker.Status().Healthy, Pools: true}}
+		}
+	}
+	drv, err := pools.NewDriver(dc, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := feed.Load(); ok {
+		log.Info("pools: starting from the addresses saved by the previous run", "addresses", len(s.Addresses), "generation", s.Generation)
+		drv.SetDesired(s.Addresses)
+	}
+	p := &poolsPart{feed: feed, drv: drv, done: make(chan struct{})}
+	d.addStatus("pools", func() any { return PoolsStatus{Feed: feed.Status(), Status: drv.Status()} })
+	return p, nil
+}
+
+// run runs the feed and the driver until ctx is done; done is closed once
+// the driver has released every pool address.
+func (p *poolsPart) run(ctx context.Context) {
+	defer close(p.done)
+	feedDone := make(chan struct{})
+	go func() {
+		defer close(feedDone)
+		p.feed.Run(ctx, func(s pools.Snapshot) { p.drv.SetDesired(s.Addresses) })
+	}()
+	p.drv.Run(ctx)
+	<-feedDone
+}
+
+// printPools prints the pools' /status section for `vipd status`.
+func printPools(w io.Writer, v any) error {
+	var s PoolsStatus
+	if err := remarshal(v, &s); err != nil {
+		return err
+	}
+	f := s.Feed
+	feed := "down"
+	if f.Running {
+		feed = "running"
+	}
+	fmt.Fprintf(w, "\npools:\tfeed %s, %d snapshots, %d restarts", feed, f.Snapshots, f.Restarts)
+	if f.FromDisk {
+		fmt.Fprintf(w, ", addresses saved by the previous run")
+	}
+	if f.LastError != "" {
+		fmt.Fprintf(w, ", last error: %s", f.LastError)
+	}
+	fmt.Fprintf(w, "\n\t%d addresses, %d held here, %d in conflict", s.Desired, s.Held, s.Conflicts)
+	if s.Skipped > 0 {
+		fmt.Fprintf(w, ", %d skipped (another mode, or in VIPD_ADDRESS)", s.Skipped)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "\nPOOL ADDRESS\tPOOL\tMODE\tHOLDER\tHERE\tSERVICE")
+	for _, a := range s.Addresses {
+		here := a.State
+		if a.Conflict != "" {
+			here += " (answered by " + a.Conflict + ")"
+		}
+		holder := a.Holder
+		if holder == "" {
+			holder = "-"
+			if a.Mode == pools.ModeBGP {
+				holder = fmt.Sprintf("every eligible node (%d)", a.Eligible)
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Address, a.Pool, a.Mode, holder, here, strings.TrimSpace(a.Service))
+	}
+	return nil
+}
+
+// remarshal converts a /status section (a map after JSON) into its type.
+func remarshal(v, into any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, into)
+}

@@ -1,0 +1,376 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Lookup reports what this node knows about the gateway of an egress IP
+// (the consumer connects it to the election).
+type Lookup func(ip netip.Addr) Gateway
+
+// Options configure a Controller.
+type Options struct {
+	Rules []Rule // static rules (VIPD_EGRESS); SetRules adds more
+	// Order fixes each egress IP's slot (mark and table), see Input.Order.
+	Order    []netip.Addr
+	Settings Settings
+	Lookup   Lookup
+	// Interval between full comparisons with the kernel (default 1 s).
+	Interval time.Duration
+	// Poll is how often Lookup is asked for a new gateway (default 50 ms).
+	Poll time.Duration
+}
+
+// Controller keeps the kernel at the plan: it re-plans when the gateway
+// of an egress IP changes, compares the kernel with the plan every
+// Interval and repairs it, and removes everything when it stops.
+type Controller struct {
+	opts Options
+	k    *Kernel
+	log  *slog.Logger
+
+	wake chan struct{}
+
+	mu      sync.Mutex
+	left    <-chan struct{} // closed once the node left the cluster (SetLeft)
+	dynamic []Rule          // from SetRules
+	held    map[netip.Addr]bool
+	applied Input // last input the kernel was brought to
+	roles   map[netip.Addr]Role
+	gws     map[netip.Addr]Gateway
+	lastErr string
+	since   map[netip.Addr]time.Time // when the gateway last changed
+
+	mGateway *prometheus.GaugeVec
+	mRepairs *prometheus.CounterVec
+	mErrors  prometheus.Counter
+	mChanges prometheus.Counter
+}
+
+// NewController returns a controller; Run starts it.
+func NewController(opts Options, k *Kernel, log *slog.Logger, reg prometheus.Registerer) *Controller {
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = 50 * time.Millisecond
+	}
+	c := &Controller{opts: opts, k: k, log: log, wake: make(chan struct{}, 1), held: map[netip.Addr]bool{}, since: map[netip.Addr]time.Time{},
+		mGateway: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_egress_gateway",
+			Help: "1 while this node is the egress gateway of egress_ip (SNAT), 0 while it is a director."}, []string{"egress_ip"}),
+		mRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_egress_repairs_total",
+			Help: "Egress kernel state found different from the plan and repaired, by what (table, rule, route)."}, []string{"what"}),
+		mErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_egress_errors_total",
+			Help: "Failed attempts to read or program the egress kernel state."}),
+		mChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_egress_changes_total",
+			Help: "Egress kernel updates after a change of role or gateway."}),
+	}
+	if reg != nil {
+		reg.MustRegister(c.mGateway, c.mRepairs, c.mErrors, c.mChanges)
+	}
+	return c
+}
+
+// SetHeld tells the controller whether this node holds ip (its VIP
+// transitions): the holder is the gateway.
+func (c *Controller) SetHeld(ip netip.Addr, held bool) {
+	c.mu.Lock()
+	c.held[ip] = held
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// SetRules replaces the rules that came from outside the configuration
+// (EgressPolicy objects); they add to the static ones.
+func (c *Controller) SetRules(rules []Rule) {
+	c.mu.Lock()
+	c.dynamic = slices.Clone(rules)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) rules() []Rule {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append(slices.Clone(c.opts.Rules), c.dynamic...)
+}
+
+func (c *Controller) input() Input {
+	rules := c.rules()
+	in := Input{Rules: rules, Settings: c.opts.Settings, Order: c.opts.Order, Gateways: map[netip.Addr]Gateway{}}
+	c.mu.Lock()
+	held := maps.Clone(c.held)
+	c.mu.Unlock()
+	for _, ip := range IPs(rules) {
+		var g Gateway
+		if c.opts.Lookup != nil {
+			g = c.opts.Lookup(ip)
+		}
+		if held[ip] {
+			g.Self = true
+		}
+		if g.Self {
+			g.Addr = netip.Addr{}
+		}
+		in.Gateways[ip] = g
+	}
+	return in
+}
+
+// Run programs the kernel until ctx is done, then removes what it
+// programmed (bounded by the kernel calls, no network I/O).
+func (c *Controller) Run(ctx context.Context) {
+	// What a crash left behind (other tables, rules of another role) is
+	// replaced or removed by the first reconcile.
+	poll := time.NewTicker(c.opts.Poll)
+	defer poll.Stop()
+	var last time.Time
+	var prev Input
+	first := true
+	for {
+		in := c.input()
+		changed := !maps.Equal(in.Gateways, prev.Gateways) || !rulesEqual(in.Rules, prev.Rules)
+		if first || changed || time.Since(last) >= c.opts.Interval {
+			c.reconcile(in, first || changed)
+			prev, last, first = in, time.Now(), false
+		}
+		select {
+		case <-ctx.Done():
+			c.drain()
+			c.stop()
+			return
+		case <-poll.C:
+		case <-c.wake:
+		}
+	}
+}
+
+// SetLeft gives the controller a channel closed once the node has left
+// the cluster at shutdown (see drain). Without one, a stopping gateway
+// waits for the release of its egress IPs only.
+func (c *Controller) SetLeft(left <-chan struct{}) {
+	c.mu.Lock()
+	c.left = left
+	c.mu.Unlock()
+}
+
+// Drain bounds of a stopping gateway (see drain).
+const (
+	drainMax   = 2 * time.Second        // the whole drain at most
+	drainGrace = 150 * time.Millisecond // after the leave: the directors' next poll
+)
+
+// drain keeps a stopping gateway's SNAT until the directors route
+// elsewhere: removed at once, the directors' packets still arriving would
+// be forwarded without it and leave with this node's address (the CNI's
+// masquerade). The directors keep this node as the gateway until it has
+// released the egress IPs and left the cluster (until then it is still the
+// best-ranked eligible member), so drain waits for both, then a grace for
+// the directors' next poll, at most drainMax in all.
+func (c *Controller) drain() {
+	c.mu.Lock()
+	gateway := false
+	for _, r := range c.roles {
+		gateway = gateway || r == RoleGateway
+	}
+	left := c.left
+	c.mu.Unlock()
+	if !gateway {
+		return
+	}
+	deadline := time.After(drainMax)
+	for {
+		c.mu.Lock()
+		held := false
+		for _, h := range c.held {
+			held = held || h
+		}
+		c.mu.Unlock()
+		if !held {
+			break
+		}
+		select {
+		case <-c.wake:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			return
+		}
+	}
+	if left != nil {
+		select {
+		case <-left:
+		case <-deadline:
+			return
+		}
+	}
+	select {
+	case <-time.After(drainGrace):
+	case <-deadline:
+	}
+}
+
+func (c *Controller) stop() {
+	ch, err := c.k.Remove(c.opts.Settings)
+	if err != nil {
+		c.mErrors.Inc()
+		c.log.Error("egress: removing the kernel state at stop", "err", err)
+		return
+	}
+	c.log.Info("egress: kernel state removed", "changes", ch.Summary())
+}
+
+// Reconcile compares the kernel with the plan for the current input and
+// repairs it once (tests call it directly).
+func (c *Controller) Reconcile() { c.reconcile(c.input(), false) }
+
+func (c *Controller) reconcile(in Input, changed bool) {
+	want := Plan(in)
+	c.mu.Lock()
+	for ip, g := range in.Gateways {
+		if old, ok := c.gws[ip]; !ok || old != g {
+			c.since[ip] = time.Now()
+		}
+	}
+	c.gws, c.roles = in.Gateways, want.Roles
+	for ip, r := range want.Roles {
+		v := 0.0
+		if r == RoleGateway {
+			v = 1
+		}
+		c.mGateway.WithLabelValues(ip.String()).Set(v)
+	}
+	appliedBefore := maps.Equal(c.applied.Gateways, in.Gateways) && c.applied.Gateways != nil && rulesEqual(c.applied.Rules, in.Rules)
+	c.mu.Unlock()
+
+	obs, err := c.k.Observe(in.Settings)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	ch := Diff(want, obs)
+	if ch.Empty() {
+		c.ok(in)
+		return
+	}
+	if appliedBefore && !changed {
+		// The kernel drifted from a plan applied before: someone removed
+		// or changed vipd's rules, routes or table.
+		c.log.Warn("egress: kernel state differs from the plan: repairing", "changes", ch.Summary())
+		if ch.ReplaceTable || ch.DeleteTable {
+			c.mRepairs.WithLabelValues("table").Inc()
+		}
+		if n := len(ch.AddRules) + len(ch.DelRules); n > 0 {
+			c.mRepairs.WithLabelValues("rule").Add(float64(n))
+		}
+		if n := len(ch.AddRoutes) + len(ch.DelRoutes); n > 0 {
+			c.mRepairs.WithLabelValues("route").Add(float64(n))
+		}
+	} else {
+		c.mChanges.Inc()
+		c.log.Info("egress: programming", "roles", want.Roles, "changes", ch.Summary())
+	}
+	if err := c.k.Apply(want, ch); err != nil {
+		c.fail(err)
+		return
+	}
+	c.ok(in)
+}
+
+func (c *Controller) fail(err error) {
+	c.mErrors.Inc()
+	c.log.Error("egress: kernel state", "err", err)
+	c.mu.Lock()
+	c.lastErr = err.Error()
+	c.mu.Unlock()
+}
+
+func (c *Controller) ok(in Input) {
+	c.mu.Lock()
+	c.applied, c.lastErr = in, ""
+	c.mu.Unlock()
+}
+
+// StatusDoc is the egress section of /status.
+type StatusDoc struct {
+	EgressIPs    []IPStatus `json:"egress_ips"`
+	Table        string     `json:"nftables_table"`
+	RoutingTable int        `json:"routing_table"`
+	RulePriority int        `json:"rule_priority"`
+	MarkMask     string     `json:"mark_mask"`
+	LastError    string     `json:"last_error,omitempty"`
+}
+
+// IPStatus is one egress IP in /status.
+type IPStatus struct {
+	IP          string    `json:"egress_ip"`
+	Role        Role      `json:"role"`
+	GatewayNode string    `json:"gateway_node,omitempty"`
+	GatewayAddr string    `json:"gateway_address,omitempty"`
+	Since       time.Time `json:"since"`
+	Rules       []string  `json:"rules"`
+}
+
+// Status is the controller's section of /status.
+func (c *Controller) Status() any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	doc := StatusDoc{Table: "inet " + TableName, RoutingTable: c.opts.Settings.Table, RulePriority: c.opts.Settings.RulePriority,
+		MarkMask: fmt.Sprintf("%#08x", c.opts.Settings.MarkMask), LastError: c.lastErr}
+	rules := append(slices.Clone(c.opts.Rules), c.dynamic...)
+	for _, ip := range IPs(rules) {
+		g := c.gws[ip]
+		s := IPStatus{IP: ip.String(), Role: c.roles[ip], GatewayNode: g.Node, Since: c.since[ip]}
+		if g.Addr.IsValid() {
+			s.GatewayAddr = g.Addr.String()
+		}
+		if s.Role == RoleDirector && !g.Addr.IsValid() {
+			s.GatewayNode = "(none known: traffic rejected)"
+		}
+		for _, r := range rules {
+			if r.IP == ip {
+				s.Rules = append(s.Rules, ruleText(r))
+			}
+		}
+		doc.EgressIPs = append(doc.EgressIPs, s)
+	}
+	return doc
+}
+
+func ruleText(r Rule) string {
+	s := "from "
+	for i, p := range r.From {
+		if i > 0 {
+			s += ","
+		}
+		s += p.String()
+	}
+	s += " to "
+	for i, p := range r.To {
+		if i > 0 {
+			s += ","
+		}
+		s += p.String()
+	}
+	return s
+}
+
+func rulesEqual(a, b []Rule) bool {
+	return slices.EqualFunc(a, b, func(x, y Rule) bool {
+		return x.IP == y.IP && slices.Equal(x.From, y.From) && slices.Equal(x.To, y.To)
+	})
+}
