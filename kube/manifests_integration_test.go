@@ -47,6 +47,7 @@ func TestShippedManifestsAreAccepted(t *testing.T) {
 		"NodeDNSRecordSet":   NodeDNSRecordSetResource,
 		"IPPool":             v1alpha1.IPPoolResource,
 		"Service":            {Version: "v1", Resource: "services"},
+		"EgressPolicy":       {Group: "vipd.io", Version: "v1alpha1", Resource: "egresspolicies"},
 	}
 	for _, o := range objs {
 		gvr, ok := resources[o.GetKind()]
