@@ -80,6 +80,11 @@ deps:
 
 go-deps:
 	$(GO) mod download
+	$(GO) mod download -json sigs.k8s.io/cluster-api@$(CAPI_VERSION) >/dev/null
+
+# Cluster API release whose own IPAM CRDs the ipam tests install (read from
+# the module cache; keep in step with CAPIVersion in ipam/harness_test.go).
+CAPI_VERSION := v1.10.4
 
 # promtool alone, from Debian's prometheus package: installing the package
 # would also start a Prometheus server. Tests find it in .cache/ (or on PATH).

@@ -111,6 +111,9 @@ type Config struct {
 
 	// Pools (VIPD_POOLS=on): announce the allocated addresses of IPPools.
 	Pools bool
+
+	// ServicesDefaultClass: VIPD_SERVICES_DEFAULT_CLASS (--default-class).
+	ServicesDefaultClass bool
 }
 
 // Quorum is VIPD_QUORUM: auto (majority of known members), off, or a fixed N.
@@ -304,4 +307,16 @@ func (c *Config) NewLogger(w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// ProviderControllers reports whether VIPD_CONTROLLERS names a controller
+// that needs a DigitalOcean or Cloudflare token (floatingippool,
+// nodednsrecordset); services and ipam need none.
+func (c *Config) ProviderControllers() bool {
+	for _, n := range splitList(c.Controllers) {
+		if n == "floatingippool" || n == "nodednsrecordset" {
+			return true
+		}
+	}
+	return false
 }

@@ -343,17 +343,22 @@ var table = []Setting{
 	pathSetting("VIPD_KUBECONFIG", "kubeconfig", "", SecKube, "Kubeconfig for the controllers. Empty: in-cluster configuration.",
 		func(c *Config) *string { return &c.Kubeconfig }),
 	{Env: "VIPD_CONTROLLERS", Flag: "controllers", Section: SecKube,
-		Doc:      "Comma list of FLIPOP-compatible controllers to run: floatingippool, nodednsrecordset. Empty: none.",
-		Accepted: "a comma list of floatingippool, nodednsrecordset",
+		Doc:      "Comma list of controllers to run: floatingippool, nodednsrecordset (FLIPOP-compatible), services (LoadBalancer Services from IPPools), ipam (Cluster API IPAddressClaims from IPPools). Empty: none.",
+		Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam",
 		parse: func(c *Config, v string) error {
 			for _, n := range splitList(v) {
-				if n != "floatingippool" && n != "nodednsrecordset" {
-					return &Error{Name: "VIPD_CONTROLLERS", Value: n, Accepted: "a comma list of floatingippool, nodednsrecordset"}
+				switch n {
+				case "floatingippool", "nodednsrecordset", "services", "ipam":
+				default:
+					return &Error{Name: "VIPD_CONTROLLERS", Value: n, Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam"}
 				}
 			}
 			c.Controllers = v
 			return nil
 		}, format: func(c *Config) string { return c.Controllers }},
+	boolSetting("VIPD_SERVICES_DEFAULT_CLASS", "default-class", "false", SecKube,
+		"The services controller also serves LoadBalancer Services without a spec.loadBalancerClass (besides class vipd.io/lb).",
+		func(c *Config) *bool { return &c.ServicesDefaultClass }),
 	urlSetting("VIPD_CLOUDFLARE_API_URL", "cloudflare-api-url", "https://api.cloudflare.com/client/v4/", SecKube, "Cloudflare API base URL.",
 		func(c *Config) *string { return &c.CloudflareAPIURL }),
 	{Env: "CLOUDFLARE_API_TOKEN", Flag: "cloudflare-token", Section: SecKube, Secret: true,

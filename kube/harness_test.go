@@ -131,7 +131,7 @@ func (h *harness) installOnce() {
 	t := h.t
 	ctx, cancel := context.WithTimeout(h.ctx, time.Minute)
 	defer cancel()
-	for _, ns := range []string{"flipop"} {
+	for _, ns := range []string{"flipop", "shop"} { // shop: the EgressPolicy example's namespace
 		_, err := h.kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -140,6 +140,9 @@ func (h *harness) installOnce() {
 	objs, err := kubetest.ReadObjects(
 		repoPath(t, "deploy/kube/crds/floatingippool.yaml"),
 		repoPath(t, "deploy/kube/crds/nodednsrecordset.yaml"),
+		repoPath(t, "deploy/kube/crds/ippool.yaml"),
+		repoPath(t, "deploy/kube/crds/ipallocation.yaml"),
+		repoPath(t, "deploy/kube/crds/egresspolicy.yaml"),
 		repoPath(t, "deploy/kube/rbac.yaml"),
 	)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	v1alpha1 "github.com/vipd/vipd/api/v1alpha1"
 	"github.com/vipd/vipd/internal/fakedo"
 	"github.com/vipd/vipd/internal/kubetest"
 )
@@ -44,6 +45,9 @@ func TestShippedManifestsAreAccepted(t *testing.T) {
 		"RoleBinding":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 		"FloatingIPPool":     FloatingIPPoolResource,
 		"NodeDNSRecordSet":   NodeDNSRecordSetResource,
+		"IPPool":             v1alpha1.IPPoolResource,
+		"Service":            {Version: "v1", Resource: "services"},
+		"EgressPolicy":       {Group: "vipd.io", Version: "v1alpha1", Resource: "egresspolicies"},
 	}
 	for _, o := range objs {
 		gvr, ok := resources[o.GetKind()]

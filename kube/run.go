@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1alpha1 "github.com/vipd/vipd/api/v1alpha1"
+	"github.com/vipd/vipd/ipam"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -40,10 +42,14 @@ type Config struct {
 	Kubeconfig string
 	// RESTConfig, when set, is used instead of Kubeconfig.
 	RESTConfig *rest.Config
-	// Controllers to run: ControllerFloatingIPPool and/or
-	// ControllerNodeDNSRecordSet (see ParseControllers). Empty: Run returns
-	// at once.
+	// Controllers to run: ControllerFloatingIPPool,
+	// ControllerNodeDNSRecordSet, ControllerServices, ControllerIPAM (see
+	// ParseControllers). Empty: Run returns at once.
 	Controllers []string
+	// ServicesDefaultClass makes the services controller also serve
+	// LoadBalancer Services without a loadBalancerClass
+	// (VIPD_SERVICES_DEFAULT_CLASS, --default-class).
+	ServicesDefaultClass bool
 	// Namespace limits the watched FloatingIPPools and NodeDNSRecordSets to
 	// one namespace. Empty: all namespaces.
 	Namespace string
@@ -73,9 +79,22 @@ type Config struct {
 	Workers int
 }
 
+// Controller names of vipd's own pools (docs/pools.md).
+const (
+	// ControllerServices allocates addresses of IPPools to LoadBalancer
+	// Services.
+	ControllerServices = "services"
+	// ControllerIPAM answers Cluster API IPAddressClaims from IPPools.
+	ControllerIPAM = "ipam"
+)
+
+// acceptedControllers is the accepted form of VIPD_CONTROLLERS.
+const acceptedControllers = "a comma list of " + ControllerFloatingIPPool + ", " + ControllerNodeDNSRecordSet + ", " +
+	ControllerServices + " and " + ControllerIPAM + " (or empty)"
+
 // ParseControllers parses VIPD_CONTROLLERS: a comma list of
-// "floatingippool" and "nodednsrecordset" (case-insensitive; "" or "none"
-// for none).
+// "floatingippool", "nodednsrecordset", "services" and "ipam"
+// (case-insensitive; "" or "none" for none).
 func ParseControllers(s string) ([]string, error) {
 	var out []string
 	s = strings.TrimSpace(s)
@@ -85,13 +104,13 @@ func ParseControllers(s string) ([]string, error) {
 	for _, part := range strings.Split(s, ",") {
 		name := strings.ToLower(strings.TrimSpace(part))
 		switch name {
-		case ControllerFloatingIPPool, ControllerNodeDNSRecordSet:
+		case ControllerFloatingIPPool, ControllerNodeDNSRecordSet, ControllerServices, ControllerIPAM:
 			if !slices.Contains(out, name) {
 				out = append(out, name)
 			}
 		default:
-			return nil, fmt.Errorf("VIPD_CONTROLLERS=%q: unknown controller %q; accepted: a comma list of %s and %s (or empty)",
-				s, strings.TrimSpace(part), ControllerFloatingIPPool, ControllerNodeDNSRecordSet)
+			return nil, fmt.Errorf("VIPD_CONTROLLERS=%q: unknown controller %q; accepted: %s",
+				s, strings.TrimSpace(part), acceptedControllers)
 		}
 	}
 	return out, nil
@@ -194,11 +213,15 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 	cfg = cfg.withDefaults()
 	enabled := map[string]bool{}
 	for _, c := range cfg.Controllers {
-		if c != ControllerFloatingIPPool && c != ControllerNodeDNSRecordSet {
-			return fmt.Errorf("VIPD_CONTROLLERS: unknown controller %q; accepted: %s, %s", c, ControllerFloatingIPPool, ControllerNodeDNSRecordSet)
+		switch c {
+		case ControllerFloatingIPPool, ControllerNodeDNSRecordSet, ControllerServices, ControllerIPAM:
+		default:
+			return fmt.Errorf("VIPD_CONTROLLERS: unknown controller %q; accepted: %s", c, acceptedControllers)
 		}
 		enabled[c] = true
 	}
+	flipop := enabled[ControllerFloatingIPPool] || enabled[ControllerNodeDNSRecordSet]
+	pools := enabled[ControllerServices] || enabled[ControllerIPAM]
 	// On a control-plane node vipd starts before the cluster exists: wait
 	// for the kubeconfig file (kubeadm writes it) and for the API.
 	rc, ns, err := cfg.restConfig()
@@ -228,11 +251,22 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 	}
 
 	pm := newProviderMetrics()
-	prov, err := buildProviders(cfg, pm)
-	if err != nil {
-		return err
+	var prov providers
+	if flipop {
+		// The pool controllers need no provider.
+		if prov, err = buildProviders(cfg, pm); err != nil {
+			return err
+		}
 	}
 	col := newCollector()
+	var poolMetrics *ipam.Metrics
+	if pools && reg != nil {
+		poolMetrics = ipam.NewMetrics()
+		if err := reg.Register(poolMetrics); err != nil {
+			return fmt.Errorf("register pool metrics: %w", err)
+		}
+		defer reg.Unregister(poolMetrics)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{pm, col} {
 			if err := reg.Register(c); err != nil {
@@ -293,12 +327,27 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 					termMu.Unlock()
 					defer close(done)
 					log.Info("leading: starting kube controllers", "identity", cfg.Identity)
-					op, err := newOperator(log, kc, dc, prov, cfg.Namespace, enabled, timing, cfg.Workers)
-					if err == nil {
+					err := runTerm(lctx, func(ctx context.Context) error {
+						if !flipop {
+							return nil
+						}
+						op, err := newOperator(log, kc, dc, prov, cfg.Namespace, enabled, timing, cfg.Workers)
+						if err != nil {
+							return err
+						}
 						col.set(op)
-						err = op.run(lctx)
-						col.set(nil)
-					}
+						defer col.set(nil)
+						return op.run(ctx)
+					}, func(ctx context.Context) error {
+						if !pools {
+							return nil
+						}
+						return ipam.Run(ctx, kc, dc, ipam.Options{
+							Services: enabled[ControllerServices], CAPI: enabled[ControllerIPAM],
+							DefaultClass: cfg.ServicesDefaultClass, Workers: cfg.Workers, Log: logger,
+							Metrics: poolMetrics,
+						})
+					})
 					if err != nil {
 						termMu.Lock()
 						runErr = err
@@ -363,9 +412,40 @@ func buildProviders(cfg Config, pm *providerMetrics) (providers, error) {
 	return p, nil
 }
 
+// runTerm runs the controller groups of one leadership term side by side
+// until ctx ends or one fails (which stops the others); it returns when
+// all have returned, with the first error.
+func runTerm(ctx context.Context, groups ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(groups))
+	for _, g := range groups {
+		go func() {
+			err := g(ctx)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range groups {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // checkCRDs fails early, with the fix, when a CRD is missing: otherwise the
 // informers would wait forever.
 func checkCRDs(kc kubernetes.Interface, enabled map[string]bool) error {
+	if err := checkPoolCRDs(kc, enabled); err != nil {
+		return err
+	}
+	if !enabled[ControllerFloatingIPPool] && !enabled[ControllerNodeDNSRecordSet] {
+		return nil
+	}
 	res, err := kc.Discovery().ServerResourcesForGroupVersion(Group + "/" + Version)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("discover %s/%s: %w", Group, Version, err)
@@ -382,6 +462,42 @@ func checkCRDs(kc kubernetes.Interface, enabled map[string]bool) error {
 	} {
 		if enabled[ctrl] && !have[resName] {
 			return fmt.Errorf("controller %s: the %s.%s CRD is not installed (kubectl apply -f deploy/kube/crds/)", ctrl, resName, Group)
+		}
+	}
+	return nil
+}
+
+// checkPoolCRDs: services and ipam need vipd.io's IPPool and IPAllocation;
+// ipam also needs Cluster API's IPAM CRDs (served at v1beta1).
+func checkPoolCRDs(kc kubernetes.Interface, enabled map[string]bool) error {
+	if !enabled[ControllerServices] && !enabled[ControllerIPAM] {
+		return nil
+	}
+	need := []struct {
+		gv, resource, fix string
+	}{
+		{v1alpha1.Group + "/" + v1alpha1.Version, v1alpha1.IPPoolResource.Resource, "kubectl apply -f deploy/kube/crds/"},
+		{v1alpha1.Group + "/" + v1alpha1.Version, v1alpha1.IPAllocationResource.Resource, "kubectl apply -f deploy/kube/crds/"},
+	}
+	if enabled[ControllerIPAM] {
+		fix := "install Cluster API's IPAM CRDs (clusterctl init, or config/crd/bases/ipam.cluster.x-k8s.io_*.yaml of cluster-api)"
+		need = append(need,
+			struct{ gv, resource, fix string }{ipam.IPAddressClaimResource.GroupVersion().String(), ipam.IPAddressClaimResource.Resource, fix},
+			struct{ gv, resource, fix string }{ipam.IPAddressResource.GroupVersion().String(), ipam.IPAddressResource.Resource, fix})
+	}
+	for _, n := range need {
+		res, err := kc.Discovery().ServerResourcesForGroupVersion(n.gv)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("discover %s: %w", n.gv, err)
+		}
+		found := false
+		if res != nil {
+			for _, r := range res.APIResources {
+				found = found || r.Name == n.resource
+			}
+		}
+		if !found {
+			return fmt.Errorf("the %s CRD (%s) is not installed (%s)", n.resource, n.gv, n.fix)
 		}
 	}
 	return nil

@@ -106,6 +106,9 @@ func TestParseControllers(t *testing.T) {
 		{"floatingippool", []string{"floatingippool"}, false},
 		{" FloatingIPPool , nodednsrecordset,floatingippool", []string{"floatingippool", "nodednsrecordset"}, false},
 		{"floatingippool,dns", nil, true},
+		{"services,ipam", []string{"services", "ipam"}, false},
+		{"nodednsrecordset, services", []string{"nodednsrecordset", "services"}, false},
+		{"service", nil, true},
 	}
 	for _, tt := range tests {
 		got, err := ParseControllers(tt.in)

@@ -26,7 +26,7 @@ func (e *InputError) ExitCode() int { return 2 }
 func Command() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "translate a kube-vip or NovaEdge configuration into a vipd env file",
+		Short: "translate a kube-vip or NovaEdge configuration into a vipd env file, or MetalLB pools into IPPools",
 		Long: `migrate reads another VIP daemon's configuration and prints the equivalent
 vipd env file (for /etc/vipd/vipd.env) on standard output, or into -o FILE.
 Warnings (settings that did nothing, changed meaning, or belong to features
@@ -46,7 +46,55 @@ kube-vip).`, KubeVIP),
 the systemd unit or static pod "novactl generate" writes (the agent's
 --cp-vip-* flags), or a Pod/DaemonSet manifest carrying those variables, "-"
 for standard input.`, NovaEdge),
+		metalLBCommand(),
 	)
+	return cmd
+}
+
+// metalLBCommand is `vipd migrate metallb`: MetalLB pools and
+// advertisements in, vipd IPPool objects out (YAML for kubectl apply).
+func metalLBCommand() *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "metallb FILE|-",
+		Short: "from MetalLB IPAddressPool, L2Advertisement and BGPAdvertisement objects to vipd IPPools",
+		Long: `Reads MetalLB's metallb.io objects (a multi-document YAML file, or the output
+of kubectl get ipaddresspools,l2advertisements,bgpadvertisements -A -o yaml),
+"-" for standard input, and prints the equivalent vipd IPPool objects as YAML
+for kubectl apply. Pool addresses, autoAssign, avoidBuggyIPs and
+serviceAllocation carry over; the mode and node selector come from the
+advertisements that select each pool. What has no vipd equivalent is a
+warning on standard error.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var in io.Reader = cmd.InOrStdin()
+			name := "standard input"
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return &InputError{Err: err}
+				}
+				defer f.Close()
+				in, name = f, args[0]
+			}
+			res, err := MetalLB(in)
+			if err != nil {
+				return &InputError{Err: fmt.Errorf("%s: %w", name, err)}
+			}
+			if err := res.WriteWarnings(cmd.ErrOrStderr()); err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				return res.WriteYAML(cmd.OutOrStdout())
+			}
+			var buf bytes.Buffer
+			if err := res.WriteYAML(&buf); err != nil {
+				return err
+			}
+			return writeFileAtomic(out, buf.Bytes())
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write the YAML to this path instead of standard output")
 	return cmd
 }
 

@@ -1,5 +1,7 @@
 // Command vipd-controllers runs vipd's optional Kubernetes controllers
-// (FLIPOP-compatible FloatingIPPool and NodeDNSRecordSet). `vipd run`
+// (FLIPOP-compatible FloatingIPPool and NodeDNSRecordSet; services and ipam,
+// which hand out IPPool addresses to LoadBalancer Services and Cluster API
+// IPAddressClaims). `vipd run`
 // starts it as a child process when VIPD_CONTROLLERS is set, so that the
 // VIP daemon on every control-plane node does not carry client-go: linking
 // it in doubles vipd's resident memory (about 22 MB to 44 MB idle) even
@@ -19,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -90,14 +93,15 @@ func run() error {
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	if token == "" && c.CloudflareToken == "" {
+	flipop := slices.Contains(names, kube.ControllerFloatingIPPool) || slices.Contains(names, kube.ControllerNodeDNSRecordSet)
+	if flipop && token == "" && c.CloudflareToken == "" {
 		// A configuration error (exit 2): vipd stops instead of restarting
 		// a child that can never work.
 		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
 			Accepted: "a provider token for the controllers: DIGITALOCEAN_ACCESS_TOKEN (or VIPD_DO_TOKEN_FILE) and/or CLOUDFLARE_API_TOKEN (or CLOUDFLARE_TOKEN)"}
 	}
 	err = kube.Run(ctx, kube.Config{
-		Kubeconfig: c.Kubeconfig, Controllers: names,
+		Kubeconfig: c.Kubeconfig, Controllers: names, ServicesDefaultClass: c.ServicesDefaultClass,
 		DOToken: token, DOAPIURL: c.DOAPIURL,
 		CloudflareToken: c.CloudflareToken, CloudflareAPIURL: c.CloudflareAPIURL,
 		UserAgent: "vipd/" + version,

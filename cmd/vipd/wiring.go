@@ -39,7 +39,7 @@ func manifestFlags(fs *pflag.FlagSet) config.Source {
 // checkModeSettings validates settings that other packages parse (BGP
 // peers, controllers) so that check-config and run fail the same way.
 func checkModeSettings(c *config.Config) error {
-	if c.Controllers != "" && c.DOToken == "" && c.DOTokenFile == "" && c.CloudflareToken == "" {
+	if c.ProviderControllers() && c.DOToken == "" && c.DOTokenFile == "" && c.CloudflareToken == "" {
 		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
 			Accepted: "a provider token for VIPD_CONTROLLERS: DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE, and/or CLOUDFLARE_API_TOKEN"}
 	}
