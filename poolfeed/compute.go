@@ -106,8 +106,13 @@ func Compute(s State) ([]pools.Address, []Problem) {
 		if !slices.ContainsFunc(pi.ranges, func(r addrRange) bool { return r.contains(addr) }) {
 			continue // removed from the pool: withdrawn
 		}
-		a := pools.Address{Addr: addr, Pool: al.Spec.Pool, Mode: pi.mode, All: pi.all, Nodes: pi.nodes}
 		ref := al.Spec.ClaimRef
+		if ref.Kind == "IPAddressClaim" {
+			// A Cluster API machine's own address: the machine configures
+			// it on its interface. Announcing it would take its traffic.
+			continue
+		}
+		a := pools.Address{Addr: addr, Pool: al.Spec.Pool, Mode: pi.mode, All: pi.all, Nodes: pi.nodes}
 		if ref.Kind == "Service" && ref.APIGroup == "" {
 			key := ref.Namespace + "/" + ref.Name
 			a.Service = key
