@@ -2,11 +2,9 @@ package ipam
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,7 +27,7 @@ import (
 
 // CAPIVersion is the Cluster API release whose IPAM CRDs the tests install
 // (fetched into the module cache by `make go-deps`).
-const CAPIVersion = "v1.10.4"
+const CAPIVersion = kubetest.ClusterAPIVersion
 
 var env kubetest.Env
 
@@ -99,34 +97,7 @@ func newHarness(t *testing.T, capi bool) *harness {
 }
 
 // capiCRDs returns Cluster API's own IPAM CRD files from the module cache.
-func capiCRDs(t *testing.T) []string {
-	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		testenv.Missing(t, "the go command is needed to find sigs.k8s.io/cluster-api@%s in the module cache", CAPIVersion)
-	}
-	cmd := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/cluster-api@"+CAPIVersion)
-	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-	out, err := cmd.Output()
-	if err != nil {
-		testenv.Missing(t, "sigs.k8s.io/cluster-api@%s is not in the module cache (make go-deps): %v", CAPIVersion, err)
-	}
-	var info struct{ Dir string }
-	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
-		testenv.Missing(t, "go mod download sigs.k8s.io/cluster-api@%s: %v %s", CAPIVersion, err, out)
-	}
-	files := []string{
-		filepath.Join(info.Dir, "config/crd/bases/ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
-		filepath.Join(info.Dir, "config/crd/bases/ipam.cluster.x-k8s.io_ipaddresses.yaml"),
-		filepath.Join(info.Dir, "config/crd/bases/cluster.x-k8s.io_clusters.yaml"), // for spec.paused
-	}
-	for _, f := range files {
-		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("Cluster API %s has no %s: %v", CAPIVersion, f, err)
-		}
-	}
-	return files
-}
+func capiCRDs(t *testing.T) []string { return kubetest.ClusterAPICRDs(t) }
 
 // run starts a controller replica; it stops at the end of the test (or
 // when the returned stop is called) and is waited for.
