@@ -54,51 +54,26 @@ for standard input.`, NovaEdge),
 // metalLBCommand is `vipd migrate metallb`: MetalLB pools and
 // advertisements in, vipd IPPool objects out (YAML for kubectl apply).
 func metalLBCommand() *cobra.Command {
-	var out string
-	cmd := &cobra.Command{
-		Use:   "metallb FILE|-",
-		Short: "from MetalLB IPAddressPool, L2Advertisement and BGPAdvertisement objects to vipd IPPools",
-		Long: `Reads MetalLB's metallb.io objects (a multi-document YAML file, or the output
+	return translate("metallb FILE|-", "from MetalLB IPAddressPool, L2Advertisement and BGPAdvertisement objects to vipd IPPools",
+		`Reads MetalLB's metallb.io objects (a multi-document YAML file, or the output
 of kubectl get ipaddresspools,l2advertisements,bgpadvertisements -A -o yaml),
 "-" for standard input, and prints the equivalent vipd IPPool objects as YAML
 for kubectl apply. Pool addresses, autoAssign, avoidBuggyIPs and
 serviceAllocation carry over; the mode and node selector come from the
 advertisements that select each pool. What has no vipd equivalent is a
 warning on standard error.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var in io.Reader = cmd.InOrStdin()
-			name := "standard input"
-			if args[0] != "-" {
-				f, err := os.Open(args[0])
-				if err != nil {
-					return &InputError{Err: err}
-				}
-				defer f.Close()
-				in, name = f, args[0]
-			}
-			res, err := MetalLB(in)
-			if err != nil {
-				return &InputError{Err: fmt.Errorf("%s: %w", name, err)}
-			}
-			if err := res.WriteWarnings(cmd.ErrOrStderr()); err != nil {
-				return err
-			}
-			if out == "" || out == "-" {
-				return res.WriteYAML(cmd.OutOrStdout())
-			}
-			var buf bytes.Buffer
-			if err := res.WriteYAML(&buf); err != nil {
-				return err
-			}
-			return writeFileAtomic(out, buf.Bytes())
-		},
-	}
-	cmd.Flags().StringVarP(&out, "output", "o", "", "write the YAML to this path instead of standard output")
-	return cmd
+		"write the YAML to this path instead of standard output", MetalLB, PoolsResult.WriteYAML)
 }
 
+// subcommand is a translation into a vipd env file.
 func subcommand(use, short, long string, fn func(io.Reader) (Result, error)) *cobra.Command {
+	return translate(use, short, long, "write the env file to this path (mode 0640) instead of standard output", fn, Result.WriteEnv)
+}
+
+// translate is a subcommand reading FILE or "-" through fn, printing its
+// warnings on standard error and writing the result with write to
+// standard output or -o (atomically).
+func translate[R interface{ WriteWarnings(io.Writer) error }](use, short, long, outHelp string, fn func(io.Reader) (R, error), write func(R, io.Writer) error) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
 		Use:   use,
@@ -124,16 +99,16 @@ func subcommand(use, short, long string, fn func(io.Reader) (Result, error)) *co
 				return err
 			}
 			if out == "" || out == "-" {
-				return res.WriteEnv(cmd.OutOrStdout())
+				return write(res, cmd.OutOrStdout())
 			}
 			var buf bytes.Buffer
-			if err := res.WriteEnv(&buf); err != nil {
+			if err := write(res, &buf); err != nil {
 				return err
 			}
 			return writeFileAtomic(out, buf.Bytes())
 		},
 	}
-	cmd.Flags().StringVarP(&out, "output", "o", "", "write the env file to this path (mode 0640) instead of standard output")
+	cmd.Flags().StringVarP(&out, "output", "o", "", outHelp)
 	return cmd
 }
 
