@@ -33,7 +33,8 @@ const (
 	// QuorumSettle is how long a node that has just regained quorum waits
 	// before it claims a VIP nobody seems to hold: members it still
 	// believes dead (a healed partition) may hold it, and their claims
-	// reach it within a few gossip rounds.
+	// reach it within a few gossip rounds. Not when every known member is
+	// already in view (nobody's claim can be missing).
 	QuorumSettle = time.Second
 )
 
@@ -149,6 +150,11 @@ type Election struct {
 	view    []Member // latest view, self included
 	known   map[string]KnownMember
 	seen    map[string]time.Time // last time each known member was alive or suspect
+	// left holds the members that left gracefully (and when): one that
+	// comes back is counted again even without quorum, since that only
+	// restores the member list it had before it left. Without this, a node
+	// that lost quorum while another restarted could never count it again.
+	left map[string]leftMember
 
 	meta      Meta
 	quorum    QuorumResult
@@ -170,6 +176,11 @@ type Election struct {
 	ho handover // planned handovers, preemption, failover timeline
 }
 
+type leftMember struct {
+	m  KnownMember
+	at time.Time
+}
+
 type brokenVIP struct {
 	until    time.Time // stepping aside until then
 	at       time.Time // last failure
@@ -186,6 +197,7 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		cfg: cfg, started: now,
 		known:     map[string]KnownMember{},
 		seen:      map[string]time.Time{},
+		left:      map[string]leftMember{},
 		meta:      Meta{Priority: cfg.Priority, Pools: cfg.Pools},
 		decisions: map[string]Decision{},
 		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
@@ -213,9 +225,10 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 			if n == e.cfg.Name {
 				continue
 			}
-			if _, ok := e.known[n]; ok {
+			if m, ok := e.known[n]; ok {
 				delete(e.known, n)
 				delete(e.seen, n)
+				e.left[n] = leftMember{m: m, at: now}
 				out.Known = e.knownDoc()
 				out.log(false, "member left gracefully: no longer counted for quorum", "member", n)
 			}
@@ -315,6 +328,12 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 	eligible := e.healthy && q.OK && !conflict && !(e.ho.stopping && len(e.ho.out) == 0)
 	if q.OK && !q.Bootstrap && (!e.quorum.OK || e.quorum.Bootstrap) {
 		e.quorumAt = now
+		if e.allKnownInView() {
+			// Nobody it counts is missing: no claim can be on its way from
+			// a member it believed dead (a node restarted after a crash, or
+			// the join's state exchange brought every member at once).
+			e.quorumAt = now.Add(-QuorumSettle)
+		}
 	}
 	if q.OK != e.quorum.OK && e.quorum.Reason != "" {
 		if q.OK {
@@ -417,7 +436,11 @@ func (e *Election) othersCanHold(vip string) bool {
 
 // updateMembership applies the membership rules to the current view:
 //
-//   - a member that left gracefully is forgotten at once (ViewChanged.Left);
+//   - a member that left gracefully is forgotten at once (ViewChanged.Left),
+//     and counted again as soon as it is back, with or without quorum:
+//     that restores the member list from before it left, never a larger one
+//     (its tombstone is dropped MemberExpiry after the leave while this node
+//     has quorum);
 //   - an alive member that is not known is remembered when this node is
 //     bootstrapping or has quorum without it: a node on the minority side
 //     of a partition cannot admit members (that would be a majority made
@@ -442,9 +465,21 @@ func (e *Election) updateMembership(now time.Time, out *Output) {
 		e.seen[e.cfg.Name] = now
 		changed = true
 	}
+	names := slices.Sorted(maps.Keys(alive))
+	for _, n := range names {
+		m := alive[n]
+		l, ok := e.left[n]
+		if _, known := e.known[n]; known || !ok || m.State != Alive {
+			continue
+		}
+		delete(e.left, n)
+		e.known[n] = l.m
+		e.seen[n] = now
+		changed = true
+		out.log(false, "member that left gracefully is back: counted for quorum again", "member", n, "addr", m.Addr)
+	}
 	before := Quorum(e.currentView(), e.knownNames(), QuorumRule{})
 	admit := before.OK || e.cfg.Quorum.Off || e.cfg.Quorum.Fixed > 0
-	names := slices.Sorted(maps.Keys(alive))
 	for _, n := range names {
 		m := alive[n]
 		if _, ok := e.known[n]; ok || m.State != Alive {
@@ -459,6 +494,11 @@ func (e *Election) updateMembership(now time.Time, out *Output) {
 		out.log(false, "new cluster member remembered", "member", n, "addr", m.Addr)
 	}
 	if before.OK && !before.Bootstrap {
+		for n, l := range e.left {
+			if now.Sub(l.at) >= e.cfg.MemberExpiry {
+				delete(e.left, n)
+			}
+		}
 		for _, n := range slices.Sorted(maps.Keys(e.known)) {
 			if _, ok := alive[n]; ok || n == e.cfg.Name {
 				continue
@@ -631,6 +671,11 @@ func (e *Election) Forgotten(k Known) {
 		if _, ok := k.Members[n]; !ok && n != e.cfg.Name {
 			delete(e.known, n)
 			delete(e.seen, n)
+		}
+	}
+	for n := range e.left {
+		if _, ok := k.Members[n]; !ok {
+			delete(e.left, n) // forgotten on purpose: not counted when back
 		}
 	}
 }
