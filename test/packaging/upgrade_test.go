@@ -58,7 +58,67 @@ func checkUpgrades(ctx context.Context, t *testing.T, repo, oldDeb, oldRPM strin
 	newDeb, newRPM := buildVersion(ctx, t, repo, "v"+newVersion)
 	t.Run("rpm-root", func(t *testing.T) { rpmRootUpgrade(ctx, t, repo, oldRPM, newRPM) })
 	t.Run("deb", func(t *testing.T) { debUpgrade(ctx, t, repo, oldDeb, newDeb) })
-	t.Run("lab-rolling", func(t *testing.T) { rollingUpgrade(ctx, t, oldDeb, newDeb) })
+	newBin := debBinary(ctx, t, newDeb)
+	t.Run("lab-rolling", func(t *testing.T) {
+		rollingUpgrade(ctx, t, binary{debBinary(ctx, t, oldDeb), oldVersion}, binary{newBin, newVersion})
+	})
+	// The same from the first release: its gossip metadata and messages
+	// lack what came later (the counted-members hashes' users, Dup, pool
+	// and handover fields, handover messages): mixed versions must still
+	// elect one holder and move it exactly once.
+	t.Run("lab-rolling-from-"+firstRelease.version, func(t *testing.T) {
+		rollingUpgrade(ctx, t, binary{releaseBinary(ctx, t, repo, firstRelease), firstRelease.version}, binary{newBin, newVersion})
+	})
+}
+
+// binary is a vipd executable and the version it reports.
+type binary struct{ path, version string }
+
+func debBinary(ctx context.Context, t *testing.T, deb string) string {
+	dir := t.TempDir()
+	run(ctx, t, "dpkg-deb", "-x", deb, dir)
+	return filepath.Join(dir, "usr", "bin", "vipd")
+}
+
+// release is a published version of vipd and its commit.
+type release struct{ version, commit string }
+
+// firstRelease is 0.1.0 (CHANGELOG.yml), the oldest version a cluster may
+// be upgraded from.
+var firstRelease = release{version: "0.1.0", commit: "2ea267d2ea676f789e09462ae871118c6de0b4b4"}
+
+// releaseBinary builds vipd as of r (from git history, as packaging/build.sh
+// builds it) once, cached under .cache/releases/.
+func releaseBinary(ctx context.Context, t *testing.T, repo string, r release) string {
+	t.Helper()
+	out := filepath.Join(repo, ".cache", "releases", "vipd-"+r.version+"-"+r.commit[:12])
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	if err := exec.CommandContext(ctx, "git", "-C", repo, "cat-file", "-e", r.commit+"^{commit}").Run(); err != nil {
+		t.Fatalf("release %s (commit %s) is not in this clone's history (a shallow clone? git fetch --unshallow): %v", r.version, r.commit, err)
+	}
+	src := t.TempDir()
+	arch := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", repo, r.commit, src)
+	if b, err := arch.CombinedOutput(); err != nil {
+		t.Fatalf("git archive %s: %v\n%s", r.commit, err, b)
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags",
+		"-s -w -X main.version="+r.version+" -X main.commit="+r.commit[:12], "-o", out+".tmp", "./cmd/vipd")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building vipd %s: %v\n%s", r.version, err, b)
+	}
+	if err := os.Rename(out+".tmp", out); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("vipd %s built from %s in %v", r.version, r.commit[:12], time.Since(start).Round(time.Millisecond))
+	return out
 }
 
 // rpmRootUpgrade installs the rpm into a Debian root with rpm --root: the
@@ -289,17 +349,13 @@ func (w *vipWatch) stop() time.Duration {
 	return <-w.done
 }
 
-// rollingUpgrade runs three vipd nodes from the old package's binary and
+// rollingUpgrade runs three vipd nodes from the old binary and
 // upgrades them one by one to the new one, doing what the package's
 // postinst does on each node (systemctl try-restart: SIGTERM, wait for the
 // exit, start the new binary): non-holders first, the holder last.
-func rollingUpgrade(ctx context.Context, t *testing.T, oldDeb, newDeb string) {
-	bins := map[string]string{}
-	for v, deb := range map[string]string{oldVersion: oldDeb, newVersion: newDeb} {
-		dir := t.TempDir()
-		run(ctx, t, "dpkg-deb", "-x", deb, dir)
-		bins[v] = filepath.Join(dir, "usr", "bin", "vipd")
-	}
+func rollingUpgrade(ctx context.Context, t *testing.T, oldBin, newBin binary) {
+	oldVersion, newVersion := oldBin.version, newBin.version
+	bins := map[string]string{oldVersion: oldBin.path, newVersion: newBin.path}
 	l := lab.New(t, lab.Options{Nodes: 3, Client: true})
 	vip := l.VIP4(90)
 	for _, n := range l.Nodes {
