@@ -154,7 +154,7 @@ type Election struct {
 	// comes back is counted again even without quorum, since that only
 	// restores the member list it had before it left. Without this, a node
 	// that lost quorum while another restarted could never count it again.
-	left map[string]leftMember
+	left map[string]KnownMember // with LeftAt
 
 	meta      Meta
 	quorum    QuorumResult
@@ -176,11 +176,6 @@ type Election struct {
 	ho handover // planned handovers, preemption, failover timeline
 }
 
-type leftMember struct {
-	m  KnownMember
-	at time.Time
-}
-
 type brokenVIP struct {
 	until    time.Time // stepping aside until then
 	at       time.Time // last failure
@@ -197,11 +192,16 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		cfg: cfg, started: now,
 		known:     map[string]KnownMember{},
 		seen:      map[string]time.Time{},
-		left:      map[string]leftMember{},
+		left:      map[string]KnownMember{},
 		meta:      Meta{Priority: cfg.Priority, Pools: cfg.Pools},
 		decisions: map[string]Decision{},
 		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
 		ho: newHandover(),
+	}
+	for n, m := range known.Left {
+		if _, ok := known.Members[n]; !ok && n != cfg.Name {
+			e.left[n] = m
+		}
 	}
 	for n, m := range known.Members {
 		e.known[n] = m
@@ -228,7 +228,8 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 			if m, ok := e.known[n]; ok {
 				delete(e.known, n)
 				delete(e.seen, n)
-				e.left[n] = leftMember{m: m, at: now}
+				m.LeftAt = now.UTC()
+				e.left[n] = m
 				out.Known = e.knownDoc()
 				out.log(false, "member left gracefully: no longer counted for quorum", "member", n)
 			}
@@ -473,7 +474,8 @@ func (e *Election) updateMembership(now time.Time, out *Output) {
 			continue
 		}
 		delete(e.left, n)
-		e.known[n] = l.m
+		l.LeftAt = time.Time{}
+		e.known[n] = l
 		e.seen[n] = now
 		changed = true
 		out.log(false, "member that left gracefully is back: counted for quorum again", "member", n, "addr", m.Addr)
@@ -495,8 +497,9 @@ func (e *Election) updateMembership(now time.Time, out *Output) {
 	}
 	if before.OK && !before.Bootstrap {
 		for n, l := range e.left {
-			if now.Sub(l.at) >= e.cfg.MemberExpiry {
+			if now.Sub(l.LeftAt) >= e.cfg.MemberExpiry {
 				delete(e.left, n)
+				changed = true
 			}
 		}
 		for _, n := range slices.Sorted(maps.Keys(e.known)) {
@@ -539,6 +542,9 @@ func (e *Election) knownNames() []string { return slices.Sorted(maps.Keys(e.know
 
 func (e *Election) knownDoc() *Known {
 	k := Known{Members: maps.Clone(e.known)}
+	if len(e.left) > 0 {
+		k.Left = maps.Clone(e.left)
+	}
 	return &k
 }
 
@@ -674,7 +680,7 @@ func (e *Election) Forgotten(k Known) {
 		}
 	}
 	for n := range e.left {
-		if _, ok := k.Members[n]; !ok {
+		if _, ok := k.Left[n]; !ok {
 			delete(e.left, n) // forgotten on purpose: not counted when back
 		}
 	}

@@ -18,12 +18,17 @@ const MembersFile = "members.json"
 // Known is the persisted set of members ever seen.
 type Known struct {
 	Members map[string]KnownMember `json:"members"`
+	// Left are the members that left gracefully and are no longer counted;
+	// one that comes back is counted again at once (see Election). Older
+	// versions ignore this list.
+	Left map[string]KnownMember `json:"left,omitempty"`
 }
 
 // KnownMember is one remembered member.
 type KnownMember struct {
 	Addr      string    `json:"addr,omitempty"`
 	FirstSeen time.Time `json:"first_seen"`
+	LeftAt    time.Time `json:"left_at,omitzero"` // in Known.Left
 }
 
 // Names returns the remembered member names, sorted.
@@ -91,10 +96,13 @@ func Forget(dir, name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, ok := k.Members[name]; !ok {
+	_, member := k.Members[name]
+	_, left := k.Left[name]
+	if !member && !left {
 		return false, nil
 	}
 	delete(k.Members, name)
+	delete(k.Left, name) // not counted again when it comes back
 	_, err = SaveKnown(dir, k)
 	return true, err
 }
