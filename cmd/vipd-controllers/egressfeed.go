@@ -48,8 +48,37 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// egressPolicyGVR is the EgressPolicy resource.
-var egressPolicyGVR = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "egresspolicies"}
+// egressPolicyGVR is the EgressPolicy resource; IPAllocation and IPPool
+// give spec.poolRef its address.
+var (
+	egressPolicyGVR = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "egresspolicies"}
+	ipAllocationGVR = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "ipallocations"}
+	ipPoolGVR       = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "ippools"}
+)
+
+// served reports whether the API server serves the resource.
+func served(cs kubernetes.Interface, gvr schema.GroupVersionResource) bool {
+	rl, err := cs.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource })
+}
+
+// listUnstructured lists a dynamic informer's objects.
+func listUnstructured(l cache.GenericLister) []*unstructured.Unstructured {
+	objs, err := l.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}
 
 // FeedRule is one rule of the feed; vipd reads the same JSON.
 type FeedRule struct {
@@ -79,6 +108,7 @@ type FeedDoc struct {
 // egressPolicy is the part of an EgressPolicy the feed reads.
 type egressPolicy struct {
 	Namespace, Name string
+	UID             string
 	Generation      int64
 	Created         time.Time
 	Spec            struct {
@@ -104,7 +134,7 @@ type policyStatus struct {
 func (p egressPolicy) key() string { return p.Namespace + "/" + p.Name }
 
 func policyFromUnstructured(u *unstructured.Unstructured) (egressPolicy, error) {
-	p := egressPolicy{Namespace: u.GetNamespace(), Name: u.GetName(), Generation: u.GetGeneration(), Created: u.GetCreationTimestamp().Time}
+	p := egressPolicy{Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration(), Created: u.GetCreationTimestamp().Time}
 	if spec, ok := u.Object["spec"].(map[string]any); ok {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &p.Spec); err != nil {
 			return p, fmt.Errorf("spec: %w", err)
@@ -134,7 +164,7 @@ type policyResult struct {
 // the policy's nodeSelector. Two policies naming the same runtime egress
 // IP: the older one (then the first by namespace/name) has it, the other
 // gets Ready=False EgressIPInUse. It is a pure function.
-func resolve(pols []egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, nodes []*corev1.Node, elected []netip.Addr) ([]FeedRule, []FeedAddress, map[string]policyResult) {
+func resolve(pols []egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, nodes []*corev1.Node, pv poolView, elected []netip.Addr) ([]FeedRule, []FeedAddress, map[string]policyResult) {
 	results := map[string]policyResult{}
 	var rules []FeedRule
 	var addrs []FeedAddress
@@ -146,7 +176,7 @@ func resolve(pols []egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, n
 	})
 	owner := map[netip.Addr]string{}
 	for _, p := range pols {
-		res := resolvePolicy(p, pods, nss, nodes, elected)
+		res := resolvePolicy(p, pods, nss, nodes, pv, elected)
 		if res.IP.IsValid() && !slices.Contains(elected, res.IP) {
 			// A runtime address has one set of eligible nodes: one
 			// policy. (Elected addresses may serve several policies:
@@ -171,16 +201,81 @@ func resolve(pols []egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, n
 	return rules, addrs, results
 }
 
-func resolvePolicy(p egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, nodes []*corev1.Node, elected []netip.Addr) policyResult {
+// poolView is what the feed knows of IPPools and their allocations for
+// spec.poolRef: the address each policy was allocated (by the ipam
+// controller of vipd-controllers), and each pool's free count.
+type poolView struct {
+	Addr  map[string]netip.Addr // policy key -> allocated address
+	Pools map[string]poolCount  // pool name -> counts from its status
+}
+
+type poolCount struct {
+	Total, Free int64
+}
+
+// poolViewOf reads the allocations claimed by EgressPolicy objects (with
+// the policy's UID when the allocation records one) and the pools' counts.
+func poolViewOf(pols []egressPolicy, allocs, ippools []*unstructured.Unstructured) poolView {
+	pv := poolView{Addr: map[string]netip.Addr{}, Pools: map[string]poolCount{}}
+	uid := map[string]string{}
+	for _, p := range pols {
+		uid[p.key()] = p.UID
+	}
+	for _, u := range allocs {
+		kind, _, _ := unstructured.NestedString(u.Object, "spec", "claimRef", "kind")
+		if kind != "EgressPolicy" {
+			continue
+		}
+		ns, _, _ := unstructured.NestedString(u.Object, "spec", "claimRef", "namespace")
+		name, _, _ := unstructured.NestedString(u.Object, "spec", "claimRef", "name")
+		cuid, _, _ := unstructured.NestedString(u.Object, "spec", "claimRef", "uid")
+		key := ns + "/" + name
+		if want, ok := uid[key]; !ok || cuid != "" && want != "" && cuid != want {
+			continue // another (deleted and re-created) policy's
+		}
+		s, _, _ := unstructured.NestedString(u.Object, "spec", "address")
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		a = a.Unmap()
+		// One address a policy: the lowest, as long as the controller
+		// settles an extra one.
+		if old, ok := pv.Addr[key]; !ok || a.Less(old) {
+			pv.Addr[key] = a
+		}
+	}
+	for _, u := range ippools {
+		total, _, _ := unstructured.NestedInt64(u.Object, "status", "total")
+		free, _, _ := unstructured.NestedInt64(u.Object, "status", "free")
+		pv.Pools[u.GetName()] = poolCount{Total: total, Free: free}
+	}
+	return pv
+}
+
+func resolvePolicy(p egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, nodes []*corev1.Node, pv poolView, elected []netip.Addr) policyResult {
 	fail := func(reason, format string, args ...any) policyResult {
 		return policyResult{Reason: reason, Message: fmt.Sprintf(format, args...)}
 	}
+	egressIP := p.Spec.EgressIP
 	if p.Spec.PoolRef != nil {
-		return fail("PoolRefUnsupported", "spec.poolRef %q: drawing the egress IP from an IPPool is not supported yet; set spec.egressIP", p.Spec.PoolRef.Name)
+		name := p.Spec.PoolRef.Name
+		a, ok := pv.Addr[p.key()]
+		pc, exists := pv.Pools[name]
+		switch {
+		case ok:
+			egressIP = a.String()
+		case !exists:
+			return fail("PoolNotFound", "IPPool %s (spec.poolRef) does not exist", name)
+		case pc.Total > 0 && pc.Free == 0:
+			return fail("PoolExhausted", "no free address in IPPool %s", name)
+		default:
+			return fail("AddressPending", "waiting for an address from IPPool %s (allocated by vipd-controllers with the services or ipam controller)", name)
+		}
 	}
-	ip, err := netip.ParseAddr(p.Spec.EgressIP)
+	ip, err := netip.ParseAddr(egressIP)
 	if err != nil || ip.Zone() != "" {
-		return fail("InvalidEgressIP", "spec.egressIP %q is not an IP address", p.Spec.EgressIP)
+		return fail("InvalidEgressIP", "spec.egressIP %q is not an IP address", egressIP)
 	}
 	ip = ip.Unmap()
 	if !ip.IsGlobalUnicast() {
@@ -434,11 +529,24 @@ func (f *egressFeed) Run(ctx context.Context) error {
 	if _, err := polInf.Informer().AddEventHandler(handler); err != nil {
 		return err
 	}
+	synced := []cache.InformerSynced{podInf.Informer().HasSynced, nsInf.Informer().HasSynced, nodeInf.Informer().HasSynced, polInf.Informer().HasSynced}
+	// spec.poolRef: only when the IPPool API is installed (the informers
+	// of a resource the server does not serve never sync).
+	var allocInf, ippoolInf informers.GenericInformer
+	if served(f.cs, ipAllocationGVR) && served(f.cs, ipPoolGVR) {
+		allocInf, ippoolInf = dinf.ForResource(ipAllocationGVR), dinf.ForResource(ipPoolGVR)
+		for _, i := range []informers.GenericInformer{allocInf, ippoolInf} {
+			if _, err := i.Informer().AddEventHandler(handler); err != nil {
+				return err
+			}
+			synced = append(synced, i.Informer().HasSynced)
+		}
+	}
 	inf.Start(ctx.Done())
 	dinf.Start(ctx.Done())
 	defer inf.Shutdown()
 	defer dinf.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), podInf.Informer().HasSynced, nsInf.Informer().HasSynced, nodeInf.Informer().HasSynced, polInf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
 	f.log.Info("egress feed: watching EgressPolicy objects, pods, namespaces and nodes")
@@ -481,7 +589,11 @@ func (f *egressFeed) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rules, addrs, results := resolve(pols, pods, nss, nodes, elect)
+		var allocs, ippools []*unstructured.Unstructured
+		if allocInf != nil {
+			allocs, ippools = listUnstructured(allocInf.Lister()), listUnstructured(ippoolInf.Lister())
+		}
+		rules, addrs, results := resolve(pols, pods, nss, nodes, poolViewOf(pols, allocs, ippools), elect)
 		b, err := json.Marshal(FeedDoc{Rules: rules, Addresses: addrs})
 		if err != nil {
 			return err

@@ -68,10 +68,14 @@ func TestResolve(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"team": "pay"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{"team": "pay"}}},
 	}
-	pool := mk("a", "pool", "", nil, nil)
-	pool.Spec.PoolRef = &struct {
-		Name string `json:"name"`
-	}{Name: "egress"}
+	poolRef := func(name, pool string) egressPolicy {
+		p := mk("a", name, "", map[string]string{"app": "web"}, nil)
+		p.Spec.PoolRef = &struct {
+			Name string `json:"name"`
+		}{Name: pool}
+		return p
+	}
+	pool := poolRef("pool", "missing")
 	nodes := []*corev1.Node{
 		{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"egress": "yes"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "n2", Labels: map[string]string{"egress": "yes"}}},
@@ -102,9 +106,13 @@ func TestResolve(t *testing.T) {
 		mk("a", "baddst", "10.0.0.200", nil, nil, "fd00::/64"),
 		mk("a", "multicast", "224.0.0.5", nil, nil),
 		pool,
+		poolRef("from-pool", "egress"), poolRef("full", "full"), poolRef("pending", "egress"),
 	}
-	rules, addrs, res := resolve(pols, pods, nss, nodes, elected)
+	pv := poolView{Addr: map[string]netip.Addr{"a/from-pool": netip.MustParseAddr("10.0.0.50")},
+		Pools: map[string]poolCount{"egress": {Total: 4, Free: 2}, "full": {Total: 2, Free: 0}}}
+	rules, addrs, res := resolve(pols, pods, nss, nodes, pv, elected)
 	want := []FeedRule{
+		{Policy: "a/from-pool", EgressIP: "10.0.0.50", From: []string{"10.244.1.6/32"}, To: []string{"0.0.0.0/0"}},
 		{Policy: "a/stranger", EgressIP: "10.0.0.99", From: []string{"10.244.1.6/32"}, To: []string{"0.0.0.0/0"}},
 		{Policy: "a/teams", EgressIP: "10.0.0.200", From: []string{"10.244.3.4/32", "10.244.3.7/32"}, To: []string{"0.0.0.0/0"}},
 		{Policy: "a/v4", EgressIP: "10.0.0.200", From: []string{"10.244.1.5/32", "10.244.2.9/32"}, To: []string{"203.0.113.0/24"}},
@@ -113,6 +121,7 @@ func TestResolve(t *testing.T) {
 	}
 	wantAddrs := []FeedAddress{
 		{Policy: "a/anywhere", EgressIP: "10.0.0.98", Nodes: []string{"n1", "n2", "n3"}},
+		{Policy: "a/from-pool", EgressIP: "10.0.0.50", Nodes: []string{"n1", "n2", "n3"}},
 		{Policy: "a/stranger", EgressIP: "10.0.0.99", Nodes: []string{"n1", "n2"}},
 		{Policy: "b/first", EgressIP: "10.0.0.96", Nodes: []string{"n1", "n2"}},
 	}
@@ -138,7 +147,8 @@ func TestResolve(t *testing.T) {
 	}{
 		"a/stranger": {"Programmed", true}, "a/anywhere": {"NoPodsSelected", true}, "a/nowhere": {"NoEligibleNode", false},
 		"b/first": {"Programmed", true}, "a/second": {"EgressIPInUse", false},
-		"a/nobody": {"NoPodsSelected", true}, "a/baddst": {"InvalidDestination", false}, "a/pool": {"PoolRefUnsupported", false},
+		"a/nobody": {"NoPodsSelected", true}, "a/baddst": {"InvalidDestination", false}, "a/pool": {"PoolNotFound", false},
+		"a/from-pool": {"Programmed", true}, "a/full": {"PoolExhausted", false}, "a/pending": {"AddressPending", false},
 		"a/multicast": {"InvalidEgressIP", false}, "a/v4": {"Programmed", true},
 	} {
 		if res[key].Reason != want.reason || res[key].Ready != want.ready {
@@ -226,7 +236,8 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/crds/egresspolicy.yaml"), filepath.Join(root, "deploy/kube/egresspolicy-rbac.yaml"))
+	objs, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/crds/egresspolicy.yaml"), filepath.Join(root, "deploy/kube/egresspolicy-rbac.yaml"),
+		filepath.Join(root, "deploy/kube/crds/ippool.yaml"), filepath.Join(root, "deploy/kube/crds/ipallocation.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +350,7 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 	sink := newLineSink()
 	f := &egressFeed{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), dyn: udyn, cs: ucs, out: sink,
 		statusOf: func(context.Context) map[netip.Addr]bool {
-			return map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true, netip.MustParseAddr("10.0.0.99"): true}
+			return map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true, netip.MustParseAddr("10.0.0.99"): true, netip.MustParseAddr("10.0.0.150"): true}
 		}}
 	fctx, fcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -465,6 +476,46 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "copy takes over", addrsAre("egress-b/zcopy 10.0.0.99 n1,n2,n3"))
+	// spec.poolRef: the address comes from the IPAllocation the policy
+	// claims (the ipam controller's; here the test writes it), pending
+	// until then.
+	pol := map[string]any{"poolRef": map[string]any{"name": "egress-pool"}}
+	if err := mkPolicy("egress-a", "pooled", pol); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "pool missing", condIs("egress-a", "pooled", "PoolNotFound", "False", ""))
+	pu := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "vipd.io/v1alpha1", "kind": "IPPool",
+		"metadata": map[string]any{"name": "egress-pool"}, "spec": map[string]any{"addresses": []any{"10.0.0.150-10.0.0.151"}}}}
+	if _, err := dyn.Resource(ipPoolGVR).Create(ctx, pu, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "address pending", condIs("egress-a", "pooled", "AddressPending", "False", ""))
+	pooled, err := policies.Namespace("egress-a").Get(ctx, "pooled", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	au := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "vipd.io/v1alpha1", "kind": "IPAllocation",
+		"metadata": map[string]any{"name": "10.0.0.150"},
+		"spec": map[string]any{"address": "10.0.0.150", "pool": "egress-pool", "claimedAt": "2026-01-01T00:00:00Z",
+			"claimRef": map[string]any{"apiGroup": "vipd.io", "kind": "EgressPolicy", "namespace": "egress-a", "name": "pooled", "uid": string(pooled.GetUID())}}}}
+	if _, err := dyn.Resource(ipAllocationGVR).Create(ctx, au, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "pooled address", addrsAre("egress-a/pooled 10.0.0.150 n1,n2,n3", "egress-b/zcopy 10.0.0.99 n1,n2,n3"))
+	waitUntil(t, "pooled status", func() error {
+		st, err := status("egress-a", "pooled")
+		if err != nil {
+			return err
+		}
+		if st["address"] != "10.0.0.150" {
+			return errf("status " + toJSON(st))
+		}
+		return nil
+	})
+	if err := policies.Namespace("egress-a").Delete(ctx, "pooled", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Deleting the policies empties the rule set and the addresses.
 	for _, name := range []string{"egress-a/billing", "egress-b/zcopy"} {
 		ns, n, _ := strings.Cut(name, "/")
@@ -492,4 +543,30 @@ func (s *lineSink) lines0() string {
 func toJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestPoolViewOf: a policy's allocated address is the lowest one it
+// claims with its own UID; other claimers' and a former namesake's
+// allocations do not count.
+func TestPoolViewOf(t *testing.T) {
+	al := func(addr, kind, ns, name, uid string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"address": addr, "pool": "p",
+			"claimRef": map[string]any{"kind": kind, "namespace": ns, "name": name, "uid": uid}}}}
+	}
+	pols := []egressPolicy{{Namespace: "a", Name: "x", UID: "u1"}, {Namespace: "a", Name: "y", UID: "u2"}}
+	pool := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}, "status": map[string]any{"total": int64(8), "free": int64(0)}}}
+	pv := poolViewOf(pols, []*unstructured.Unstructured{
+		al("10.0.0.9", "EgressPolicy", "a", "x", "u1"),
+		al("10.0.0.7", "EgressPolicy", "a", "x", "u1"),
+		al("10.0.0.5", "Service", "a", "x", "u1"),
+		al("10.0.0.4", "EgressPolicy", "a", "y", "old-uid"),
+		al("10.0.0.3", "EgressPolicy", "a", "gone", "u9"),
+		al("bogus", "EgressPolicy", "a", "y", "u2"),
+	}, []*unstructured.Unstructured{pool})
+	if len(pv.Addr) != 1 || pv.Addr["a/x"] != netip.MustParseAddr("10.0.0.7") {
+		t.Fatalf("addresses %v", pv.Addr)
+	}
+	if pv.Pools["p"] != (poolCount{Total: 8, Free: 0}) {
+		t.Fatalf("pools %v", pv.Pools)
+	}
 }
