@@ -114,7 +114,7 @@ func (d *daemon) setupEgress() error {
 			return err
 		}
 		d.egressFeed.addrs = func(a []pools.Address) { ea.set(a, true) }
-		d.egressAddrs = ea
+		d.egressFeed.runtime = ea
 		d.addStatus("egress_addresses", ea.Status)
 	}
 	d.addStatus("egress", d.egress.Status)
@@ -126,11 +126,11 @@ func (d *daemon) setupEgress() error {
 // left is closed: the node has left the cluster).
 func (d *daemon) runEgress(ctx context.Context, left <-chan struct{}) {
 	d.egress.SetLeft(left)
-	if d.egressAddrs != nil {
+	if d.egressFeed != nil && d.egressFeed.runtime != nil {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			d.egressAddrs.Run(ctx)
+			d.egressFeed.runtime.Run(ctx) // releases the addresses when ctx is done
 		}()
 		defer func() { <-done }()
 	}

@@ -53,6 +53,8 @@ type egressFeed struct {
 	// addrs receives the runtime egress addresses of every line (nil:
 	// rules for elected addresses only).
 	addrs func([]pools.Address)
+	// runtime holds those addresses (cmd/vipd/egressaddrs.go).
+	runtime *egressAddrs
 }
 
 func newEgressFeed(c *config.Config, log *slog.Logger, set func([]egress.Rule)) (*egressFeed, error) {

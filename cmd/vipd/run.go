@@ -176,8 +176,7 @@ type daemon struct {
 	extra   map[string]func() any // more /status sections, by name
 	egress  *egress.Controller    // VIPD_EGRESS (cmd/vipd/egress.go)
 
-	egressFeed  *egressFeed  // VIPD_EGRESS_POLICIES (cmd/vipd/egressfeed.go)
-	egressAddrs *egressAddrs // policies' runtime egress IPs (cmd/vipd/egressaddrs.go)
+	egressFeed *egressFeed // VIPD_EGRESS_POLICIES (cmd/vipd/egressfeed.go)
 }
 
 // elector is a running election (cluster mode) as the daemon needs it.
