@@ -299,6 +299,8 @@ func TestEgressPolicyNodeSelector(t *testing.T) {
 		}
 		l.vipd[n.Name] = p
 	}
+	began := time.Now()
+	mark := func(what string) { t.Logf("%6.1fs %s", time.Since(began).Seconds(), what) }
 	for _, n := range l.Nodes {
 		proxyAPIServer(t, l, n, srv.URL)
 		start(n)
@@ -316,6 +318,7 @@ func TestEgressPolicyNodeSelector(t *testing.T) {
 	if !selected[gw] {
 		t.Fatalf("the gateway is %s, which the nodeSelector leaves out", gw)
 	}
+	mark("the selected pod leaves with the egress IP through " + gw)
 	statusGateway := func(want string) func() error {
 		return func() error {
 			u, err := dyn.Resource(gvr).Namespace(ns).Get(ctx, "billing", metav1.GetOptions{})
@@ -367,6 +370,7 @@ func TestEgressPolicyNodeSelector(t *testing.T) {
 		gw, newGW, gap.Round(time.Millisecond))
 	fmt.Printf("EGRESS POLICY FAILOVER (runtime address, nodeSelector): %v\n", gap.Round(time.Millisecond))
 	waitFor(t, 15*time.Second, "status after failover", statusGateway(newGW))
+	mark("failed over; status updated")
 
 	// The crashed node comes back (as systemd restarts vipd): what its
 	// crash left (the address, a gateway table) is cleaned up; one node
@@ -387,6 +391,7 @@ func TestEgressPolicyNodeSelector(t *testing.T) {
 		return nil
 	})
 	neverN3()
+	mark("the crashed node is back; one holder")
 
 	// The policy is deleted: the address is released on every node and
 	// the pod leaves with its node's address again.
@@ -401,6 +406,7 @@ func TestEgressPolicyNodeSelector(t *testing.T) {
 		return nil
 	})
 	l.waitSource(l.podNS(3, 1), server4, n3.IPv4.String(), 10*time.Second)
+	mark("policy deleted: address released")
 
 	for name, p := range l.vipd {
 		if err := p.Signal(syscall.SIGTERM); err != nil {
