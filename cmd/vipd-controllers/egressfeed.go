@@ -7,11 +7,18 @@ package main
 // VIPD_EGRESS_POLICIES=on and programs the rules (cmd/vipd/egressfeed.go):
 // vipd itself does not link client-go.
 //
+// Egress IPs that are not among the nodes' elected addresses are listed
+// with the nodes their policy's nodeSelector matches (Node objects): vipd
+// holds them at run time (cmd/vipd/egressaddrs.go). A spec.poolRef takes
+// the address of the IPAllocation that claims the policy (allocated by
+// the ipam controller, ipam/egress.go).
+//
 // On the node that is the gateway of a policy's egress IP (read from the
 // local vipd's /status), it writes the policy's status: gateway node,
 // address, selected pods and the Ready condition. Policies that cannot be
-// programmed on any node (an egress IP vipd does not elect, a poolRef) get
-// Ready=False with the reason from every node.
+// programmed on any node (no eligible node, an egress IP another policy
+// has, a pool without an address for it, an invalid spec) get Ready=False
+// with the reason from every node.
 
 import (
 	"bufio"
