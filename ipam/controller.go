@@ -186,7 +186,7 @@ func Run(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, opt
 			return fmt.Errorf("address handler: %w", err)
 		}
 	}
-	if egressServed(kc) {
+	if egressServed(kc) && c.egressReadable(ctx) {
 		// EgressPolicy spec.poolRef (egress.go).
 		c.egressInf = dynFactory.ForResource(EgressPolicyResource).Informer()
 		c.egressQ = newQ("vipd_egresspolicies")

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
@@ -23,7 +24,7 @@ var EgressPolicyResource = schema.GroupVersionResource{Group: v1alpha1.Group, Ve
 // kindEgress is the claimRef kind of an EgressPolicy's allocation.
 const kindEgress = "EgressPolicy"
 
-// ReasonPoolExhausted is the event reason when a pool has no free address
+// ReasonEgressPoolExhausted is the event reason when a pool has no free address
 // for an EgressPolicy (the policy's Ready condition, written by the nodes'
 // egress feed, says the same).
 const ReasonEgressPoolExhausted = "PoolExhausted"
@@ -41,6 +42,18 @@ func egressServed(kc kubernetes.Interface) bool {
 		}
 	}
 	return false
+}
+
+// egressReadable reports whether this identity may list EgressPolicy
+// objects: an informer on a forbidden resource never syncs and would hold
+// up every controller (an older RBAC without egresspolicies).
+func (c *controller) egressReadable(ctx context.Context) bool {
+	_, err := c.dyn.Resource(EgressPolicyResource).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		c.log.Warn("EgressPolicy spec.poolRef is not served: cannot list EgressPolicy objects (deploy/kube/rbac.yaml grants it)", "err", err)
+		return false
+	}
+	return true
 }
 
 // syncEgress gives an EgressPolicy with spec.poolRef one address of that
