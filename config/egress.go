@@ -96,7 +96,7 @@ var egressSettings = []Setting{
 		}, format: func(c *Config) string { return fmt.Sprintf("%#08x", c.EgressMarkMask) }},
 	{Env: "VIPD_EGRESS_POLICIES", Flag: "egress-policies", Default: "off", Section: SecEgress,
 		Doc: "on: also program the EgressPolicy objects (vipd.io/v1alpha1) of the cluster (VIPD_KUBECONFIG), resolved to pod addresses by a vipd-controllers child; " +
-			"their egress IPs must be among the addresses this node elects (VIPD_ADDRESS or VIPD_EGRESS).",
+			"an egress IP that is not in VIPD_ADDRESS or VIPD_EGRESS is held at run time by one of the nodes the policy's nodeSelector matches (docs/egress.md).",
 		Accepted: "on or off",
 		parse: func(c *Config, v string) error {
 			switch v {
@@ -207,7 +207,7 @@ func (c *Config) checkEgress() error {
 			return &Error{Name: "VIPD_EGRESS_POLICIES", Value: "on", Accepted: "on in l2 mode only (the gateway is the one elected holder of the egress IP)"}
 		}
 		if len(c.Addresses) == 0 && len(c.Egress) == 0 {
-			return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "the egress IPs of the EgressPolicy objects (VIPD_EGRESS_POLICIES=on): vipd elects only the addresses it is given"}
+			return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "at least one address (the control-plane VIP, or VIPD_EGRESS) with VIPD_EGRESS_POLICIES=on: the nodes' cluster runs for their addresses"}
 		}
 	}
 	if len(c.Egress) == 0 {

@@ -86,7 +86,7 @@ func TestEgressInvalid(t *testing.T) {
 		{[]string{"VIPD_EGRESS_RULE_PRIORITY", "32766"}, "VIPD_EGRESS_RULE_PRIORITY", "32766", "to 32765"},
 		{[]string{"VIPD_EGRESS_POLICIES", "yes"}, "VIPD_EGRESS_POLICIES", "yes", "on or off"},
 		{[]string{"VIPD_EGRESS_POLICIES", "on", "VIPD_MODE", "cloud"}, "VIPD_EGRESS_POLICIES", "on", "l2 mode only"},
-		{[]string{"VIPD_EGRESS_POLICIES", "on", "VIPD_ADDRESS", ""}, "VIPD_ADDRESS", "", "egress IPs of the EgressPolicy objects"},
+		{[]string{"VIPD_EGRESS_POLICIES", "on", "VIPD_ADDRESS", ""}, "VIPD_ADDRESS", "", "at least one address (the control-plane VIP, or VIPD_EGRESS)"},
 	}
 	for _, tt := range tests {
 		_, err := load(t, tt.kv...)

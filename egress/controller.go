@@ -43,6 +43,7 @@ type Controller struct {
 	mu      sync.Mutex
 	left    <-chan struct{} // closed once the node left the cluster (SetLeft)
 	dynamic []Rule          // from SetRules
+	order   []netip.Addr    // slots: Options.Order, then runtime egress IPs (ExtendOrder)
 	held    map[netip.Addr]bool
 	applied Input // last input the kernel was brought to
 	roles   map[netip.Addr]Role
@@ -65,6 +66,7 @@ func NewController(opts Options, k *Kernel, log *slog.Logger, reg prometheus.Reg
 		opts.Poll = 50 * time.Millisecond
 	}
 	c := &Controller{opts: opts, k: k, log: log, wake: make(chan struct{}, 1), held: map[netip.Addr]bool{}, since: map[netip.Addr]time.Time{},
+		order: slices.Clone(opts.Order),
 		mGateway: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_egress_gateway",
 			Help: "1 while this node is the egress gateway of egress_ip (SNAT), 0 while it is a director."}, []string{"egress_ip"}),
 		mRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vipd_egress_repairs_total",
@@ -97,11 +99,41 @@ func (c *Controller) SetHeld(ip netip.Addr, held bool) {
 func (c *Controller) SetRules(rules []Rule) {
 	c.mu.Lock()
 	c.dynamic = slices.Clone(rules)
+	if len(c.opts.Order) > 0 {
+		c.order = ExtendOrder(c.order, len(c.opts.Order), IPs(append(slices.Clone(c.opts.Rules), rules...)))
+	}
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
+}
+
+// ExtendOrder gives every egress IP of used that has no slot in order one:
+// the first slot at or after fixed (the configured addresses keep theirs)
+// whose IP no rule uses any more, else a new one at the end. IPs that keep
+// being used keep their slot, so policies coming and going renumber
+// nothing else. It returns a new slice.
+func ExtendOrder(order []netip.Addr, fixed int, used []netip.Addr) []netip.Addr {
+	out := slices.Clone(order)
+	for _, ip := range used {
+		if slices.Contains(out, ip) {
+			continue
+		}
+		free := -1
+		for i := fixed; i < len(out); i++ {
+			if !slices.Contains(used, out[i]) {
+				free = i
+				break
+			}
+		}
+		if free >= 0 {
+			out[free] = ip
+		} else {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 func (c *Controller) rules() []Rule {
@@ -112,8 +144,9 @@ func (c *Controller) rules() []Rule {
 
 func (c *Controller) input() Input {
 	rules := c.rules()
-	in := Input{Rules: rules, Settings: c.opts.Settings, Order: c.opts.Order, Gateways: map[netip.Addr]Gateway{}}
+	in := Input{Rules: rules, Settings: c.opts.Settings, Gateways: map[netip.Addr]Gateway{}}
 	c.mu.Lock()
+	in.Order = slices.Clone(c.order)
 	held := maps.Clone(c.held)
 	c.mu.Unlock()
 	for _, ip := range IPs(rules) {

@@ -103,8 +103,10 @@ type controller struct {
 	allocInf  cache.SharedIndexInformer
 	claimInf  cache.SharedIndexInformer // nil unless CAPI
 	addrInf   cache.SharedIndexInformer // nil unless CAPI
+	egressInf cache.SharedIndexInformer // nil unless the EgressPolicy CRD is served (egress.go)
 
 	svcQ, claimQ, poolQ workqueue.TypedRateLimitingInterface[string]
+	egressQ             workqueue.TypedRateLimitingInterface[string]
 
 	mu      sync.Mutex
 	waiting map[string]bool // queue-prefixed keys waiting for a free address
@@ -184,6 +186,16 @@ func Run(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, opt
 			return fmt.Errorf("address handler: %w", err)
 		}
 	}
+	if egressServed(kc) && c.egressReadable(ctx) {
+		// EgressPolicy spec.poolRef (egress.go).
+		c.egressInf = dynFactory.ForResource(EgressPolicyResource).Informer()
+		c.egressQ = newQ("vipd_egresspolicies")
+		defer c.egressQ.ShutDown()
+		queues = append(queues, c.egressQ)
+		if _, err := c.egressInf.AddEventHandler(keyHandler(c.egressQ)); err != nil {
+			return fmt.Errorf("egress policy handler: %w", err)
+		}
+	}
 	if _, err := c.poolInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.poolChanged(obj) },
 		DeleteFunc: func(obj any) { c.poolChanged(obj) },
@@ -210,7 +222,7 @@ func Run(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, opt
 	defer factory.Shutdown()
 	defer dynFactory.Shutdown()
 	syncs := []cache.InformerSynced{c.poolInf.HasSynced, c.allocInf.HasSynced}
-	for _, inf := range []cache.SharedIndexInformer{c.svcInf, c.nsInf, c.claimInf, c.addrInf} {
+	for _, inf := range []cache.SharedIndexInformer{c.svcInf, c.nsInf, c.claimInf, c.addrInf, c.egressInf} {
 		if inf != nil {
 			syncs = append(syncs, inf.HasSynced)
 		}
@@ -239,6 +251,9 @@ func Run(ctx context.Context, kc kubernetes.Interface, dc dynamic.Interface, opt
 	}
 	if opts.CAPI {
 		run(c.claimQ, c.syncClaim)
+	}
+	if c.egressQ != nil {
+		run(c.egressQ, c.syncEgress)
 	}
 	wg.Add(1)
 	go func() {
@@ -376,6 +391,8 @@ func (c *controller) enqueueKind(kind, key string) {
 		c.svcQ.Add(key)
 	case kind == kindClaim && c.claimQ != nil:
 		c.claimQ.Add(key)
+	case kind == kindEgress && c.egressQ != nil:
+		c.egressQ.Add(key)
 	}
 }
 
@@ -405,6 +422,11 @@ func (c *controller) enqueueEverything() {
 	if c.claimInf != nil {
 		for _, key := range c.claimInf.GetStore().ListKeys() {
 			c.claimQ.Add(key)
+		}
+	}
+	if c.egressInf != nil {
+		for _, key := range c.egressInf.GetStore().ListKeys() {
+			c.egressQ.Add(key)
 		}
 	}
 }
@@ -562,6 +584,8 @@ func (c *controller) claimerUID(ctx context.Context, r v1alpha1.ClaimRef) (strin
 			return "", err
 		}
 		return string(u.GetUID()), nil
+	case kindEgress:
+		return c.egressPolicyUID(ctx, r.Namespace, r.Name)
 	}
 	return "", fmt.Errorf("unknown claimer kind %q", r.Kind)
 }
@@ -575,6 +599,8 @@ func (c *controller) cachedClaimerUID(r v1alpha1.ClaimRef) string {
 		inf = c.svcInf
 	case kindClaim:
 		inf = c.claimInf
+	case kindEgress:
+		inf = c.egressInf
 	}
 	if inf == nil {
 		return ""
@@ -596,7 +622,7 @@ func (c *controller) cachedClaimerUID(r v1alpha1.ClaimRef) string {
 func (c *controller) collectOrphans(ctx context.Context) {
 	for _, al := range c.allAllocs() {
 		for _, r := range append([]v1alpha1.ClaimRef{al.Spec.ClaimRef}, al.Spec.Shares...) {
-			if (r.Kind == kindService && !c.opts.Services) || (r.Kind == kindClaim && !c.opts.CAPI) {
+			if (r.Kind == kindService && !c.opts.Services) || (r.Kind == kindClaim && !c.opts.CAPI) || (r.Kind == kindEgress && c.egressInf == nil) {
 				continue
 			}
 			if c.cachedClaimerUID(r) == r.UID && r.UID != "" {

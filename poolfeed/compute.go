@@ -112,6 +112,11 @@ func Compute(s State) ([]pools.Address, []Problem) {
 			// it on its interface. Announcing it would take its traffic.
 			continue
 		}
+		if ref.Kind == "EgressPolicy" && ref.APIGroup == v1alpha1.Group {
+			// An EgressPolicy's egress IP: vipd's egress part holds it on
+			// a node of the policy's nodeSelector (docs/egress.md).
+			continue
+		}
 		a := pools.Address{Addr: addr, Pool: al.Spec.Pool, Mode: pi.mode, All: pi.all, Nodes: pi.nodes}
 		if ref.Kind == "Service" && ref.APIGroup == "" {
 			key := ref.Namespace + "/" + ref.Name

@@ -49,6 +49,8 @@ func TestCompute(t *testing.T) {
 			{ObjectMeta: metav1.ObjectMeta{Name: "192.0.2.7"}, Spec: v1alpha1.IPAllocationSpec{Address: "192.0.2.8", Pool: "lan"}}, // name mismatch
 			{ObjectMeta: metav1.ObjectMeta{Name: "192.0.2.9"}, Spec: v1alpha1.IPAllocationSpec{Address: "192.0.2.9", Pool: "lan", // a machine's address
 				ClaimRef: v1alpha1.ClaimRef{APIGroup: "ipam.cluster.x-k8s.io", Kind: "IPAddressClaim", Namespace: "default", Name: "m1"}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "192.0.2.10"}, Spec: v1alpha1.IPAllocationSpec{Address: "192.0.2.10", Pool: "lan", // an EgressPolicy's egress IP
+				ClaimRef: v1alpha1.ClaimRef{APIGroup: "vipd.io", Kind: "EgressPolicy", Namespace: "default", Name: "billing"}}},
 		},
 		Nodes: []corev1.Node{node("n1", map[string]string{"edge": "true"}), node("n2", map[string]string{"edge": "true"}), node("n3", nil)},
 		Services: map[string]*corev1.Service{

@@ -112,7 +112,7 @@ type IPAllocationSpec struct {
 	Address string `json:"address"`
 	// Pool is the IPPool's name.
 	Pool string `json:"pool"`
-	// ClaimRef is the claimer: a Service or an IPAddressClaim.
+	// ClaimRef is the claimer: a Service, an IPAddressClaim or an EgressPolicy.
 	ClaimRef ClaimRef `json:"claimRef"`
 	// ClaimedAt is when the address was taken.
 	ClaimedAt metav1.Time `json:"claimedAt"`
@@ -126,7 +126,7 @@ type IPAllocationSpec struct {
 // ClaimRef names the object an address is allocated to.
 type ClaimRef struct {
 	APIGroup  string `json:"apiGroup,omitempty"` // "" for core (Service)
-	Kind      string `json:"kind"`               // Service or IPAddressClaim
+	Kind      string `json:"kind"`               // Service, IPAddressClaim or EgressPolicy
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	UID       string `json:"uid,omitempty"`

@@ -7,11 +7,18 @@ package main
 // VIPD_EGRESS_POLICIES=on and programs the rules (cmd/vipd/egressfeed.go):
 // vipd itself does not link client-go.
 //
+// Egress IPs that are not among the nodes' elected addresses are listed
+// with the nodes their policy's nodeSelector matches (Node objects): vipd
+// holds them at run time (cmd/vipd/egressaddrs.go). A spec.poolRef takes
+// the address of the IPAllocation that claims the policy (allocated by
+// the ipam controller, ipam/egress.go).
+//
 // On the node that is the gateway of a policy's egress IP (read from the
 // local vipd's /status), it writes the policy's status: gateway node,
 // address, selected pods and the Ready condition. Policies that cannot be
-// programmed on any node (an egress IP vipd does not elect, a poolRef) get
-// Ready=False with the reason from every node.
+// programmed on any node (no eligible node, an egress IP another policy
+// has, a pool without an address for it, an invalid spec) get Ready=False
+// with the reason from every node.
 
 import (
 	"bufio"
@@ -48,8 +55,37 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// egressPolicyGVR is the EgressPolicy resource.
-var egressPolicyGVR = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "egresspolicies"}
+// egressPolicyGVR is the EgressPolicy resource; IPAllocation and IPPool
+// give spec.poolRef its address.
+var (
+	egressPolicyGVR = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "egresspolicies"}
+	ipAllocationGVR = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "ipallocations"}
+	ipPoolGVR       = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "ippools"}
+)
+
+// served reports whether the API server serves the resource.
+func served(cs kubernetes.Interface, gvr schema.GroupVersionResource) bool {
+	rl, err := cs.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource })
+}
+
+// listUnstructured lists a dynamic informer's objects.
+func listUnstructured(l cache.GenericLister) []*unstructured.Unstructured {
+	objs, err := l.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}
 
 // FeedRule is one rule of the feed; vipd reads the same JSON.
 type FeedRule struct {
@@ -59,15 +95,29 @@ type FeedRule struct {
 	To       []string `json:"to"`
 }
 
-// FeedDoc is one line of the feed: the complete rule set.
+// FeedAddress is an egress IP that is not among the nodes' elected
+// addresses (VIPD_ADDRESS, VIPD_EGRESS): vipd holds it at run time through
+// its pools machine, on one of Nodes (the nodes matching the policy's
+// spec.nodeSelector; every node without one).
+type FeedAddress struct {
+	Policy   string   `json:"policy"`
+	EgressIP string   `json:"egressIP"`
+	Nodes    []string `json:"nodes"`
+}
+
+// FeedDoc is one line of the feed: the complete rule set and the runtime
+// egress addresses.
 type FeedDoc struct {
-	Rules []FeedRule `json:"rules"`
+	Rules     []FeedRule    `json:"rules"`
+	Addresses []FeedAddress `json:"addresses,omitempty"`
 }
 
 // egressPolicy is the part of an EgressPolicy the feed reads.
 type egressPolicy struct {
 	Namespace, Name string
+	UID             string
 	Generation      int64
+	Created         time.Time
 	Spec            struct {
 		EgressIP string `json:"egressIP"`
 		PoolRef  *struct {
@@ -91,7 +141,7 @@ type policyStatus struct {
 func (p egressPolicy) key() string { return p.Namespace + "/" + p.Name }
 
 func policyFromUnstructured(u *unstructured.Unstructured) (egressPolicy, error) {
-	p := egressPolicy{Namespace: u.GetNamespace(), Name: u.GetName(), Generation: u.GetGeneration()}
+	p := egressPolicy{Namespace: u.GetNamespace(), Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration(), Created: u.GetCreationTimestamp().Time}
 	if spec, ok := u.Object["spec"].(map[string]any); ok {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(spec, &p.Spec); err != nil {
 			return p, fmt.Errorf("spec: %w", err)
@@ -106,6 +156,7 @@ func policyFromUnstructured(u *unstructured.Unstructured) (egressPolicy, error) 
 // policyResult is what resolve found for one policy.
 type policyResult struct {
 	Rule     *FeedRule
+	Address  *FeedAddress // a runtime egress address (not elected)
 	IP       netip.Addr
 	Selected int
 	Ready    bool
@@ -113,37 +164,152 @@ type policyResult struct {
 	Message  string
 }
 
-// resolve turns policies, pods and namespaces into rules. elected is the
-// set of addresses vipd elects; a policy whose egress IP is not among them
-// cannot be programmed. It is a pure function.
-func resolve(pols []egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, elected []netip.Addr) ([]FeedRule, map[string]policyResult) {
+// resolve turns policies, pods, namespaces and nodes into rules and
+// runtime egress addresses. elected is the set of addresses vipd elects
+// (VIPD_ADDRESS, VIPD_EGRESS): their gateway is the election's holder. Any
+// other egress IP is a runtime address held by one of the nodes matching
+// the policy's nodeSelector. Two policies naming the same runtime egress
+// IP: the older one (then the first by namespace/name) has it, the other
+// gets Ready=False EgressIPInUse. It is a pure function.
+func resolve(pols []egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, nodes []*corev1.Node, pv poolView, elected []netip.Addr) ([]FeedRule, []FeedAddress, map[string]policyResult) {
 	results := map[string]policyResult{}
 	var rules []FeedRule
-	sort.Slice(pols, func(i, j int) bool { return pols[i].key() < pols[j].key() })
+	var addrs []FeedAddress
+	sort.Slice(pols, func(i, j int) bool {
+		if !pols[i].Created.Equal(pols[j].Created) {
+			return pols[i].Created.Before(pols[j].Created)
+		}
+		return pols[i].key() < pols[j].key()
+	})
+	owner := map[netip.Addr]string{}
 	for _, p := range pols {
-		res := resolvePolicy(p, pods, nss, elected)
+		res := resolvePolicy(p, pods, nss, nodes, pv, elected)
+		if res.IP.IsValid() && !slices.Contains(elected, res.IP) {
+			// A runtime address has one set of eligible nodes: one
+			// policy. (Elected addresses may serve several policies:
+			// their gateway is the election's holder either way.)
+			if o, ok := owner[res.IP]; ok {
+				res = policyResult{IP: res.IP, Selected: res.Selected, Reason: "EgressIPInUse",
+					Message: fmt.Sprintf("egress IP %s is already the egress IP of policy %s (older); each egress IP belongs to one policy", res.IP, o)}
+			} else if res.Rule != nil || res.Address != nil || res.Ready {
+				owner[res.IP] = p.key()
+			}
+		}
 		if res.Rule != nil {
 			rules = append(rules, *res.Rule)
 		}
+		if res.Address != nil {
+			addrs = append(addrs, *res.Address)
+		}
 		results[p.key()] = res
 	}
-	return rules, results
+	sort.Slice(rules, func(i, j int) bool { return rules[i].Policy < rules[j].Policy })
+	sort.Slice(addrs, func(i, j int) bool { return addrs[i].Policy < addrs[j].Policy })
+	return rules, addrs, results
 }
 
-func resolvePolicy(p egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, elected []netip.Addr) policyResult {
+// poolView is what the feed knows of IPPools and their allocations for
+// spec.poolRef: the address each policy was allocated (by the ipam
+// controller of vipd-controllers), and each pool's free count.
+type poolView struct {
+	Addr  map[string]netip.Addr // policy key -> allocated address
+	Pools map[string]poolCount  // pool name -> counts from its status
+}
+
+type poolCount struct {
+	Total, Free int64
+}
+
+// poolViewOf reads the allocations claimed by EgressPolicy objects (with
+// the policy's UID when the allocation records one) and the pools' counts.
+func poolViewOf(pols []egressPolicy, allocs, ippools []*unstructured.Unstructured) poolView {
+	pv := poolView{Addr: map[string]netip.Addr{}, Pools: map[string]poolCount{}}
+	uid := map[string]string{}
+	for _, p := range pols {
+		uid[p.key()] = p.UID
+	}
+	for _, u := range allocs {
+		kind, _, _ := unstructured.NestedString(u.Object, "spec", "claimRef", "kind")
+		if kind != "EgressPolicy" {
+			continue
+		}
+		ns, _, _ := unstructured.NestedString(u.Object, "spec", "claimRef", "namespace")
+		name, _, _ := unstructured.NestedString(u.Object, "spec", "claimRef", "name")
+		cuid, _, _ := unstructured.NestedString(u.Object, "spec", "claimRef", "uid")
+		key := ns + "/" + name
+		if want, ok := uid[key]; !ok || cuid != "" && want != "" && cuid != want {
+			continue // another (deleted and re-created) policy's
+		}
+		s, _, _ := unstructured.NestedString(u.Object, "spec", "address")
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		a = a.Unmap()
+		// One address a policy: the lowest, as long as the controller
+		// settles an extra one.
+		if old, ok := pv.Addr[key]; !ok || a.Less(old) {
+			pv.Addr[key] = a
+		}
+	}
+	for _, u := range ippools {
+		total, _, _ := unstructured.NestedInt64(u.Object, "status", "total")
+		free, _, _ := unstructured.NestedInt64(u.Object, "status", "free")
+		pv.Pools[u.GetName()] = poolCount{Total: total, Free: free}
+	}
+	return pv
+}
+
+func resolvePolicy(p egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, nodes []*corev1.Node, pv poolView, elected []netip.Addr) policyResult {
 	fail := func(reason, format string, args ...any) policyResult {
 		return policyResult{Reason: reason, Message: fmt.Sprintf(format, args...)}
 	}
+	egressIP := p.Spec.EgressIP
 	if p.Spec.PoolRef != nil {
-		return fail("PoolRefUnsupported", "spec.poolRef %q: drawing the egress IP from an IPPool is not supported yet; set spec.egressIP", p.Spec.PoolRef.Name)
+		name := p.Spec.PoolRef.Name
+		a, ok := pv.Addr[p.key()]
+		pc, exists := pv.Pools[name]
+		switch {
+		case ok:
+			egressIP = a.String()
+		case !exists:
+			return fail("PoolNotFound", "IPPool %s (spec.poolRef) does not exist", name)
+		case pc.Total > 0 && pc.Free == 0:
+			return fail("PoolExhausted", "no free address in IPPool %s", name)
+		default:
+			return fail("AddressPending", "waiting for an address from IPPool %s (allocated by vipd-controllers with the services or ipam controller)", name)
+		}
 	}
-	ip, err := netip.ParseAddr(p.Spec.EgressIP)
+	ip, err := netip.ParseAddr(egressIP)
 	if err != nil || ip.Zone() != "" {
-		return fail("InvalidEgressIP", "spec.egressIP %q is not an IP address", p.Spec.EgressIP)
+		return fail("InvalidEgressIP", "spec.egressIP %q is not an IP address", egressIP)
 	}
 	ip = ip.Unmap()
-	if !slices.Contains(elected, ip) {
-		return fail("EgressIPNotElected", "%s is not an address the nodes elect: add it to VIPD_ADDRESS on the nodes that may be its gateway", ip)
+	if !ip.IsGlobalUnicast() {
+		return fail("InvalidEgressIP", "spec.egressIP %s is not a unicast address", ip)
+	}
+	isElected := slices.Contains(elected, ip)
+	var eligible []string
+	if !isElected {
+		nodeSel := labels.Everything()
+		if p.Spec.NodeSelector != nil {
+			s, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
+			if err != nil {
+				return fail("InvalidSelector", "spec.nodeSelector: %v", err)
+			}
+			nodeSel = s
+		}
+		for _, n := range nodes {
+			if n.DeletionTimestamp == nil && nodeSel.Matches(labels.Set(n.Labels)) {
+				eligible = append(eligible, n.Name)
+			}
+		}
+		sort.Strings(eligible)
+		if len(eligible) == 0 {
+			res := fail("NoEligibleNode", "no node matches spec.nodeSelector: nobody may hold %s", ip)
+			res.IP = ip
+			return res
+		}
 	}
 	var to []string
 	for _, d := range p.Spec.Destinations {
@@ -202,8 +368,13 @@ func resolvePolicy(p egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, 
 	from = slices.Compact(from)
 	res := policyResult{IP: ip, Selected: len(from), Ready: true, Reason: "Programmed",
 		Message: fmt.Sprintf("%d pod addresses leave with %s", len(from), ip)}
-	if p.Spec.NodeSelector != nil {
-		res.Message += "; spec.nodeSelector is not enforced yet (every node that elects the egress IP may be the gateway)"
+	if isElected {
+		if p.Spec.NodeSelector != nil {
+			res.Message += "; it is one of the nodes' VIPD_ADDRESS/VIPD_EGRESS, so their election picks the gateway and spec.nodeSelector does not apply"
+		}
+	} else {
+		res.Address = &FeedAddress{Policy: p.key(), EgressIP: ip.String(), Nodes: eligible}
+		res.Message += fmt.Sprintf("; gateway: one of %d eligible nodes", len(eligible))
 	}
 	if len(from) == 0 {
 		res.Reason = "NoPodsSelected"
@@ -221,16 +392,14 @@ func desiredStatus(p egressPolicy, res policyResult, gatewayOf map[netip.Addr]bo
 	st.Conditions = slices.Clone(p.Status.Conditions)
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: res.Reason, Message: res.Message, ObservedGeneration: p.Generation}
 	switch {
-	case res.IP.IsValid() && gatewayOf[res.IP]:
-		st.GatewayNode, st.Address, st.SelectedPods = node, res.IP.String(), res.Selected
-	case !res.IP.IsValid() || res.Reason == "EgressIPNotElected":
+	case !res.Ready:
+		// Cannot be programmed: every node says so (the same status).
 		cond.Status = metav1.ConditionFalse
 		st.SelectedPods = res.Selected
+	case res.IP.IsValid() && gatewayOf[res.IP]:
+		st.GatewayNode, st.Address, st.SelectedPods = node, res.IP.String(), res.Selected
 	default:
 		return nil // another node is (or will be) the gateway and reports
-	}
-	if !res.Ready {
-		cond.Status = metav1.ConditionFalse
 	}
 	meta.SetStatusCondition(&st.Conditions, cond)
 	return &st
@@ -309,6 +478,13 @@ func localGatewayOf(c *config.Config) func(ctx context.Context) map[netip.Addr]b
 						Role string `json:"role"`
 					} `json:"egress_ips"`
 				} `json:"egress"`
+				// The runtime egress addresses (pools machine).
+				Addresses struct {
+					Addresses []struct {
+						Address string `json:"address"`
+						State   string `json:"state"`
+					} `json:"addresses"`
+				} `json:"egress_addresses"`
 			} `json:"components"`
 		}
 		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
@@ -317,6 +493,11 @@ func localGatewayOf(c *config.Config) func(ctx context.Context) map[netip.Addr]b
 		out := map[netip.Addr]bool{}
 		for _, e := range doc.Components.Egress.EgressIPs {
 			if a, err := netip.ParseAddr(e.IP); err == nil && e.Role == "gateway" {
+				out[a] = true
+			}
+		}
+		for _, e := range doc.Components.Addresses.Addresses {
+			if a, err := netip.ParseAddr(e.Address); err == nil && e.State == "held" {
 				out[a] = true
 			}
 		}
@@ -340,8 +521,11 @@ func (f *egressFeed) Run(ctx context.Context) error {
 		DeleteFunc: func(any) { wake() },
 	}
 	inf := informers.NewSharedInformerFactory(f.cs, 0)
-	podInf, nsInf := inf.Core().V1().Pods(), inf.Core().V1().Namespaces()
+	podInf, nsInf, nodeInf := inf.Core().V1().Pods(), inf.Core().V1().Namespaces(), inf.Core().V1().Nodes()
 	if _, err := podInf.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	if _, err := nodeInf.Informer().AddEventHandler(handler); err != nil {
 		return err
 	}
 	if _, err := nsInf.Informer().AddEventHandler(handler); err != nil {
@@ -352,14 +536,27 @@ func (f *egressFeed) Run(ctx context.Context) error {
 	if _, err := polInf.Informer().AddEventHandler(handler); err != nil {
 		return err
 	}
+	synced := []cache.InformerSynced{podInf.Informer().HasSynced, nsInf.Informer().HasSynced, nodeInf.Informer().HasSynced, polInf.Informer().HasSynced}
+	// spec.poolRef: only when the IPPool API is installed (the informers
+	// of a resource the server does not serve never sync).
+	var allocInf, ippoolInf informers.GenericInformer
+	if served(f.cs, ipAllocationGVR) && served(f.cs, ipPoolGVR) {
+		allocInf, ippoolInf = dinf.ForResource(ipAllocationGVR), dinf.ForResource(ipPoolGVR)
+		for _, i := range []informers.GenericInformer{allocInf, ippoolInf} {
+			if _, err := i.Informer().AddEventHandler(handler); err != nil {
+				return err
+			}
+			synced = append(synced, i.Informer().HasSynced)
+		}
+	}
 	inf.Start(ctx.Done())
 	dinf.Start(ctx.Done())
 	defer inf.Shutdown()
 	defer dinf.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), podInf.Informer().HasSynced, nsInf.Informer().HasSynced, polInf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()
 	}
-	f.log.Info("egress feed: watching EgressPolicy objects, pods and namespaces")
+	f.log.Info("egress feed: watching EgressPolicy objects, pods, namespaces and nodes")
 	elected := f.cfg.Addresses
 	var elect []netip.Addr
 	for _, p := range elected {
@@ -395,8 +592,16 @@ func (f *egressFeed) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		rules, results := resolve(pols, pods, nss, elect)
-		b, err := json.Marshal(FeedDoc{Rules: rules})
+		nodes, err := nodeInf.Lister().List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		var allocs, ippools []*unstructured.Unstructured
+		if allocInf != nil {
+			allocs, ippools = listUnstructured(allocInf.Lister()), listUnstructured(ippoolInf.Lister())
+		}
+		rules, addrs, results := resolve(pols, pods, nss, nodes, poolViewOf(pols, allocs, ippools), elect)
+		b, err := json.Marshal(FeedDoc{Rules: rules, Addresses: addrs})
 		if err != nil {
 			return err
 		}
@@ -408,7 +613,7 @@ func (f *egressFeed) Run(ctx context.Context) error {
 				return fmt.Errorf("feed: %w", err)
 			}
 			last = line
-			f.log.Info("egress feed: rules changed", "rules", len(rules))
+			f.log.Info("egress feed: rules changed", "rules", len(rules), "addresses", len(addrs))
 		}
 		f.writeStatuses(ctx, pols, results)
 		select {
@@ -436,6 +641,12 @@ func (f *egressFeed) writeStatuses(ctx context.Context, pols []egressPolicy, res
 		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(st)
 		if err != nil {
 			continue
+		}
+		// A merge patch keeps absent keys: clear a former gateway's.
+		for _, k := range []string{"gatewayNode", "address"} {
+			if _, ok := obj[k]; !ok {
+				obj[k] = nil
+			}
 		}
 		patch, _ := json.Marshal(map[string]any{"status": obj})
 		_, err = f.dyn.Resource(egressPolicyGVR).Namespace(p.Namespace).Patch(ctx, p.Name, "application/merge-patch+json", patch, metav1.PatchOptions{}, "status")

@@ -68,24 +68,70 @@ func TestResolve(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"team": "pay"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{"team": "pay"}}},
 	}
-	pool := mk("a", "pool", "", nil, nil)
-	pool.Spec.PoolRef = &struct {
-		Name string `json:"name"`
-	}{Name: "egress"}
+	poolRef := func(name, pool string) egressPolicy {
+		p := mk("a", name, "", map[string]string{"app": "web"}, nil)
+		p.Spec.PoolRef = &struct {
+			Name string `json:"name"`
+		}{Name: pool}
+		return p
+	}
+	pool := poolRef("pool", "missing")
+	nodes := []*corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"egress": "yes"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n2", Labels: map[string]string{"egress": "yes"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n3"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "n4", Labels: map[string]string{"egress": "yes"}, DeletionTimestamp: &metav1.Time{}}},
+	}
+	sel := func(p egressPolicy, lbl map[string]string) egressPolicy {
+		p.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: lbl}
+		return p
+	}
+	older := func(p egressPolicy) egressPolicy {
+		p.Created = time.Unix(1000, 0)
+		return p
+	}
+	t0 := time.Unix(2000, 0)
 	pols := []egressPolicy{
 		mk("a", "v4", "10.0.0.200", map[string]string{"app": "billing"}, nil, "203.0.113.0/24"),
 		mk("a", "v6", "fd00::200", map[string]string{"app": "billing"}, nil),
 		mk("a", "teams", "10.0.0.200", map[string]string{"app": "billing"}, map[string]string{"team": "pay"}),
-		mk("a", "stranger", "10.0.0.99", nil, nil),
+		// Not elected: a runtime address held by the selected nodes.
+		sel(mk("a", "stranger", "10.0.0.99", map[string]string{"app": "web"}, nil), map[string]string{"egress": "yes"}),
+		mk("a", "anywhere", "10.0.0.98", map[string]string{"app": "none"}, nil),
+		sel(mk("a", "nowhere", "10.0.0.97", nil, nil), map[string]string{"egress": "never"}),
+		// The same runtime egress IP twice: the older policy has it.
+		older(sel(mk("b", "first", "10.0.0.96", nil, nil), map[string]string{"egress": "yes"})),
+		{Namespace: "a", Name: "second", Created: t0, Spec: mk("a", "x", "10.0.0.96", nil, nil).Spec},
 		mk("a", "nobody", "10.0.0.200", map[string]string{"app": "none"}, nil),
 		mk("a", "baddst", "10.0.0.200", nil, nil, "fd00::/64"),
+		mk("a", "multicast", "224.0.0.5", nil, nil),
 		pool,
+		poolRef("from-pool", "egress"), poolRef("full", "full"), poolRef("pending", "egress"),
 	}
-	rules, res := resolve(pols, pods, nss, elected)
+	pv := poolView{Addr: map[string]netip.Addr{"a/from-pool": netip.MustParseAddr("10.0.0.50")},
+		Pools: map[string]poolCount{"egress": {Total: 4, Free: 2}, "full": {Total: 2, Free: 0}}}
+	rules, addrs, res := resolve(pols, pods, nss, nodes, pv, elected)
 	want := []FeedRule{
+		{Policy: "a/from-pool", EgressIP: "10.0.0.50", From: []string{"10.244.1.6/32"}, To: []string{"0.0.0.0/0"}},
+		{Policy: "a/stranger", EgressIP: "10.0.0.99", From: []string{"10.244.1.6/32"}, To: []string{"0.0.0.0/0"}},
 		{Policy: "a/teams", EgressIP: "10.0.0.200", From: []string{"10.244.3.4/32", "10.244.3.7/32"}, To: []string{"0.0.0.0/0"}},
 		{Policy: "a/v4", EgressIP: "10.0.0.200", From: []string{"10.244.1.5/32", "10.244.2.9/32"}, To: []string{"203.0.113.0/24"}},
 		{Policy: "a/v6", EgressIP: "fd00::200", From: []string{"fd00:10:244:1::5/128"}, To: []string{"::/0"}},
+		{Policy: "b/first", EgressIP: "10.0.0.96", From: []string{"10.244.3.4/32"}, To: []string{"0.0.0.0/0"}},
+	}
+	wantAddrs := []FeedAddress{
+		{Policy: "a/anywhere", EgressIP: "10.0.0.98", Nodes: []string{"n1", "n2", "n3"}},
+		{Policy: "a/from-pool", EgressIP: "10.0.0.50", Nodes: []string{"n1", "n2", "n3"}},
+		{Policy: "a/stranger", EgressIP: "10.0.0.99", Nodes: []string{"n1", "n2"}},
+		{Policy: "b/first", EgressIP: "10.0.0.96", Nodes: []string{"n1", "n2"}},
+	}
+	if len(addrs) != len(wantAddrs) {
+		t.Fatalf("addresses %+v", addrs)
+	}
+	for i := range wantAddrs {
+		if addrs[i].Policy != wantAddrs[i].Policy || addrs[i].EgressIP != wantAddrs[i].EgressIP || !slices.Equal(addrs[i].Nodes, wantAddrs[i].Nodes) {
+			t.Errorf("address %d: %+v, want %+v", i, addrs[i], wantAddrs[i])
+		}
 	}
 	if len(rules) != len(want) {
 		t.Fatalf("rules %+v", rules)
@@ -95,13 +141,34 @@ func TestResolve(t *testing.T) {
 			t.Errorf("rule %d: %+v, want %+v", i, rules[i], want[i])
 		}
 	}
-	for key, reason := range map[string]string{"a/stranger": "EgressIPNotElected", "a/nobody": "NoPodsSelected", "a/baddst": "InvalidDestination", "a/pool": "PoolRefUnsupported", "a/v4": "Programmed"} {
-		if res[key].Reason != reason {
-			t.Errorf("%s: reason %q (%s), want %s", key, res[key].Reason, res[key].Message, reason)
+	for key, want := range map[string]struct {
+		reason string
+		ready  bool
+	}{
+		"a/stranger": {"Programmed", true}, "a/anywhere": {"NoPodsSelected", true}, "a/nowhere": {"NoEligibleNode", false},
+		"b/first": {"Programmed", true}, "a/second": {"EgressIPInUse", false},
+		"a/nobody": {"NoPodsSelected", true}, "a/baddst": {"InvalidDestination", false}, "a/pool": {"PoolNotFound", false},
+		"a/from-pool": {"Programmed", true}, "a/full": {"PoolExhausted", false}, "a/pending": {"AddressPending", false},
+		"a/multicast": {"InvalidEgressIP", false}, "a/v4": {"Programmed", true},
+	} {
+		if res[key].Reason != want.reason || res[key].Ready != want.ready {
+			t.Errorf("%s: reason %q ready %v (%s), want %s %v", key, res[key].Reason, res[key].Ready, res[key].Message, want.reason, want.ready)
 		}
 	}
-	if res["a/nobody"].Ready != true || res["a/stranger"].Ready {
-		t.Errorf("readiness: %+v", res)
+	if !strings.Contains(res["a/second"].Message, "b/first") {
+		t.Errorf("the refused policy does not name the owner: %s", res["a/second"].Message)
+	}
+	// Every node writes the status of a policy that cannot be programmed;
+	// only the gateway that of one that can.
+	gw := map[netip.Addr]bool{netip.MustParseAddr("10.0.0.99"): true}
+	if st := desiredStatus(pols[5], res["a/nowhere"], nil, "n3"); st == nil || st.Conditions[0].Reason != "NoEligibleNode" || st.Conditions[0].Status != metav1.ConditionFalse {
+		t.Errorf("NoEligibleNode status: %+v", st)
+	}
+	if st := desiredStatus(pols[3], res["a/stranger"], gw, "n1"); st == nil || st.GatewayNode != "n1" || st.Address != "10.0.0.99" {
+		t.Errorf("gateway status: %+v", st)
+	}
+	if st := desiredStatus(pols[3], res["a/stranger"], nil, "n2"); st != nil {
+		t.Errorf("a director wrote the status: %+v", st)
 	}
 }
 
@@ -169,7 +236,8 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/crds/egresspolicy.yaml"), filepath.Join(root, "deploy/kube/egresspolicy-rbac.yaml"))
+	objs, err := kubetest.ReadObjects(filepath.Join(root, "deploy/kube/crds/egresspolicy.yaml"), filepath.Join(root, "deploy/kube/egresspolicy-rbac.yaml"),
+		filepath.Join(root, "deploy/kube/crds/ippool.yaml"), filepath.Join(root, "deploy/kube/crds/ipallocation.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,8 +310,26 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 		"podSelector": map[string]any{"matchLabels": map[string]any{"app": "billing"}}, "destinations": []any{"203.0.113.0/24"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := mkPolicy("egress-b", "elsewhere", map[string]any{"egressIP": "10.0.0.99"}); err != nil {
+	// Not elected: held at run time by a node its nodeSelector matches;
+	// none matches yet.
+	if err := mkPolicy("egress-b", "elsewhere", map[string]any{"egressIP": "10.0.0.99",
+		"nodeSelector": map[string]any{"matchLabels": map[string]any{"egress": "yes"}}}); err != nil {
 		t.Fatal(err)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setNodeLabel := func(name, v string) {
+		t.Helper()
+		patch := `{"metadata":{"labels":{"egress":null}}}`
+		if v != "" {
+			patch = `{"metadata":{"labels":{"egress":"` + v + `"}}}`
+		}
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The feed runs with the documented RBAC only (deploy/kube/egresspolicy-rbac.yaml).
@@ -264,7 +350,7 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 	sink := newLineSink()
 	f := &egressFeed{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), dyn: udyn, cs: ucs, out: sink,
 		statusOf: func(context.Context) map[netip.Addr]bool {
-			return map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true}
+			return map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true, netip.MustParseAddr("10.0.0.99"): true, netip.MustParseAddr("10.0.0.150"): true}
 		}}
 	fctx, fcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -328,23 +414,117 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 		}
 		return nil
 	})
-	waitUntil(t, "not elected status", func() error {
-		st, err := status("egress-b", "elsewhere")
+	condIs := func(ns, name, reason, want, gateway string) func() error {
+		return func() error {
+			st, err := status(ns, name)
+			if err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(st, "conditions")
+			gw, _ := st["gatewayNode"].(string)
+			if len(conds) != 1 || conds[0].(map[string]any)["reason"] != reason || conds[0].(map[string]any)["status"] != want || gw != gateway {
+				return errf("status " + toJSON(st))
+			}
+			return nil
+		}
+	}
+	addrsAre := func(want ...string) func() error {
+		return func() error {
+			d := sink.last()
+			var got []string
+			for _, a := range d.Addresses {
+				got = append(got, a.Policy+" "+a.EgressIP+" "+strings.Join(a.Nodes, ","))
+			}
+			if !slices.Equal(got, want) {
+				return errf("feed says " + sink.lines0())
+			}
+			return nil
+		}
+	}
+	// The selector matches no node: no address, Ready=False from every node.
+	waitUntil(t, "no eligible node", condIs("egress-b", "elsewhere", "NoEligibleNode", "False", ""))
+	if err := addrsAre()(); err != nil {
+		t.Fatal(err)
+	}
+	// Two nodes get the label: the address is held by one of them; this
+	// node holds it and reports itself as the gateway.
+	setNodeLabel("n1", "yes")
+	setNodeLabel("n2", "yes")
+	waitUntil(t, "eligible nodes", addrsAre("egress-b/elsewhere 10.0.0.99 n1,n2"))
+	waitUntil(t, "runtime gateway status", condIs("egress-b", "elsewhere", "NoPodsSelected", "True", "n1"))
+	// The label moves: the eligible nodes follow.
+	setNodeLabel("n1", "")
+	setNodeLabel("n3", "yes")
+	waitUntil(t, "selector change", addrsAre("egress-b/elsewhere 10.0.0.99 n2,n3"))
+	// A second policy with the same runtime egress IP is refused.
+	// (Created in the same second, the first by namespace/name wins.)
+	if err := mkPolicy("egress-b", "zcopy", map[string]any{"egressIP": "10.0.0.99"}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "duplicate refused", condIs("egress-b", "zcopy", "EgressIPInUse", "False", ""))
+	if err := addrsAre("egress-b/elsewhere 10.0.0.99 n2,n3")(); err != nil {
+		t.Fatal(err)
+	}
+	// The selector matches nothing any more: the address goes, and the
+	// former gateway's name leaves the status.
+	for _, n := range []string{"n2", "n3"} {
+		setNodeLabel(n, "")
+	}
+	waitUntil(t, "no eligible node again", condIs("egress-b", "elsewhere", "NoEligibleNode", "False", ""))
+	// The owner is deleted: the copy gets the address (every node).
+	if err := policies.Namespace("egress-b").Delete(ctx, "elsewhere", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "copy takes over", addrsAre("egress-b/zcopy 10.0.0.99 n1,n2,n3"))
+	// spec.poolRef: the address comes from the IPAllocation the policy
+	// claims (the ipam controller's; here the test writes it), pending
+	// until then.
+	pol := map[string]any{"poolRef": map[string]any{"name": "egress-pool"}}
+	if err := mkPolicy("egress-a", "pooled", pol); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "pool missing", condIs("egress-a", "pooled", "PoolNotFound", "False", ""))
+	pu := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "vipd.io/v1alpha1", "kind": "IPPool",
+		"metadata": map[string]any{"name": "egress-pool"}, "spec": map[string]any{"addresses": []any{"10.0.0.150-10.0.0.151"}}}}
+	if _, err := dyn.Resource(ipPoolGVR).Create(ctx, pu, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "address pending", condIs("egress-a", "pooled", "AddressPending", "False", ""))
+	pooled, err := policies.Namespace("egress-a").Get(ctx, "pooled", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	au := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "vipd.io/v1alpha1", "kind": "IPAllocation",
+		"metadata": map[string]any{"name": "10.0.0.150"},
+		"spec": map[string]any{"address": "10.0.0.150", "pool": "egress-pool", "claimedAt": "2026-01-01T00:00:00Z",
+			"claimRef": map[string]any{"apiGroup": "vipd.io", "kind": "EgressPolicy", "namespace": "egress-a", "name": "pooled", "uid": string(pooled.GetUID())}}}}
+	if _, err := dyn.Resource(ipAllocationGVR).Create(ctx, au, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "pooled address", addrsAre("egress-a/pooled 10.0.0.150 n1,n2,n3", "egress-b/zcopy 10.0.0.99 n1,n2,n3"))
+	waitUntil(t, "pooled status", func() error {
+		st, err := status("egress-a", "pooled")
 		if err != nil {
 			return err
 		}
-		conds, _, _ := unstructured.NestedSlice(st, "conditions")
-		if len(conds) != 1 || conds[0].(map[string]any)["reason"] != "EgressIPNotElected" || conds[0].(map[string]any)["status"] != "False" {
+		if st["address"] != "10.0.0.150" {
 			return errf("status " + toJSON(st))
 		}
 		return nil
 	})
-	// Deleting the policy empties the rule set.
-	if err := policies.Namespace("egress-a").Delete(ctx, "billing", metav1.DeleteOptions{}); err != nil {
+	if err := policies.Namespace("egress-a").Delete(ctx, "pooled", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+
+	// Deleting the policies empties the rule set and the addresses.
+	for _, name := range []string{"egress-a/billing", "egress-b/zcopy"} {
+		ns, n, _ := strings.Cut(name, "/")
+		if err := policies.Namespace(ns).Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitUntil(t, "policy deleted", func() error {
-		if d := sink.last(); len(d.Rules) != 0 {
+		if d := sink.last(); len(d.Rules) != 0 || len(d.Addresses) != 0 {
 			return errf("feed says " + sink.lines0())
 		}
 		return nil
@@ -363,4 +543,30 @@ func (s *lineSink) lines0() string {
 func toJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestPoolViewOf: a policy's allocated address is the lowest one it
+// claims with its own UID; other claimers' and a former namesake's
+// allocations do not count.
+func TestPoolViewOf(t *testing.T) {
+	al := func(addr, kind, ns, name, uid string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"address": addr, "pool": "p",
+			"claimRef": map[string]any{"kind": kind, "namespace": ns, "name": name, "uid": uid}}}}
+	}
+	pols := []egressPolicy{{Namespace: "a", Name: "x", UID: "u1"}, {Namespace: "a", Name: "y", UID: "u2"}}
+	pool := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "p"}, "status": map[string]any{"total": int64(8), "free": int64(0)}}}
+	pv := poolViewOf(pols, []*unstructured.Unstructured{
+		al("10.0.0.9", "EgressPolicy", "a", "x", "u1"),
+		al("10.0.0.7", "EgressPolicy", "a", "x", "u1"),
+		al("10.0.0.5", "Service", "a", "x", "u1"),
+		al("10.0.0.4", "EgressPolicy", "a", "y", "old-uid"),
+		al("10.0.0.3", "EgressPolicy", "a", "gone", "u9"),
+		al("bogus", "EgressPolicy", "a", "y", "u2"),
+	}, []*unstructured.Unstructured{pool})
+	if len(pv.Addr) != 1 || pv.Addr["a/x"] != netip.MustParseAddr("10.0.0.7") {
+		t.Fatalf("addresses %v", pv.Addr)
+	}
+	if pv.Pools["p"] != (poolCount{Total: 8, Free: 0}) {
+		t.Fatalf("pools %v", pv.Pools)
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
+	"github.com/vipd/vipd/pools"
 	"github.com/vishvananda/netlink"
 )
 
@@ -63,6 +64,15 @@ func (d *daemon) setupEgress() error {
 		rules[i] = egress.Rule{IP: r.IP, From: r.From, To: r.To}
 		v6 = v6 || r.IP.Is6()
 	}
+	var ea *egressAddrs
+	if c.EgressPolicies {
+		// Egress IPs of policies that are not among the elected addresses
+		// are held at run time through the pools machine.
+		if ea, err = newEgressAddrs(c, d, d.log); err != nil {
+			k.Close()
+			return err
+		}
+	}
 	var lookup egress.Lookup
 	if hl, ok := d.elector.(holderLookup); ok {
 		self := c.NodeName
@@ -74,6 +84,15 @@ func (d *daemon) setupEgress() error {
 		// A lone node: it is the gateway while it holds the egress IP.
 		self := c.NodeName
 		lookup = func(netip.Addr) egress.Gateway { return egress.Gateway{Node: self} }
+	}
+	if ea != nil {
+		elected := lookup
+		lookup = func(ip netip.Addr) egress.Gateway {
+			if ea.Has(ip) {
+				return ea.Gateway(ip)
+			}
+			return elected(ip)
+		}
 	}
 	opts := egress.Options{Rules: rules, Settings: egressSettings(c, l.Attrs().Index), Lookup: lookup}
 	if c.EgressPolicies {
@@ -94,6 +113,9 @@ func (d *daemon) setupEgress() error {
 			k.Close()
 			return err
 		}
+		d.egressFeed.addrs = func(a []pools.Address) { ea.set(a, true) }
+		d.egressFeed.runtime = ea
+		d.addStatus("egress_addresses", ea.Status)
 	}
 	d.addStatus("egress", d.egress.Status)
 	return nil
@@ -104,6 +126,14 @@ func (d *daemon) setupEgress() error {
 // left is closed: the node has left the cluster).
 func (d *daemon) runEgress(ctx context.Context, left <-chan struct{}) {
 	d.egress.SetLeft(left)
+	if d.egressFeed != nil && d.egressFeed.runtime != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			d.egressFeed.runtime.Run(ctx) // releases the addresses when ctx is done
+		}()
+		defer func() { <-done }()
+	}
 	if d.egressFeed != nil {
 		done := make(chan struct{})
 		go func() {

@@ -2,14 +2,15 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/egress"
+	"github.com/vipd/vipd/pools"
 )
 
 // TestCheckConfigEgress: VIPD_EGRESS errors are one line naming the
@@ -58,11 +59,15 @@ func TestCheckConfigEgress(t *testing.T) {
 }
 
 // TestEgressFeedParse: the feed's lines become rules for the egress IPs
-// this node elects; anything else is skipped with a reason, and a line
-// replaces the whole rule set.
+// this node elects or holds at run time (the line's addresses); anything
+// else is skipped with a reason, a hostile or unreadable line is ignored
+// (one log line, the last rules stay), and a line replaces the whole set.
 func TestEgressFeedParse(t *testing.T) {
 	var got [][]egress.Rule
-	f := &egressFeed{log: slog.New(slog.NewTextHandler(io.Discard, nil)), set: func(r []egress.Rule) { got = append(got, r) },
+	var gotAddrs [][]pools.Address
+	var logs strings.Builder
+	f := &egressFeed{log: slog.New(slog.NewTextHandler(&logs, nil)), set: func(r []egress.Rule) { got = append(got, r) },
+		addrs:   func(a []pools.Address) { gotAddrs = append(gotAddrs, a) },
 		elected: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true, netip.MustParseAddr("fd00::200"): true}}
 	feed := strings.Join([]string{
 		`{"rules":[{"policy":"a/x","egressIP":"10.0.0.200","from":["10.244.1.5/32","10.244.2.9/32"],"to":["0.0.0.0/0"]},` +
@@ -70,18 +75,46 @@ func TestEgressFeedParse(t *testing.T) {
 			`{"policy":"a/z","egressIP":"fd00::200","from":["10.244.1.5/32"],"to":["::/0"]},` +
 			`{"policy":"a/v6","egressIP":"fd00::200","from":["fd00:10:244::5/128"],"to":["::/0"]}]}`,
 		`not json`,
+		`{"rules":[{"policy":"b/rt","egressIP":"10.0.0.201","from":["10.244.1.7/32"],"to":["0.0.0.0/0"]}],` +
+			`"addresses":[{"policy":"b/rt","egressIP":"10.0.0.201","nodes":["n1","n2",""]},` +
+			`{"policy":"b/dup","egressIP":"10.0.0.201","nodes":["n3"]},` +
+			`{"policy":"b/mc","egressIP":"224.0.0.5","nodes":["n3"]},` +
+			`{"policy":"b/zone","egressIP":"fe80::1%eth0","nodes":["n3"]},` +
+			`{"policy":"b/elected","egressIP":"10.0.0.200","nodes":["n3"]}]}`,
+		`{"rules":{"policy":"wrong shape"}}`,
 		`{"rules":[]}`,
 	}, "\n") + "\n"
 	if err := f.read(strings.NewReader(feed)); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 {
-		t.Fatalf("rule sets: %v", got)
+	if len(got) != 3 || len(gotAddrs) != 3 {
+		t.Fatalf("rule sets: %v, address sets %v", got, gotAddrs)
 	}
 	if len(got[0]) != 2 || got[0][0].IP != netip.MustParseAddr("10.0.0.200") || len(got[0][0].From) != 2 || got[0][1].IP != netip.MustParseAddr("fd00::200") {
 		t.Fatalf("first set: %+v", got[0])
 	}
-	if len(got[1]) != 0 {
-		t.Fatalf("an empty line of rules must clear them: %+v", got[1])
+	if len(gotAddrs[0]) != 0 {
+		t.Fatalf("first addresses: %+v", gotAddrs[0])
+	}
+	// The runtime address: its rule is accepted, its empty node name
+	// dropped; the duplicate, multicast, zoned and elected entries are not
+	// runtime addresses.
+	if len(got[1]) != 1 || got[1][0].IP != netip.MustParseAddr("10.0.0.201") {
+		t.Fatalf("second set: %+v", got[1])
+	}
+	if a := gotAddrs[1]; len(a) != 1 || a[0].Addr != netip.MustParseAddr("10.0.0.201") || a[0].Mode != pools.ModeL2 ||
+		!slices.Equal(a[0].Nodes, []string{"n1", "n2"}) || a[0].Service != "b/rt" {
+		t.Fatalf("second addresses: %+v", a)
+	}
+	if len(got[2]) != 0 || len(gotAddrs[2]) != 0 {
+		t.Fatalf("an empty line must clear the rules and addresses: %+v %+v", got[2], gotAddrs[2])
+	}
+	for _, want := range []string{"listed twice", "224.0.0.5", "fe80::1%eth0", "unreadable egress feed line"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no log line about %q:\n%s", want, logs.String())
+		}
+	}
+	if n := strings.Count(logs.String(), "unreadable egress feed line"); n != 2 {
+		t.Errorf("%d log lines for the 2 unreadable lines:\n%s", n, logs.String())
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
+	"github.com/vipd/vipd/pools"
 )
 
 // feedRule and feedDoc are the NDJSON lines `vipd-controllers egressfeed`
@@ -26,8 +27,18 @@ type feedRule struct {
 	To       []string `json:"to"`
 }
 
+// feedAddress is an egress IP the nodes do not elect (not in VIPD_ADDRESS
+// or VIPD_EGRESS): held at run time through the pools machine by one of
+// Nodes (the nodes matching the policy's spec.nodeSelector).
+type feedAddress struct {
+	Policy   string   `json:"policy"`
+	EgressIP string   `json:"egressIP"`
+	Nodes    []string `json:"nodes"`
+}
+
 type feedDoc struct {
-	Rules []feedRule `json:"rules"`
+	Rules     []feedRule    `json:"rules"`
+	Addresses []feedAddress `json:"addresses,omitempty"`
 }
 
 // egressFeed supervises the egressfeed child (VIPD_EGRESS_POLICIES=on) and
@@ -39,6 +50,11 @@ type egressFeed struct {
 	log     *slog.Logger
 	set     func([]egress.Rule)
 	elected map[netip.Addr]bool
+	// addrs receives the runtime egress addresses of every line (nil:
+	// rules for elected addresses only).
+	addrs func([]pools.Address)
+	// runtime holds those addresses (cmd/vipd/egressaddrs.go).
+	runtime *egressAddrs
 }
 
 func newEgressFeed(c *config.Config, log *slog.Logger, set func([]egress.Rule)) (*egressFeed, error) {
@@ -108,33 +124,63 @@ func (f *egressFeed) read(r io.Reader) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
-		rules, skipped, err := f.parse(sc.Bytes())
+		rules, addrs, skipped, err := f.parse(sc.Bytes())
 		if err != nil {
-			f.log.Error("unreadable egress feed line", "err", err)
+			f.log.Error("unreadable egress feed line: ignored, the last rules stay", "err", err, "bytes", len(sc.Bytes()))
 			continue
 		}
 		for _, s := range skipped {
 			f.log.Warn("egress policy rule skipped", "reason", s)
+		}
+		if f.addrs != nil {
+			f.addrs(addrs)
 		}
 		f.set(rules)
 	}
 	return sc.Err()
 }
 
+// maxNodeName bounds a node name of the feed (a DNS subdomain).
+const maxNodeName = 253
+
 // parse converts one feed line into rules for the egress IPs this node
-// elects; the others are reported (the feed already gives such policies
-// Ready=False).
-func (f *egressFeed) parse(line []byte) ([]egress.Rule, []string, error) {
+// elects or holds at run time (the line's addresses), and the runtime
+// addresses for the pools machine; anything malformed is reported and
+// left out.
+func (f *egressFeed) parse(line []byte) ([]egress.Rule, []pools.Address, []string, error) {
 	var doc feedDoc
 	if err := json.Unmarshal(line, &doc); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	var skipped []string
+	var addrs []pools.Address
+	runtime := map[netip.Addr]bool{}
+	for _, fa := range doc.Addresses {
+		ip, err := netip.ParseAddr(fa.EgressIP)
+		switch {
+		case err != nil || ip.Zone() != "" || ip.Is4In6() || !ip.IsGlobalUnicast():
+			skipped = append(skipped, fmt.Sprintf("%s: egress IP %q is not a unicast address", fa.Policy, fa.EgressIP))
+			continue
+		case f.elected[ip]:
+			continue // elected by the node's own election already
+		case runtime[ip]:
+			skipped = append(skipped, fmt.Sprintf("%s: egress IP %s listed twice", fa.Policy, ip))
+			continue
+		}
+		var nodes []string
+		for _, n := range fa.Nodes {
+			if n != "" && len(n) <= maxNodeName {
+				nodes = append(nodes, n)
+			}
+		}
+		runtime[ip] = true
+		addrs = append(addrs, pools.Address{Addr: ip, Pool: egressPool, Mode: pools.ModeL2, Nodes: nodes, Service: fa.Policy})
 	}
 	var rules []egress.Rule
-	var skipped []string
 	for _, fr := range doc.Rules {
 		ip, err := netip.ParseAddr(fr.EgressIP)
-		if err != nil || !f.elected[ip] {
-			skipped = append(skipped, fmt.Sprintf("%s: egress IP %q is not elected by this node", fr.Policy, fr.EgressIP))
+		if err != nil || !f.elected[ip] && !runtime[ip] {
+			skipped = append(skipped, fmt.Sprintf("%s: egress IP %q is neither elected by this node nor one of the feed's addresses", fr.Policy, fr.EgressIP))
 			continue
 		}
 		r := egress.Rule{IP: ip}
@@ -158,5 +204,5 @@ func (f *egressFeed) parse(line []byte) ([]egress.Rule, []string, error) {
 		}
 		rules = append(rules, r)
 	}
-	return rules, skipped, nil
+	return rules, addrs, skipped, nil
 }

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/egress"
+	"github.com/vipd/vipd/pools"
+	"github.com/vipd/vipd/vip"
+)
+
+// EgressAddrsFile is the last set of runtime egress addresses in
+// VIPD_STATE_DIR: after a crash or restart, vipd knows which addresses it
+// may have left bound and releases those no policy wants any more.
+const EgressAddrsFile = "egress-addresses.json"
+
+// egressPool is the pool name the runtime egress addresses carry in the
+// pools machine (status, logs).
+const egressPool = "egress"
+
+// egressAddrs holds the egress IPs of EgressPolicy objects that are not
+// among the node's elected addresses (VIPD_ADDRESS, VIPD_EGRESS): each is
+// an l2 address of the pools machine (package pools) with its own
+// eligible nodes (the nodes matching the policy's spec.nodeSelector, as
+// the feed resolved them), held by the rendezvous winner among the
+// eligible cluster members that are also eligible in the election. It
+// runs without VIPD_POOLS=on: a separate machine with its own addresses,
+// sharing the l2 announcer.
+type egressAddrs struct {
+	drv      *pools.Driver
+	self     string
+	log      *slog.Logger
+	state    string                       // file of the last addresses ("": not kept)
+	nodeAddr func(name string) netip.Addr // a member's node (gossip) address
+
+	mu    sync.Mutex
+	addrs map[netip.Addr]bool // desired now
+}
+
+// egressMembers is the cluster view the egress addresses are elected in:
+// the alive members, eligible as in the election. Every member counts as
+// running egress (VIPD_EGRESS_POLICIES=on on every node that matches a
+// policy's nodeSelector is the documented requirement); the feed's node
+// lists restrict each address further.
+type egressMembers interface {
+	PoolMembers() []cluster.PoolMember
+	Status() any
+}
+
+func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs, error) {
+	l2, ok := d.ann.(*vip.L2)
+	if !ok {
+		return nil, fmt.Errorf("egress: the l2 announcer is a %T", d.ann)
+	}
+	dc := pools.DriverConfig{Name: c.NodeName, L2: l2}
+	for _, a := range c.Addresses {
+		dc.Exclude = append(dc.Exclude, a.Addr())
+	}
+	e := &egressAddrs{self: c.NodeName, log: log.With("component", "egress-addresses"), addrs: map[netip.Addr]bool{}}
+	if c.StateDir != "" {
+		e.state = filepath.Join(c.StateDir, EgressAddrsFile)
+	}
+	if ce, ok := d.elector.(egressMembers); ok {
+		dc.Members = func() []pools.Member {
+			ms := ce.PoolMembers()
+			out := make([]pools.Member, len(ms))
+			for i, m := range ms {
+				out[i] = pools.Member{Name: m.Name, Suspect: m.Suspect, Eligible: m.Eligible, Pools: true}
+			}
+			return out
+		}
+		e.nodeAddr = memberAddr(ce)
+	} else {
+		dc.Members = func() []pools.Member {
+			healthy := d.checker != nil && d.checker.Status().Healthy
+			return []pools.Member{{Name: c.NodeName, Eligible: healthy, Pools: true}}
+		}
+		e.nodeAddr = func(string) netip.Addr { return netip.Addr{} }
+	}
+	// A separate registry: the pools metrics names are the pools part's.
+	drv, err := pools.NewDriver(dc, log, nil)
+	if err != nil {
+		return nil, err
+	}
+	e.drv = drv
+	if saved := e.load(); len(saved) > 0 {
+		e.log.Info("egress: starting from the runtime egress addresses saved by the previous run", "addresses", len(saved))
+		e.set(saved, false)
+	}
+	return e, nil
+}
+
+// memberAddr returns a lookup of members' node addresses from the cluster
+// view, cached for a second (the egress controller asks every 50 ms).
+func memberAddr(ce egressMembers) func(string) netip.Addr {
+	var mu sync.Mutex
+	var at time.Time
+	cache := map[string]netip.Addr{}
+	return func(name string) netip.Addr {
+		mu.Lock()
+		defer mu.Unlock()
+		if a, ok := cache[name]; ok && time.Since(at) < time.Second {
+			return a
+		}
+		cache, at = map[string]netip.Addr{}, time.Now()
+		if doc, ok := ce.Status().(cluster.StatusDoc); ok {
+			for _, m := range doc.Members {
+				if ap, err := netip.ParseAddrPort(m.Addr); err == nil {
+					cache[m.Name] = ap.Addr().Unmap()
+				}
+			}
+		}
+		return cache[name]
+	}
+}
+
+// set hands the driver the addresses (from the feed, or saved).
+func (e *egressAddrs) set(addrs []pools.Address, save bool) {
+	m := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		m[a.Addr] = true
+	}
+	e.mu.Lock()
+	e.addrs = m
+	e.mu.Unlock()
+	e.drv.SetDesired(addrs)
+	if save {
+		e.save(addrs)
+	}
+}
+
+// Has reports whether ip is one of the runtime egress addresses.
+func (e *egressAddrs) Has(ip netip.Addr) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.addrs[ip]
+}
+
+// Gateway is the gateway of a runtime egress IP by this node's view: the
+// pools machine's holder (the winner of its election).
+func (e *egressAddrs) Gateway(ip netip.Addr) egress.Gateway {
+	for _, s := range e.drv.Status().Addresses {
+		if s.Address != ip.String() {
+			continue
+		}
+		if s.Holder == "" {
+			return egress.Gateway{}
+		}
+		if s.Holder == e.self {
+			return egress.Gateway{Self: true, Node: e.self}
+		}
+		return egress.Gateway{Node: s.Holder, Addr: e.nodeAddr(s.Holder)}
+	}
+	return egress.Gateway{}
+}
+
+// Run runs the driver until ctx is done; it has released every address
+// when it returns.
+func (e *egressAddrs) Run(ctx context.Context) {
+	e.drv.Run(ctx)
+}
+
+// Status is the egress addresses' part of /status.
+func (e *egressAddrs) Status() any { return e.drv.Status() }
+
+func (e *egressAddrs) load() []pools.Address {
+	if e.state == "" {
+		return nil
+	}
+	b, err := os.ReadFile(e.state)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			e.log.Warn("egress: cannot read the saved runtime egress addresses", "file", e.state, "err", err)
+		}
+		return nil
+	}
+	var addrs []pools.Address
+	if err := json.Unmarshal(b, &addrs); err != nil {
+		e.log.Warn("egress: ignoring unreadable saved runtime egress addresses", "file", e.state, "err", err)
+		return nil
+	}
+	return slices.DeleteFunc(addrs, func(a pools.Address) bool { return !a.Addr.IsValid() || a.Mode != pools.ModeL2 })
+}
+
+func (e *egressAddrs) save(addrs []pools.Address) {
+	if e.state == "" {
+		return
+	}
+	b, err := json.Marshal(addrs)
+	if err != nil {
+		return
+	}
+	tmp := e.state + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		e.log.Warn("egress: cannot save the runtime egress addresses", "err", err)
+		return
+	}
+	if err := os.Rename(tmp, e.state); err != nil {
+		e.log.Warn("egress: cannot save the runtime egress addresses", "err", err)
+	}
+}
