@@ -56,13 +56,14 @@ const (
 func FastTimings() Timings {
 	t := DefaultTimings()
 	t.GossipInterval = 20 * time.Millisecond
+	t.PushPullInterval = 10 * time.Second
 	return t
 }
 
 // FastHeartbeat is the heartbeat of VIPD_PROFILE=fast: a silent holder is
-// replaced after 5 x 40 ms = 200 ms.
+// replaced after 4 x 40 ms = 160 ms.
 func FastHeartbeat() HeartbeatConfig {
-	return HeartbeatConfig{Interval: 40 * time.Millisecond, Misses: 5}
+	return HeartbeatConfig{Interval: 40 * time.Millisecond, Misses: 4}
 }
 
 // TimingsFor returns the timings and heartbeat of a profile (default: no
