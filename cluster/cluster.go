@@ -420,10 +420,13 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 			n.metaEnc = b
 			n.mu.Unlock()
 			// UpdateNode queues the broadcast, then waits until it is
-			// sent (up to a gossip round). A handover step does not wait:
-			// another VIP's handover may be next in the queue.
+			// sent (up to a gossip round or two). A handover step does not
+			// wait: another VIP's handover may be next in the queue; nor
+			// does a step with decisions: a new holder binds (after its
+			// l2 probe) while its claim is on its way, instead of a
+			// gossip round later.
 			wait := time.Second
-			if len(early) > 0 || len(out.Send) > 0 {
+			if len(early) > 0 || len(out.Send) > 0 || len(out.Decisions) > 0 {
 				wait = time.Nanosecond
 			}
 			if err := n.ml.UpdateNode(wait); err != nil && wait == time.Second {
