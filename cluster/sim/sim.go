@@ -35,10 +35,6 @@ import (
 const (
 	Tick          = 10 * time.Millisecond
 	GossipEvery   = 50 * time.Millisecond // probes and their answers
-	// MetaEvery is how often metadata changes reach a member that hears
-	// another in the default profile (cluster.DefaultTimings' gossip
-	// interval; the fast profile's is below GossipEvery).
-	MetaEvery = 200 * time.Millisecond
 	SuspectAfter  = 400 * time.Millisecond
 	DeadAfter     = 1000 * time.Millisecond
 	Detection     = DeadAfter + 500*time.Millisecond // failure noticed and acted on
@@ -46,6 +42,11 @@ const (
 	ReconcileTime = vip.ReconcileEvery
 	ProbeWindow   = 50 * time.Millisecond // the l2 conflict probe's wait
 )
+
+// MetaEvery is how often metadata changes reach a member that hears
+// another in the default profile (cluster.DefaultTimings' gossip
+// interval; the fast profile's is below GossipEvery).
+const MetaEvery = 200 * time.Millisecond
 
 // VIP is the simulated VIP.
 var VIP = netip.MustParsePrefix("10.0.0.100/32")
