@@ -221,6 +221,9 @@ func runScenario(ctx context.Context, f fault, im impl, runs int, logs string) (
 	prober := c.Client.StartProber(c.vip.String()+":6443", 10*time.Millisecond, 500*time.Millisecond)
 	defer prober.Stop()
 	for i := 0; i < runs; i++ {
+		if err := c.waitConverged(ctx, 30*time.Second); err != nil {
+			return res, nil, fmt.Errorf("run %d: %w", i+1, err)
+		}
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		holder, err := c.stableHolder(sctx, 1500*time.Millisecond)
 		cancel()
