@@ -317,3 +317,49 @@ func TestHeartbeatOtherKeyIgnored(t *testing.T) {
 		t.Fatalf("the member heard only under another key is not silent: %v", lost)
 	}
 }
+
+// TestHeartbeatsTermGaps: only gaps between heartbeats of one claim (one
+// term) stretch the deadline; the wait for a claim's first heartbeat and
+// the pause of a claimant that released and claimed again do not.
+func TestHeartbeatsTermGaps(t *testing.T) {
+	cfg := HeartbeatConfig{Interval: 40 * time.Millisecond, Misses: 4}
+	dl := cfg.Deadline()
+	ms := time.Millisecond
+	type hb struct {
+		at   time.Duration
+		term uint64
+	}
+	for _, tc := range []struct {
+		name  string
+		beats []hb
+		want  time.Duration // the deadline after the last heartbeat
+	}{
+		{"regular heartbeats of one claim: the configured deadline", []hb{{40 * ms, 7}, {80 * ms, 7}, {120 * ms, 7}}, dl},
+		{"a stall within one claim stretches it to twice the gap", []hb{{40 * ms, 7}, {140 * ms, 7}, {180 * ms, 7}}, 2 * (100*ms - (100*ms-40*ms)/gapDecay)},
+		{"a long wait for the first heartbeat is not a stall", []hb{{150 * ms, 7}, {190 * ms, 7}}, dl},
+		{"release and claim again (a new term) is not a stall", []hb{{40 * ms, 7}, {80 * ms, 7}, {580 * ms, 8}, {620 * ms, 8}}, dl},
+		{"after a new term, stalls count again", []hb{{40 * ms, 7}, {580 * ms, 8}, {700 * ms, 8}}, 2 * 120 * ms},
+		{"an old sender without terms (Heard): every gap counts", []hb{{150 * ms, 0}}, 2 * 150 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewHeartbeats(cfg)
+			h.Watch([]string{"a"}, t0)
+			for _, b := range tc.beats {
+				now := t0.Add(b.at)
+				if got := h.HeardTerm("a", b.term, now); len(got) != 0 {
+					t.Fatalf("at %v: verdicts %v", b.at, got)
+				}
+			}
+			if got := h.Deadline("a"); got != tc.want {
+				t.Fatalf("deadline %v, want %v", got, tc.want)
+			}
+			last := t0.Add(tc.beats[len(tc.beats)-1].at)
+			if evs := h.Expire(last.Add(tc.want - ms)); len(evs) != 0 {
+				t.Fatalf("silent before the deadline: %v", evs)
+			}
+			if evs := h.Expire(last.Add(tc.want)); !slices.Equal(evs, []HolderSilent{{Name: "a", Silent: true}}) {
+				t.Fatalf("at the deadline: %v", evs)
+			}
+		})
+	}
+}

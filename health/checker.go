@@ -127,6 +127,13 @@ type Checker struct {
 	mu      sync.Mutex
 	tracker *Tracker
 	status  Status
+
+	connMu sync.Mutex // the kept probe connection (conn)
+	tr     *http.Transport
+	httpc  *http.Client
+	trCert *tls.Certificate
+	trPool *x509.CertPool
+	trBorn time.Time
 }
 
 // NewChecker validates cfg and builds a Checker. Metrics are registered
@@ -270,14 +277,22 @@ func (c *Checker) probe(ctx context.Context) Result {
 	if pc.token != "" {
 		req.Header.Set("Authorization", "Bearer "+pc.token)
 	}
-	client, tr := c.client(pc)
-	defer tr.CloseIdleConnections()
+	client, tr := c.conn(pc)
 	resp, err := client.Do(req)
 	if err != nil {
+		tr.CloseIdleConnections()
 		return Result{Reason: classifyError(err), Err: err}
 	}
-	defer func() { _ = resp.Body.Close() }()
 	r := Result{Code: resp.StatusCode, Reason: judgeStatus(resp.StatusCode, pc.loaded)}
+	defer func() {
+		// Drain what is left of a short answer so the connection can be
+		// kept; after a failure it is dropped: the next probe dials anew.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		_ = resp.Body.Close()
+		if r.Reason != ReasonOK {
+			tr.CloseIdleConnections()
+		}
+	}()
 	if r.Reason != ReasonOK {
 		// The apiserver names the failing checks in the body; keep the
 		// start of it for the log.
@@ -297,9 +312,44 @@ func (c *Checker) probe(ctx context.Context) Result {
 	return r
 }
 
-// client returns an HTTP client for one probe with pc's credentials: a
-// fresh connection per probe sees a dead apiserver and the current
-// certificate files.
+// ConnMaxAge is how long a probe connection is kept (keep-alive): a new
+// TLS handshake per probe would cost more CPU than the rest of an idle
+// vipd. A connection is dropped after any failed probe, when the
+// credentials or the CA change, and after ConnMaxAge, so a dead or
+// restarted apiserver is seen as today (a closed connection is noticed by
+// the transport, which dials anew) and the server re-checks this node's
+// certificate at least this often.
+const ConnMaxAge = 30 * time.Second
+
+// conn returns the HTTP client for one probe with pc's credentials, the
+// kept one while it is younger than ConnMaxAge and pc's certificate and
+// CA are those it was built with.
+func (c *Checker) conn(pc probeCreds) (*http.Client, *http.Transport) {
+	now := time.Now()
+	c.connMu.Lock()
+	defer c.connMu.Unlock()
+	if c.tr != nil && c.trCert == pc.cert && c.trPool == pc.pool && now.Sub(c.trBorn) < ConnMaxAge {
+		return c.httpc, c.tr
+	}
+	if c.tr != nil {
+		c.tr.CloseIdleConnections()
+	}
+	c.httpc, c.tr = c.client(pc)
+	c.trCert, c.trPool, c.trBorn = pc.cert, pc.pool, now
+	return c.httpc, c.tr
+}
+
+// closeConn drops the kept connection (Run's end).
+func (c *Checker) closeConn() {
+	c.connMu.Lock()
+	defer c.connMu.Unlock()
+	if c.tr != nil {
+		c.tr.CloseIdleConnections()
+		c.tr, c.httpc = nil, nil
+	}
+}
+
+// client returns an HTTP client with pc's credentials.
 func (c *Checker) client(pc probeCreds) (*http.Client, *http.Transport) {
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
 	switch {
@@ -328,7 +378,9 @@ func (c *Checker) client(pc probeCreds) (*http.Client, *http.Transport) {
 		TLSClientConfig:        conf,
 		TLSHandshakeTimeout:    c.cfg.Timeout,
 		ResponseHeaderTimeout:  c.cfg.Timeout,
-		DisableKeepAlives:      true,
+		MaxIdleConns:           1,
+		MaxIdleConnsPerHost:    1,
+		IdleConnTimeout:        ConnMaxAge,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
 	return &http.Client{
@@ -413,6 +465,7 @@ func classifyError(err error) string {
 func (c *Checker) Run(ctx context.Context, report func(Status)) {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
+	defer c.closeConn()
 	for {
 		r := c.Probe(ctx)
 		if ctx.Err() != nil {

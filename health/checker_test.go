@@ -613,3 +613,63 @@ func BenchmarkProbe(b *testing.B) {
 		}
 	}
 }
+
+// TestProbeKeepAlive: successful probes share one connection (no TLS
+// handshake per probe); a failed probe drops it, and so does a server that
+// closes it (a restarted apiserver): the next probe dials anew and still
+// sees the right answer.
+func TestProbeKeepAlive(t *testing.T) {
+	var conns atomic.Int32
+	var code atomic.Int32
+	code.Store(200)
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(code.Load()))
+	}))
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	c := newChecker(t, Config{URL: ts.URL + "/livez"}, nil)
+	probe := func(want string) {
+		t.Helper()
+		if r := c.Probe(t.Context()); r.Reason != want {
+			t.Fatalf("Probe = %q (%v), want %q", r.Reason, r.Err, want)
+		}
+	}
+	for range 5 {
+		probe(ReasonOK)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("5 successful probes used %d connections, want 1", n)
+	}
+	code.Store(500)
+	probe(ReasonHTTP5xx)
+	code.Store(200)
+	probe(ReasonOK)
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("after a failed probe: %d connections in all, want 2 (the failed probe's connection dropped)", n)
+	}
+	ts.CloseClientConnections() // the apiserver restarts
+	probe(ReasonOK)
+	if n := conns.Load(); n != 3 {
+		t.Fatalf("after the server closed the connection: %d connections in all, want 3", n)
+	}
+}
+
+// TestProbeKeepAliveServerGone: a kept connection does not hide an
+// apiserver that went away: the probe after it is refused.
+func TestProbeKeepAliveServerGone(t *testing.T) {
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	c := newChecker(t, Config{URL: ts.URL + "/livez"}, nil)
+	if r := c.Probe(t.Context()); !r.OK {
+		t.Fatalf("first probe: %q (%v)", r.Reason, r.Err)
+	}
+	ts.CloseClientConnections()
+	ts.Close()
+	if r := c.Probe(t.Context()); r.OK || r.Reason != ReasonRefused {
+		t.Fatalf("probe after the server stopped = %q (%v), want %q", r.Reason, r.Err, ReasonRefused)
+	}
+}

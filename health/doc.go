@@ -2,8 +2,10 @@
 // node is healthy enough to hold a virtual IP.
 //
 // A [Checker] sends GET to the configured URL (by default
-// https://127.0.0.1:6443/livez) every interval, each probe on a fresh
-// connection and bounded by a timeout. Every probe ends in one outcome with a
+// https://127.0.0.1:6443/livez) every interval, bounded by a timeout. Probes
+// keep their connection (no TLS handshake per probe) for at most
+// [ConnMaxAge]; a failed probe, changed credentials or CA, or a connection
+// the server closed make the next probe dial anew. Every probe ends in one outcome with a
 // stable reason label (see the Reason constants): "ok" is a success, every
 // other reason is a failure. A [Tracker] turns the stream of outcomes into a
 // health state: FailThreshold consecutive failures make the node unhealthy,

@@ -34,7 +34,7 @@ import (
 // Timing of the simulated network.
 const (
 	Tick          = 10 * time.Millisecond
-	GossipEvery   = 50 * time.Millisecond
+	GossipEvery   = 50 * time.Millisecond // probes and their answers
 	SuspectAfter  = 400 * time.Millisecond
 	DeadAfter     = 1000 * time.Millisecond
 	Detection     = DeadAfter + 500*time.Millisecond // failure noticed and acted on
@@ -42,6 +42,11 @@ const (
 	ReconcileTime = vip.ReconcileEvery
 	ProbeWindow   = 50 * time.Millisecond // the l2 conflict probe's wait
 )
+
+// MetaEvery is how often metadata changes reach a member that hears
+// another in the default profile (cluster.DefaultTimings' gossip
+// interval; the fast profile's is below GossipEvery).
+const MetaEvery = 200 * time.Millisecond
 
 // VIP is the simulated VIP.
 var VIP = netip.MustParsePrefix("10.0.0.100/32")
@@ -361,6 +366,7 @@ func (s *Sim) roundTrip(o, n *node) bool {
 func (s *Sim) step() {
 	s.now = s.now.Add(Tick)
 	gossip := s.now.Sub(s.start)%GossipEvery == 0
+	meta := s.opt.Fast || s.now.Sub(s.start)%MetaEvery == 0
 	for len(s.pendingStop) > 0 && !s.now.Before(s.pendingStop[0].at) {
 		n := s.pendingStop[0].n
 		s.pendingStop = s.pendingStop[1:]
@@ -409,7 +415,9 @@ func (s *Sim) step() {
 				// Gossip (metadata) needs a path from n to o; liveness
 				// needs o's probe answered: a round trip, direct or
 				// through an intermediary (indirect probe).
-				o.meta[n.id] = n.el.Meta()
+				if meta {
+					o.meta[n.id] = n.el.Meta()
+				}
 				if s.roundTrip(o, n) {
 					o.heard[n.id] = s.now
 					delete(o.left, n.id)
@@ -946,7 +954,7 @@ func (s *Sim) heartbeats() {
 				if o == n || !o.running || o.hb == nil || o.key != n.key || !s.reach(n, o) || s.rnd.Float64() < s.drop {
 					continue
 				}
-				for _, ev := range o.hb.Heard(n.name, s.now) {
+				for _, ev := range o.hb.HeardTerm(n.name, max(n.el.Meta().Term, 1), s.now) {
 					s.logf("%s: heartbeat verdict %+v", o.name, ev)
 					s.elStep(o, ev)
 				}

@@ -18,8 +18,14 @@ import (
 // leanRuntime and trimResident keep what that costs small (docs/l2.md has
 // the numbers, `make bench` measures them).
 
-// trimDelay is how long after start the resident set is trimmed.
-const trimDelay = 5 * time.Second
+// trimDelay is how long after start the resident set is trimmed first;
+// retrims are the later trims: once past the announcement burst, then
+// every retrimEvery.
+const (
+	trimDelay   = 5 * time.Second
+	retrimAfter = 15 * time.Second
+	retrimEvery = time.Minute
+)
 
 // leanRuntime runs the Go scheduler on one processor and collects garbage
 // at 50 % growth, unless GOMAXPROCS or GOGC say otherwise. vipd's work is
@@ -44,11 +50,26 @@ func leanRuntime() {
 // parsing, the modes not running) from its resident set. Those pages are
 // clean file pages: if a code path needs one again it is mapped back from
 // the page cache at the cost of a minor fault.
+//
+// Later, at retrimAfter (past the announcement burst and the first
+// elections) and then every retrimEvery, the binary's pages are dropped
+// again (without a forced garbage collection): what vipd touched once,
+// such as a failover's code paths, leaves the resident set, and what it
+// keeps running is faulted back from the page cache at once (a few
+// hundred minor faults, well under a millisecond of CPU a minute).
 func trimAfter(ctx context.Context, d time.Duration, log *slog.Logger) {
-	select {
-	case <-ctx.Done():
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	if !wait(d) {
 		return
-	case <-time.After(d):
 	}
 	debug.FreeOSMemory()
 	n, err := trimResident()
@@ -57,6 +78,14 @@ func trimAfter(ctx context.Context, d time.Duration, log *slog.Logger) {
 		return
 	}
 	log.Debug("resident set trimmed", "binary_bytes", n)
+	next := retrimAfter - d
+	for wait(max(next, time.Second)) {
+		if _, err := trimResident(); err != nil {
+			log.Debug("trimming the resident set", "err", err)
+			return
+		}
+		next = retrimEvery
+	}
 }
 
 // trimResident drops the resident pages of the read-only mappings of the

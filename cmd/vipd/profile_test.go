@@ -29,6 +29,7 @@ func TestProfileTimingsDocumented(t *testing.T) {
 			"gossip probe timeout":        tm.ProbeTimeout.String(),
 			"gossip suspicion multiplier": itoa(tm.SuspicionMult),
 			"gossip interval":             tm.GossipInterval.String(),
+			"gossip full sync interval":   tm.PushPullInterval.String(),
 			"holder heartbeat interval":   off(hb.Interval.String()),
 			"holder heartbeat misses":     off(itoa(hb.Misses)),
 			"l2 conflict probe wait":      probeWait(profile).String(),

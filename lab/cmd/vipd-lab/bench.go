@@ -65,6 +65,7 @@ func bench(ctx context.Context, args []string) (err error) {
 	onlyImpl := fs.String("impls", "", "comma list of contenders (default all): "+implNames())
 	logs := fs.String("logs", "", "directory to write every daemon's log into")
 	stressFor := fs.Duration("stress", 10*time.Minute, "length of the false-failover run under stress-ng ($VIPD_BENCH_STRESS overrides, e.g. 1m for a quick check)")
+	idleFor := fs.Duration("idle", defaultIdle, "how long the idle cost is measured")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,7 +118,7 @@ func bench(ctx context.Context, args []string) (err error) {
 	}
 	if len(want) == 0 || want["idle"] {
 		for _, i := range contenders {
-			idle, err := measureIdle(ctx, i)
+			idle, err := measureIdle(ctx, i, *idleFor)
 			if err != nil {
 				return fmt.Errorf("idle %s: %w", i.name, err)
 			}
@@ -220,6 +221,9 @@ func runScenario(ctx context.Context, f fault, im impl, runs int, logs string) (
 	prober := c.Client.StartProber(c.vip.String()+":6443", 10*time.Millisecond, 500*time.Millisecond)
 	defer prober.Stop()
 	for i := 0; i < runs; i++ {
+		if err := c.waitConverged(ctx, 30*time.Second); err != nil {
+			return res, nil, fmt.Errorf("run %d: %w", i+1, err)
+		}
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		holder, err := c.stableHolder(sctx, 1500*time.Millisecond)
 		cancel()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -223,4 +224,67 @@ var faults = []fault{
 			time.Sleep(time.Second)
 			return c.start(h)
 		}},
+}
+
+// waitConverged waits until every running vipd sees all the lab's nodes
+// as alive members (its /status): a run must start from a cluster that
+// has healed from the previous one, not while the last run's cut-off node
+// still counts the holder as dead (it then claims the VIP as soon as the
+// fault hits, meets the holder's answer to its probe, and backs off).
+// keepalived has no such view: nothing to wait for.
+func (c *cluster) waitConverged(ctx context.Context, timeout time.Duration) error {
+	if c.impl.keepalived() {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		ok := true
+		for _, n := range c.Nodes {
+			if p := c.vipd[n.Name]; p == nil || p.Exited() {
+				continue
+			}
+			if alive, err := c.aliveMembers(ctx, n); err != nil || alive < len(c.Nodes) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the nodes did not all see each other alive within %v", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// aliveMembers reads how many alive members n's vipd sees.
+func (c *cluster) aliveMembers(ctx context.Context, n *lab.Host) (int, error) {
+	out, err := n.Output(ctx, "curl", "-sf", "--max-time", "1", "http://127.0.0.1:9469/status")
+	if err != nil {
+		return 0, err
+	}
+	var st struct {
+		Components struct {
+			Cluster struct {
+				Members []struct {
+					State string `json:"state"`
+				} `json:"members"`
+			} `json:"cluster"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return 0, err
+	}
+	alive := 0
+	for _, m := range st.Components.Cluster.Members {
+		if m.State == "alive" {
+			alive++
+		}
+	}
+	return alive, nil
 }

@@ -26,12 +26,12 @@ type idleResult struct {
 	Met        *bool     `json:"target_met,omitempty"`
 }
 
-// idleSeconds is how long the idle cost is measured.
-const idleSeconds = 20
+// defaultIdle is how long the idle cost is measured (bench -idle).
+const defaultIdle = 20 * time.Second
 
 // measureIdle runs a 3-node cluster of one contender and reads each
-// node's resident memory and CPU time from /proc over idleSeconds.
-func measureIdle(ctx context.Context, im impl) (res idleResult, err error) {
+// node's resident memory and CPU time from /proc over d.
+func measureIdle(ctx context.Context, im impl, d time.Duration) (res idleResult, err error) {
 	t := &tb{}
 	defer func() {
 		if r := recover(); r != nil {
@@ -40,7 +40,7 @@ func measureIdle(ctx context.Context, im impl) (res idleResult, err error) {
 		t.close()
 	}()
 	res = idleResult{Impl: im.name, Nodes: 3}
-	fmt.Fprintf(os.Stderr, "== idle / %s (3-node l2 cluster, %d s)\n", im.name, idleSeconds)
+	fmt.Fprintf(os.Stderr, "== idle / %s (3-node l2 cluster, %v)\n", im.name, d)
 	c, err := newCluster(ctx, t, 3, im.env...)
 	if err != nil {
 		return res, err
@@ -69,7 +69,7 @@ func measureIdle(ctx context.Context, im impl) (res idleResult, err error) {
 	select {
 	case <-ctx.Done():
 		return res, ctx.Err()
-	case <-time.After(idleSeconds * time.Second):
+	case <-time.After(d):
 	}
 	el := time.Since(start).Seconds()
 	res.Seconds = el
