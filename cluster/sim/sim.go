@@ -134,6 +134,7 @@ type node struct {
 
 	heard      map[int]time.Time    // last time this node heard each other node
 	meta       map[int]cluster.Meta // metadata last heard from each node
+	metaAt     map[int]time.Time    // when it was taken
 	left       map[int]bool         // nodes seen leaving gracefully
 	pending    []string             // names that left, for the next view
 	keyErrAt   time.Time
@@ -278,7 +279,7 @@ func (s *Sim) remove(n *node) {
 
 func (s *Sim) addNode(name, key string) *node {
 	n := &node{id: len(s.nodes), name: name, key: key, up: true, linkUp: true, vipIf: true,
-		heard: map[int]time.Time{}, meta: map[int]cluster.Meta{}, left: map[int]bool{}, state: &cluster.Known{Members: map[string]cluster.KnownMember{}}}
+		heard: map[int]time.Time{}, meta: map[int]cluster.Meta{}, metaAt: map[int]time.Time{}, left: map[int]bool{}, state: &cluster.Known{Members: map[string]cluster.KnownMember{}}}
 	s.nodes = append(s.nodes, n)
 	return n
 }
@@ -292,6 +293,7 @@ func (s *Sim) startVipd(n *node, withState bool) {
 	n.running, n.startedAt = true, s.now
 	n.stopping, n.stopAt, n.hoPending = false, time.Time{}, map[string]bool{}
 	n.heard, n.meta, n.left, n.pending = map[int]time.Time{}, map[int]cluster.Meta{}, map[int]bool{}, nil
+	n.metaAt = map[int]time.Time{}
 	n.hb = nil
 	if s.opt.Fast {
 		n.hb = cluster.NewHeartbeats(cluster.FastHeartbeat())
@@ -415,8 +417,13 @@ func (s *Sim) step() {
 				// Gossip (metadata) needs a path from n to o; liveness
 				// needs o's probe answered: a round trip, direct or
 				// through an intermediary (indirect probe).
-				if meta {
-					o.meta[n.id] = n.el.Meta()
+				// Metadata changes travel with the gossip rounds, but a
+				// member that (re)appears (a join's state exchange, the
+				// alive message of a restarted or returning member)
+				// brings its current metadata with it.
+				back := o.metaAt[n.id].Before(n.startedAt) || s.now.Sub(o.heard[n.id]) >= s.deadAfter
+				if meta || back {
+					o.meta[n.id], o.metaAt[n.id] = n.el.Meta(), s.now
 				}
 				if s.roundTrip(o, n) {
 					o.heard[n.id] = s.now
