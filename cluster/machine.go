@@ -33,8 +33,8 @@ const (
 	// QuorumSettle is how long a node that has just regained quorum waits
 	// before it claims a VIP nobody seems to hold: members it still
 	// believes dead (a healed partition) may hold it, and their claims
-	// reach it within a few gossip rounds. Not when every known member is
-	// already in view (nobody's claim can be missing).
+	// reach it within a few gossip rounds. Not for a restarted node's
+	// first quorum when every member it counted before is in view.
 	QuorumSettle = time.Second
 )
 
@@ -170,8 +170,13 @@ type Election struct {
 	// dup is set by a name clash and cleared ConflictHold after the last
 	// one once every known member is in view: the other node is gone, not
 	// merely behind a partition.
-	dup    bool
-	silent map[string]bool // claimants whose heartbeats stopped (heartbeat.go)
+	dup bool
+	// persisted: started with other members in its list (a restart, not a
+	// new cluster forming); settledOnce: its first quorum was reached.
+	// Only a restarted node's first quorum may skip the settle: a forming
+	// cluster waits for the members still joining (the best ranked one).
+	persisted, settledOnce bool
+	silent                 map[string]bool // claimants whose heartbeats stopped (heartbeat.go)
 
 	ho handover // planned handovers, preemption, failover timeline
 }
@@ -204,6 +209,7 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		}
 	}
 	for n, m := range known.Members {
+		e.persisted = e.persisted || n != cfg.Name
 		e.known[n] = m
 		e.seen[n] = now // a member is dead for the expiry from our start, not from the file's age
 	}
@@ -329,12 +335,13 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 	eligible := e.healthy && q.OK && !conflict && !(e.ho.stopping && len(e.ho.out) == 0)
 	if q.OK && !q.Bootstrap && (!e.quorum.OK || e.quorum.Bootstrap) {
 		e.quorumAt = now
-		if e.allKnownInView() {
-			// Nobody it counts is missing: no claim can be on its way from
-			// a member it believed dead (a node restarted after a crash, or
-			// the join's state exchange brought every member at once).
+		if e.persisted && !e.settledOnce && e.allKnownInView() {
+			// A restarted node that sees every member it counted before:
+			// no claim can be on its way from one it has not heard yet
+			// (the join's state exchange brought them all).
 			e.quorumAt = now.Add(-QuorumSettle)
 		}
+		e.settledOnce = true
 	}
 	if q.OK != e.quorum.OK && e.quorum.Reason != "" {
 		if q.OK {

@@ -235,13 +235,19 @@ func TestElectionQuorumSettle(t *testing.T) {
 		{"one known member missing: waits", []Member{elig("n2")}, 0, false, "quorum regained moments ago"},
 		{"one known member missing: claims after the settle", []Member{elig("n2")}, QuorumSettle, true, ""},
 		{"a known member suspect: waits", []Member{elig("n2"), peer("n3", Suspect, Meta{Counts: counts("n1", "n2", "n3")})}, 0, false, "quorum regained moments ago"},
+		{"a forming cluster (nobody known before): waits for members still joining", nil, 0, false, "quorum regained moments ago"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEl("n1", "n2", "n3")
+			view := tt.view
+			if view == nil { // bootstrap: admits n2 and n3 as it sees them
+				e = newEl()
+				view = []Member{elig("n2"), elig("n3")}
+			}
 			e.cfg.Priority, e.meta.Priority = 100, 100 // n1 ranks first
 			e.Step(HealthChanged{Healthy: true}, t0)
-			e.Step(ViewChanged{Members: tt.view}, t0)
+			e.Step(ViewChanged{Members: view}, t0)
 			e.Step(Tick{}, t0.Add(tt.at))
 			d := e.decisions[vip1]
 			if d.Holder != tt.holder || !strings.Contains(d.Reason, tt.reason) {
