@@ -219,8 +219,15 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	} else {
 		n.log.Warn("gossip is not authenticated (VIPD_GOSSIP_INSECURE=true): anyone who reaches the gossip port can join and vote")
 	}
+	tr, err := newTransport(cfg.Bind, n.log)
+	if err != nil {
+		return nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
+	}
+	mc.Transport = tr
+	mc.BindPort, mc.AdvertisePort = tr.Port(), tr.Port()
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		tr.Shutdown()
 		return nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
 	}
 	n.ml = ml
