@@ -319,7 +319,7 @@ func (c *Checker) probe(ctx context.Context) Result {
 // restarted apiserver is seen as today (a closed connection is noticed by
 // the transport, which dials anew) and the server re-checks this node's
 // certificate at least this often.
-const ConnMaxAge = 30 * time.Second
+const ConnMaxAge = 2 * time.Minute
 
 // conn returns the HTTP client for one probe with pc's credentials, the
 // kept one while it is younger than ConnMaxAge and pc's certificate and
