@@ -53,20 +53,16 @@ type Config struct {
 
 // Timings are the memberlist failure-detector settings.
 //
-// A node probes one peer every ProbeInterval, gives it ProbeTimeout to
-// answer (then asks IndirectChecks others to try, until the interval
-// ends), and a peer that stays silent is suspect for SuspicionMult x
-// max(1, log10(N)) x ProbeInterval before it is declared dead.
-//
-// DefaultTimings probe once a second with one interval of suspicion: for
-// 3 to 9 nodes a crashed node is declared dead after about 2 to 3 s (up
-// to two probe rounds to notice, one to fail, one of suspicion), which
-// is still quicker than keepalived's default (3 adverts of 1 s plus skew)
-// and keeps an idle node at a few wake-ups a second: every packet and
-// timer costs CPU, and probing five times a second made most of an idle
-// vipd's cost (docs/l2.md, "Idle cost"). VIPD_PROFILE=fast probes five
-// times a second (FastTimings) and adds the holder heartbeat.
-// memberlist's own LAN defaults (1 s, 500 ms, x4) take 5 to 7 s.
+// The defaults are tuned for 3 to 7 control-plane nodes on one LAN: a node
+// probes one peer every ProbeInterval, gives it ProbeTimeout to answer
+// (then asks IndirectChecks others to try), and a peer that stays silent is
+// suspect for SuspicionMult x max(1, log10(N)) x ProbeInterval before it is
+// declared dead. For 3 to 9 nodes that is 2 x 200 ms = 400 ms of suspicion,
+// after up to ~2 probe rounds to notice: a crashed node is declared dead
+// after about 0.8 to 1.2 s. memberlist's own LAN defaults (1 s, 500 ms, x4)
+// give 5 to 7 s. Probing once a second instead would cut an idle node's
+// CPU by about a third but take 3.3 s to notice a lost holder (measured in
+// the lab, docs/l2.md "Idle cost"): slower than keepalived's default.
 type Timings struct {
 	ProbeInterval           time.Duration
 	ProbeTimeout            time.Duration
@@ -81,9 +77,9 @@ type Timings struct {
 // DefaultTimings returns the tuned defaults described on Timings.
 func DefaultTimings() Timings {
 	return Timings{
-		ProbeInterval:           time.Second,
-		ProbeTimeout:            500 * time.Millisecond,
-		SuspicionMult:           1,
+		ProbeInterval:           200 * time.Millisecond,
+		ProbeTimeout:            100 * time.Millisecond,
+		SuspicionMult:           2,
 		SuspicionMaxTimeoutMult: 3,
 		GossipInterval:          200 * time.Millisecond,
 		PushPullInterval:        30 * time.Second,

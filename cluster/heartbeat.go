@@ -16,9 +16,9 @@ import (
 // The holder heartbeat (VIPD_PROFILE=fast).
 //
 // memberlist notices a dead member only after its probe rounds and the
-// suspicion time (about 0.8 to 1.2 s with FastTimings, 2 to 3 s with
-// DefaultTimings). With a heartbeat configured, a node that claims a VIP
-// also sends a small message to every member each Interval, directly (not gossiped), as a memberlist user
+// suspicion time (about 0.8 to 1.2 s with DefaultTimings). With a heartbeat
+// configured, a node that claims a VIP also sends a small message to every
+// member each Interval, directly (not gossiped), as a memberlist user
 // message: with a gossip key it is encrypted and authenticated like all
 // gossip, and a message under another key is dropped by memberlist before
 // vipd sees it. A member that hears nothing from a claimant for Misses
@@ -48,15 +48,13 @@ const (
 	ProfileFast    = "fast"
 )
 
-// FastTimings are the memberlist timings of VIPD_PROFILE=fast: a probe
-// every 200 ms with 400 ms of suspicion (a crashed node is declared dead
-// after about 0.8 to 1.2 s: the holder heartbeat does the quick detection
-// of a silent holder, and a tighter detector only declared loaded nodes
-// dead in the lab) and quicker gossip of metadata, so that claims and
-// releases reach the others sooner.
+// FastTimings are the memberlist timings of VIPD_PROFILE=fast: the
+// failure detector of DefaultTimings (the heartbeat does the quick
+// detection of a silent holder; a tighter detector only declared loaded
+// nodes dead in the lab) and quicker gossip of metadata, so that claims
+// and releases reach the others sooner.
 func FastTimings() Timings {
 	t := DefaultTimings()
-	t.ProbeInterval, t.ProbeTimeout, t.SuspicionMult = 200*time.Millisecond, 100*time.Millisecond, 2
 	t.GossipInterval = 20 * time.Millisecond
 	t.PushPullInterval = 10 * time.Second
 	return t

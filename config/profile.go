@@ -37,9 +37,9 @@ var fastSettings = []ProfileSetting{
 // are those of cluster.TimingsFor; TestProfileTimingsDocumented (cmd/vipd)
 // keeps them in step.
 var profileTimings = []ProfileTiming{
-	{Name: "gossip probe interval", Default: "1s", Fast: "200ms", Doc: "memberlist probes one member this often (each probe and its answer wake every node: the default keeps an idle node cheap, the fast profile notices a dead member sooner)"},
-	{Name: "gossip probe timeout", Default: "500ms", Fast: "100ms", Doc: "a probe not answered within this asks other members to try"},
-	{Name: "gossip suspicion multiplier", Default: "1", Fast: "2", Doc: "a silent member is suspect for this many probe intervals (x log10 of the cluster size, at least 1) before it is declared dead: a crashed node is declared dead after about 2 to 3 s (default) or 0.8 to 1.2 s (fast)"},
+	{Name: "gossip probe interval", Default: "200ms", Fast: "200ms", Doc: "memberlist probes one member this often"},
+	{Name: "gossip probe timeout", Default: "100ms", Fast: "100ms", Doc: "a probe not answered within this asks other members to try"},
+	{Name: "gossip suspicion multiplier", Default: "2", Fast: "2", Doc: "a silent member is suspect for this many probe intervals (x log10 of the cluster size, at least 1) before it is declared dead"},
 	{Name: "gossip interval", Default: "200ms", Fast: "20ms", Doc: "how often metadata changes (claims, releases, health) are gossiped (they also ride on every probe and its answer; a planned handover sends its messages directly)"},
 	{Name: "gossip full sync interval", Default: "30s", Fast: "10s", Doc: "each member exchanges its whole view with a random member this often (over TCP), repairing anything gossip missed"},
 	{Name: "holder heartbeat interval", Default: "off", Fast: "40ms", Doc: "a node that holds a VIP sends an authenticated heartbeat to every member this often, over the gossip transport (encrypted with the gossip key)"},

@@ -33,21 +33,14 @@ import (
 
 // Timing of the simulated network.
 const (
-	Tick        = 10 * time.Millisecond
-	GossipEvery = 50 * time.Millisecond // probes and their answers
-	// The failure detector of the default profile (cluster.DefaultTimings:
-	// a probe a second, one interval of suspicion): a silent member is
-	// suspect after SuspectAfter and dead after DeadAfter.
-	SuspectAfter = 1500 * time.Millisecond
-	DeadAfter    = 2500 * time.Millisecond
-	Detection    = DeadAfter + 500*time.Millisecond // failure noticed and acted on
-	// The failure detector of the fast profile (cluster.FastTimings).
-	FastSuspectAfter = 400 * time.Millisecond
-	FastDeadAfter    = 1000 * time.Millisecond
-	FastDetection    = FastDeadAfter + 500*time.Millisecond
-	RestartDelay     = time.Second // systemd's RestartSec
-	ReconcileTime    = vip.ReconcileEvery
-	ProbeWindow      = 50 * time.Millisecond // the l2 conflict probe's wait
+	Tick          = 10 * time.Millisecond
+	GossipEvery   = 50 * time.Millisecond // probes and their answers
+	SuspectAfter  = 400 * time.Millisecond
+	DeadAfter     = 1000 * time.Millisecond
+	Detection     = DeadAfter + 500*time.Millisecond // failure noticed and acted on
+	RestartDelay  = time.Second                      // systemd's RestartSec
+	ReconcileTime = vip.ReconcileEvery
+	ProbeWindow   = 50 * time.Millisecond // the l2 conflict probe's wait
 )
 
 // MetaEvery is how often metadata changes reach a member that hears
@@ -213,7 +206,7 @@ func Run(opt Options) Result {
 	if opt.Fast {
 		// Two holders are bounded by the heartbeat's deadline where it
 		// decides, by the failure detector elsewhere.
-		s.suspectAfter, s.deadAfter, s.detection = FastSuspectAfter, FastDeadAfter, FastDetection
+		s.detection = Detection
 	}
 	for i := 0; i < opt.Nodes; i++ {
 		n := s.addNode(fmt.Sprintf("cp%d", i), "k")

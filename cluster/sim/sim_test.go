@@ -117,7 +117,7 @@ func TestScenarioFastHolderLinkDown(t *testing.T) {
 			t.Fatalf("fast=%v: the VIP did not move (old holder %q)\n%s", fast, old, strings.Join(r.Trace, "\n"))
 		}
 		deadline := cluster.FastHeartbeat().Deadline()
-		if fast && (moved > deadline+100*time.Millisecond || moved >= FastDeadAfter) {
+		if fast && (moved > deadline+100*time.Millisecond || moved >= DeadAfter) {
 			t.Errorf("fast: moved %v after the link went down, want within the heartbeat deadline %v (+ one tick and the probe)", moved, deadline)
 		}
 		if !fast && moved < DeadAfter {
