@@ -803,6 +803,17 @@ func (s *Sim) majorityStable() bool {
 	if len(best) <= total/2 {
 		return false
 	}
+	// A node alone in its member list that hears a vipd with another
+	// gossip key does not hold the VIP alone (cluster.KeyVeto: it may be
+	// the one cut off from the real cluster by a wrong key): no holder
+	// is due until the operator removes the foreign node or fixes a key.
+	if len(best) == 1 && len(best[0].state.Members) <= 1 {
+		for _, o := range s.nodes {
+			if o.running && o.up && o.linkUp && o.key != best[0].key && (s.reach(o, best[0]) || s.reach(best[0], o)) {
+				return false
+			}
+		}
+	}
 	// The protocol's own precondition: the group is a majority of every
 	// member list among it. It fails only after more than a minority of a
 	// node's members vanished without a leave it heard (documented: the
