@@ -33,9 +33,14 @@ const (
 	// QuorumSettle is how long a node that has just regained quorum waits
 	// before it claims a VIP nobody seems to hold: members it still
 	// believes dead (a healed partition) may hold it, and their claims
-	// reach it within a few gossip rounds. Not for a restarted node's
-	// first quorum when every member it counted before is in view.
+	// reach it within a few gossip rounds. A restarted node's first
+	// quorum, with every member it counted before in view, waits
+	// RestartSettle instead.
 	QuorumSettle = time.Second
+	// RestartSettle replaces QuorumSettle for a restarted node that sees
+	// every member it counted before: long enough for a claim made as it
+	// rejoined to reach it (two gossip rounds of the default profile).
+	RestartSettle = 500 * time.Millisecond
 )
 
 // ElectionConfig shapes an Election.
@@ -338,8 +343,12 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		if e.persisted && !e.settledOnce && e.allKnownInView() {
 			// A restarted node that sees every member it counted before:
 			// no claim can be on its way from one it has not heard yet
-			// (the join's state exchange brought them all).
-			e.quorumAt = now.Add(-QuorumSettle)
+			// (the join's state exchange brought them all), but the
+			// others learn of the restart from that same exchange and may
+			// claim at once (a holder that restarts before the failure
+			// detector noticed its crash seems to have released): it
+			// waits RestartSettle to hear those claims.
+			e.quorumAt = now.Add(RestartSettle - QuorumSettle)
 		}
 		e.settledOnce = true
 	}
