@@ -123,12 +123,23 @@ func (l *L2) watchOnce(ctx context.Context, out chan WatchEvent, up func()) (err
 		// Closing done closes the sockets; each subscription's goroutine
 		// then closes its channel (it may be blocked sending on it).
 		close(done)
-		for linkOn || addrOn {
+		lc, ac := links, addrs
+		if !linkOn {
+			lc = nil
+		}
+		if !addrOn {
+			ac = nil
+		}
+		for lc != nil || ac != nil {
 			select {
-			case _, ok := <-links:
-				linkOn = linkOn && ok
-			case _, ok := <-addrs:
-				addrOn = addrOn && ok
+			case _, ok := <-lc:
+				if !ok {
+					lc = nil
+				}
+			case _, ok := <-ac:
+				if !ok {
+					ac = nil
+				}
 			}
 		}
 	}()
