@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -43,7 +44,11 @@ func inNetns(t *testing.T) bool {
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1")
+	var run []string
+	for _, part := range strings.Split(t.Name(), "/") {
+		run = append(run, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, os.Args[0], "-test.run", strings.Join(run, "/"), "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), nsEnv+"="+ns)
 	out, err := cmd.CombinedOutput()
 	t.Logf("in netns %s:\n%s", ns, out)
@@ -128,6 +133,26 @@ func setupLinks(t *testing.T) {
 		ipCmd(t, "link", "set", l, "up")
 	}
 	ipCmd(t, "addr", "add", "10.0.0.1/24", "dev", "vw0")
+	waitLinkLocal(t, "vw0")
+}
+
+// waitLinkLocal waits for the interface's IPv6 link-local address (added
+// once its carrier is up): the neighbour probe is sent from it.
+func waitLinkLocal(t *testing.T, ifname string) {
+	t.Helper()
+	waitFor(t, ifname+" link-local address", 5*time.Second, func() bool {
+		link, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return false
+		}
+		as, _ := netlink.AddrList(link, netlink.FAMILY_V6)
+		for _, a := range as {
+			if a.IP.IsLinkLocalUnicast() {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func startWatchLab(t *testing.T, log *slog.Logger) *watchLab {
@@ -138,7 +163,7 @@ func startWatchLab(t *testing.T, log *slog.Logger) *watchLab {
 		t.Fatal(err)
 	}
 	w := &watchLab{l2: l2, done: make(chan struct{})}
-	w.d, err = NewDriver(New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true}), l2, log, nil, DriverOptions{
+	w.d, err = NewDriver(New([]netip.Prefix{v4, v6}, Options{Elect: true, Announce: true, Check: true}), l2, log, nil, DriverOptions{
 		Mode: "l2", OnTransition: func(tr Transition) { w.mu.Lock(); w.trans = append(w.trans, tr); w.mu.Unlock() },
 	})
 	if err != nil {
@@ -150,7 +175,8 @@ func startWatchLab(t *testing.T, log *slog.Logger) *watchLab {
 	t.Cleanup(func() { cancel(); <-w.done })
 	w.d.Send(HealthChanged{Healthy: true, Reason: "test"})
 	w.d.Send(Elected{VIP: v4, Holder: true, Reason: "test"})
-	waitFor(t, "VIP bound", 5*time.Second, func() bool { return bound(t, "vw0", v4.Addr()) })
+	w.d.Send(Elected{VIP: v6, Holder: true, Reason: "test"})
+	waitFor(t, "VIPs bound", 5*time.Second, func() bool { return bound(t, "vw0", v4.Addr()) && bound(t, "vw0", v6.Addr()) })
 	// The watch is live once it asked for its first reconcile; give it
 	// the time to settle.
 	waitFor(t, "a reconcile from the watch", 5*time.Second, func() bool { return w.d.reconciles.Load() >= 2 })
@@ -185,15 +211,24 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // TestL2Watch: the l2 driver sees changes of its interface and addresses
 // in the kernel as they happen, and nothing else wakes it.
+//
+// Each subtest runs in a network namespace of its own, in a process of its
+// own: the Go runtime caches interface names (the zone of an IPv6
+// link-local address) for up to a minute, so an interface created again
+// under the same name by a previous subtest would break IPv6 sends.
 func TestL2Watch(t *testing.T) {
-	if !inNetns(t) {
-		return
-	}
 	// The interval a change must beat by far: without the watch it would
 	// wait for the 10 s backstop. Generous for a loaded machine.
 	const soon = 2 * time.Second
+	nsRun := func(name string, f func(t *testing.T)) {
+		t.Run(name, func(t *testing.T) {
+			if inNetns(t) {
+				f(t)
+			}
+		})
+	}
 
-	t.Run("addresses on another interface do not wake the driver", func(t *testing.T) {
+	nsRun("addresses on another interface do not wake the driver", func(t *testing.T) {
 		w := startWatchLab(t, testLog(t))
 		ipCmd(t, "addr", "add", "192.0.2.1/24", "dev", "other0")
 		ipCmd(t, "addr", "add", "fd00:2::1/64", "dev", "other0", "nodad")
@@ -208,21 +243,36 @@ func TestL2Watch(t *testing.T) {
 		w.stop(t)
 	})
 
-	t.Run("a VIP deleted by another program comes back at once", func(t *testing.T) {
+	nsRun("a VIP deleted by another program comes back at once", func(t *testing.T) {
 		w := startWatchLab(t, testLog(t))
-		for i := range 3 {
+		for i, v := range []netip.Prefix{v4, v4, v4, v6, v6} {
 			start := time.Now()
-			ipCmd(t, "addr", "del", v4.String(), "dev", "vw0")
-			took := waitFor(t, "VIP re-added", soon, func() bool { return bound(t, "vw0", v4.Addr()) })
-			t.Logf("deletion %d: re-added after %v (from before the ip command: %v)", i+1, took, time.Since(start))
+			ipCmd(t, "addr", "del", v.String(), "dev", "vw0")
+			took := waitFor(t, v.String()+" re-added", soon, func() bool { return bound(t, "vw0", v.Addr()) })
+			t.Logf("deletion %d (%s): re-added after %v (from before the ip command: %v)", i+1, v, took, time.Since(start))
 		}
 		w.stop(t)
-		if bound(t, "vw0", v4.Addr()) {
+		if bound(t, "vw0", v4.Addr()) || bound(t, "vw0", v6.Addr()) {
 			t.Fatal("VIP left bound after stop")
 		}
 	})
 
-	t.Run("interface down: the check fails at once", func(t *testing.T) {
+	nsRun("a VIP added by hand on a node that does not hold it goes at once", func(t *testing.T) {
+		w := startWatchLab(t, testLog(t))
+		w.d.Send(Elected{VIP: v4, Holder: false, Reason: "test: another node"})
+		waitFor(t, "VIP released", soon, func() bool { return !bound(t, "vw0", v4.Addr()) })
+		w.quietFor(t, 1200*time.Millisecond, "released, watch live")
+		ipCmd(t, "addr", "add", "10.0.0.100/24", "dev", "vw0", "label", "vw0:kv")
+		took := waitFor(t, "stray VIP removed", soon, func() bool { return !bound(t, "vw0", v4.Addr()) })
+		t.Logf("stray VIP removed after %v", took)
+		// The node's own address in that subnet is still there.
+		if !bound(t, "vw0", netip.MustParseAddr("10.0.0.1")) {
+			t.Fatal("the node's own address went with the stray VIP")
+		}
+		w.stop(t)
+	})
+
+	nsRun("interface down: the check fails at once", func(t *testing.T) {
 		w := startWatchLab(t, testLog(t))
 		n := len(w.transitions())
 		ipCmd(t, "link", "set", "vw0", "down")
@@ -243,7 +293,7 @@ func TestL2Watch(t *testing.T) {
 		w.stop(t)
 	})
 
-	t.Run("carrier lost: the check fails at once", func(t *testing.T) {
+	nsRun("carrier lost: the check fails at once", func(t *testing.T) {
 		w := startWatchLab(t, testLog(t))
 		n := len(w.transitions())
 		ipCmd(t, "link", "set", "vw1", "down") // the peer: vw0 loses its carrier
@@ -260,7 +310,7 @@ func TestL2Watch(t *testing.T) {
 		w.stop(t)
 	})
 
-	t.Run("interface renamed: the VIP leaves it", func(t *testing.T) {
+	nsRun("interface renamed: the VIP leaves it", func(t *testing.T) {
 		w := startWatchLab(t, testLog(t))
 		n := len(w.transitions())
 		// Linux renames only a down interface: down, rename, up at once.
@@ -296,7 +346,7 @@ func TestL2Watch(t *testing.T) {
 		w.stop(t)
 	})
 
-	t.Run("interface deleted and created again", func(t *testing.T) {
+	nsRun("interface deleted and created again", func(t *testing.T) {
 		w := startWatchLab(t, testLog(t))
 		n := len(w.transitions())
 		ipCmd(t, "link", "del", "vw0")
@@ -312,6 +362,7 @@ func TestL2Watch(t *testing.T) {
 		ipCmd(t, "link", "set", "vw0", "up")
 		ipCmd(t, "link", "set", "vw1", "up")
 		ipCmd(t, "addr", "add", "10.0.0.1/24", "dev", "vw0") // the ARP probe's sender
+		waitLinkLocal(t, "vw0")
 		waitFor(t, "VIP bound on the new interface", 10*time.Second, func() bool { return bound(t, "vw0", v4.Addr()) })
 		// The new interface (another index) is the one watched now.
 		time.Sleep(200 * time.Millisecond)
@@ -320,7 +371,7 @@ func TestL2Watch(t *testing.T) {
 		w.stop(t)
 	})
 
-	t.Run("subscription lost: polling, then subscribed again", func(t *testing.T) {
+	nsRun("subscription lost: polling, then subscribed again", func(t *testing.T) {
 		setupLinks(t)
 		l2, err := NewL2(L2Options{Interface: "vw0"}, testLog(t), nil)
 		if err != nil {
@@ -393,7 +444,7 @@ func TestL2Watch(t *testing.T) {
 		}
 	})
 
-	t.Run("cancel stops every goroutine", func(t *testing.T) {
+	nsRun("cancel stops every goroutine", func(t *testing.T) {
 		setupLinks(t)
 		before := runtime.NumGoroutine()
 		l2, err := NewL2(L2Options{Interface: "vw0"}, testLog(t), nil)
