@@ -31,6 +31,12 @@ const (
 	// another holder every ProbeEvery.
 	CheckEvery = time.Second
 	ProbeEvery = 2 * time.Second
+	// WatchedReconcileEvery and WatchedCheckEvery replace ReconcileEvery and
+	// CheckEvery while the announcer's watch (Watcher) is live: the kernel
+	// reports every change of the VIP interface and its addresses as it
+	// happens, so the polling is only a backstop.
+	WatchedReconcileEvery = 10 * time.Second
+	WatchedCheckEvery     = 10 * time.Second
 	// FirstProbe is how soon after binding a lone holder first probes: two
 	// lone nodes that bound in the same probe window find each other then.
 	FirstProbe = 250 * time.Millisecond
@@ -197,6 +203,16 @@ type Tick struct{}
 // Shutdown asks the core to release everything and stop acquiring.
 type Shutdown struct{ Reason string }
 
+// CheckNow asks for a Check of every held VIP at once (without probe): the
+// announcer saw its interface or addresses change (Watcher). The next
+// periodic check is one interval after it.
+type CheckNow struct{}
+
+// CheckInterval sets how often held VIPs are checked from now on; zero
+// restores Options.CheckEvery. A held VIP whose next check would come later
+// than one new interval from now is checked then instead.
+type CheckInterval struct{ Every time.Duration }
+
 func (HealthChanged) isEvent()   {}
 func (Elected) isEvent()         {}
 func (Observed) isEvent()        {}
@@ -205,6 +221,8 @@ func (Done) isEvent()            {}
 func (Tick) isEvent()            {}
 func (Shutdown) isEvent()        {}
 func (PrepareHandover) isEvent() {}
+func (CheckNow) isEvent()        {}
+func (CheckInterval) isEvent()   {}
 
 // vipState is the core's view of one VIP.
 type vipState struct {
@@ -233,6 +251,8 @@ type Core struct {
 	announce bool // schedule Announce actions (l2)
 	check    bool // schedule Check actions (l2)
 	jitter   time.Duration
+	every    time.Duration // Options.CheckEvery, never zero
+	checkGap time.Duration // current check interval (CheckInterval)
 	healthy  bool
 	hReason  string
 	stopping bool
@@ -254,12 +274,21 @@ type Options struct {
 	// node (e.g. from a hash of its name), so that two lone holders that
 	// both gave the VIP up do not retry in step.
 	Jitter time.Duration
+	// CheckEvery is how often a held VIP is checked; zero means
+	// CheckEvery (the package constant). A CheckInterval event changes it
+	// while the core runs (the driver does while a Watcher is live).
+	CheckEvery time.Duration
 }
 
 // New returns a core for the given VIPs, starting unhealthy and holding
 // nothing.
 func New(vips []netip.Prefix, opts Options) *Core {
-	c := &Core{elect: opts.Elect, announce: opts.Announce, check: opts.Check, jitter: opts.Jitter, hReason: "no health check yet", vips: map[netip.Prefix]*vipState{}}
+	every := opts.CheckEvery
+	if every <= 0 {
+		every = CheckEvery
+	}
+	c := &Core{elect: opts.Elect, announce: opts.Announce, check: opts.Check, jitter: opts.Jitter, every: every, checkGap: every,
+		hReason: "no health check yet", vips: map[netip.Prefix]*vipState{}}
 	for _, v := range vips {
 		if _, dup := c.vips[v]; dup {
 			continue
@@ -348,6 +377,10 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 		for _, v := range c.order {
 			c.tick(v, now, &out)
 		}
+	case CheckNow:
+		c.checkNow(now, &out)
+	case CheckInterval:
+		c.setCheckInterval(e.Every, now)
 	case Shutdown:
 		c.stopping = true
 		for _, v := range c.order {
@@ -447,7 +480,7 @@ func (c *Core) done(e Done, now time.Time, out *Output) {
 	s.held = true
 	c.startAnnouncing(e.Action.VIP, now, out)
 	if c.check {
-		s.nextCheck = now.Add(CheckEvery)
+		s.nextCheck = now.Add(c.checkGap)
 		if c.lone(s) {
 			s.nextProbe = now.Add(FirstProbe)
 		}
@@ -573,7 +606,7 @@ func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 	if s.held && c.check {
 		probe := c.lone(s) && !s.nextProbe.IsZero() && !now.Before(s.nextProbe)
 		if probe || (!s.nextCheck.IsZero() && !now.Before(s.nextCheck)) {
-			s.nextCheck = now.Add(CheckEvery)
+			s.nextCheck = now.Add(c.checkGap)
 			if probe {
 				s.nextProbe = now.Add(ProbeEvery)
 			}
@@ -600,6 +633,37 @@ func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 			kind = "refresh"
 		}
 		out.Actions = append(out.Actions, Action{Kind: Announce, VIP: v, Cause: kind})
+	}
+}
+
+// checkNow checks every held VIP at once, without probe (a probe waits
+// for answers; the lone holder's probe schedule is left as it is).
+func (c *Core) checkNow(now time.Time, out *Output) {
+	if !c.check {
+		return
+	}
+	for _, v := range c.order {
+		s := c.vips[v]
+		if !s.held {
+			continue
+		}
+		s.nextCheck = now.Add(c.checkGap)
+		out.Actions = append(out.Actions, Action{Kind: Check, VIP: v, Cause: "interface or addresses changed"})
+	}
+}
+
+// setCheckInterval changes the check interval; a check due later than one
+// new interval from now comes forward.
+func (c *Core) setCheckInterval(every time.Duration, now time.Time) {
+	if every <= 0 {
+		every = c.every
+	}
+	c.checkGap = every
+	for _, v := range c.order {
+		s := c.vips[v]
+		if s.held && c.check && (s.nextCheck.IsZero() || s.nextCheck.After(now.Add(every))) {
+			s.nextCheck = now.Add(every)
+		}
 	}
 }
 

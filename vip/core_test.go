@@ -372,3 +372,89 @@ func TestCoreAcquireConflictIsNoStepAside(t *testing.T) {
 		t.Fatalf("no retry after the back-off: %v", acts(out))
 	}
 }
+
+// TestCoreCheckInterval: when held VIPs are checked, with ticks every
+// 500 ms and the given events in between.
+func TestCoreCheckInterval(t *testing.T) {
+	up := HealthChanged{Healthy: true, Reason: "ok"}
+	type ev struct {
+		at time.Duration
+		ev Event
+	}
+	tests := []struct {
+		name   string
+		opts   Options
+		events []ev // besides a Tick every 500 ms
+		until  time.Duration
+		want   string // offsets of the Check actions
+	}{
+		{"default: every second", Options{Elect: true, Check: true}, nil, 4 * time.Second,
+			"[1s 2s 3s 4s]"},
+		{"Options.CheckEvery", Options{Elect: true, Check: true, CheckEvery: 1500 * time.Millisecond}, nil, 4 * time.Second,
+			"[1.5s 3s]"},
+		{"a watched interval of 10 s", Options{Elect: true, Check: true}, []ev{{100 * time.Millisecond, CheckInterval{Every: 10 * time.Second}}}, 25 * time.Second,
+			"[1s 11s 21s]"},
+		{"CheckNow checks at once and restarts the interval", Options{Elect: true, Check: true},
+			[]ev{{0, CheckInterval{Every: 10 * time.Second}}, {3200 * time.Millisecond, CheckNow{}}, {4 * time.Second, CheckNow{}}}, 15 * time.Second,
+			"[1s 3.2s 4s 14s]"},
+		{"back to the default interval: the next check comes forward", Options{Elect: true, Check: true},
+			[]ev{{0, CheckInterval{Every: 10 * time.Second}}, {5200 * time.Millisecond, CheckInterval{}}}, 8 * time.Second,
+			"[1s 6.5s 7.5s]"},
+		{"without Check (bgp, cloud) nothing is ever checked", Options{Elect: true},
+			[]ev{{time.Second, CheckNow{}}, {2 * time.Second, CheckInterval{Every: time.Second}}}, 5 * time.Second,
+			"[]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New([]netip.Prefix{v4}, tt.opts)
+			c.Step(up, t0)
+			stepDone(c, Elected{VIP: v4, Holder: true}, t0)
+			var got []time.Duration
+			evs := tt.events
+			for at := time.Duration(0); at <= tt.until; at += 100 * time.Millisecond {
+				for len(evs) > 0 && evs[0].at <= at {
+					for _, a := range c.Step(evs[0].ev, t0.Add(evs[0].at)).Actions {
+						if a.Kind == Check {
+							got = append(got, evs[0].at)
+						}
+					}
+					evs = evs[1:]
+				}
+				if at%(500*time.Millisecond) != 0 {
+					continue
+				}
+				for _, a := range c.Step(Tick{}, t0.Add(at)).Actions {
+					if a.Kind == Check {
+						got = append(got, at)
+					}
+				}
+			}
+			if fmt.Sprint(got) != tt.want {
+				t.Fatalf("checks at %v, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCoreCheckNow(t *testing.T) {
+	c := New([]netip.Prefix{v4, v6}, Options{Elect: true, Announce: true, Check: true})
+	c.Step(HealthChanged{Healthy: true}, t0)
+	// Nothing held: nothing to check.
+	if out := c.Step(CheckNow{}, t0); len(out.Actions) != 0 {
+		t.Fatalf("CheckNow with nothing held: %v", acts(out))
+	}
+	stepDone(c, Elected{VIP: v4, Holder: true}, t0)
+	// v6 is being acquired: its Done or Failed settles it, no check.
+	if out := c.Step(Elected{VIP: v6, Holder: true}, t0); len(out.Actions) != 1 || out.Actions[0].Kind != Acquire {
+		t.Fatalf("acquire v6: %v", acts(out))
+	}
+	out := c.Step(CheckNow{}, t0.Add(100*time.Millisecond))
+	if fmt.Sprint(acts(out)) != "[check 10.0.0.100/32]" || out.Actions[0].Probe || len(out.Transitions) != 0 {
+		t.Fatalf("CheckNow: %v %+v", acts(out), out.Actions)
+	}
+	// The check fails with the link down: give up at once, as a periodic check would.
+	o := c.Step(Failed{Action: out.Actions[0], Err: fmt.Errorf("eth0 is administratively down: %w", ErrLinkDown)}, t0.Add(110*time.Millisecond))
+	if fmt.Sprint(acts(o)) != "[release 10.0.0.100/32]" || len(o.Transitions) != 1 || !o.Transitions[0].Failed {
+		t.Fatalf("after the failed check: %v %+v", acts(o), o.Transitions)
+	}
+}

@@ -6,14 +6,42 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Watcher is implemented by announcers that can report changes of the
+// outside world as they happen (l2: netlink link and address updates of the
+// VIP interface). While its watch is live the driver reconciles and checks
+// the held VIPs on every change, and polls only every WatchedReconcileEvery
+// and WatchedCheckEvery; while it is not, it polls as for any announcer.
+type Watcher interface {
+	// Watch watches until ctx is done. Each value received means "look
+	// now": something that may affect a VIP changed, or the watch was lost
+	// (Live false: changes may go unseen until it is back) or established
+	// (Live true). Values are coalesced: at most one waits, the latest.
+	// The channel is closed once every goroutine of the watch has stopped,
+	// after ctx is done.
+	Watch(ctx context.Context) <-chan WatchEvent
+}
+
+// WatchEvent is what a Watcher reports.
+type WatchEvent struct {
+	// Live: the watch is established, every change will be reported.
+	Live bool
+}
+
+// watchGap is the least time between two reconciles a watch asks for:
+// another program that removes the VIP as soon as vipd binds it is fought
+// at most this often.
+const watchGap = 100 * time.Millisecond
+
 // Driver runs a Core: it feeds it events and time, performs the actions it
 // asks for through an Announcer, and reconciles against the outside world
-// every ReconcileEvery. It is the only goroutine that touches the Core.
+// every ReconcileEvery (WatchedReconcileEvery and on every change while a
+// Watcher's watch is live). It is the only goroutine that touches the Core.
 type Driver struct {
 	core    *Core
 	ann     Announcer
@@ -27,6 +55,9 @@ type Driver struct {
 
 	mu    sync.Mutex
 	state []VIPState
+
+	// reconciles counts reconcile passes (for tests).
+	reconciles atomic.Int64
 
 	held  *prometheus.GaugeVec
 	trans *prometheus.CounterVec
@@ -111,6 +142,31 @@ func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
 	defer timer.Stop()
 	reconcile := time.NewTicker(ReconcileEvery)
 	defer reconcile.Stop()
+	var watch <-chan WatchEvent
+	if w, ok := d.ann.(Watcher); ok {
+		watch = w.Watch(ctx)
+	}
+	// A change seen within watchGap of the last reconcile it caused waits
+	// on this timer (nil channel: none waiting).
+	var settle *time.Timer
+	var settleC <-chan time.Time
+	var lastWatch time.Time
+	live := false
+	defer func() {
+		if settle != nil {
+			settle.Stop()
+		}
+		// Every goroutine of the watch has stopped once it closes its channel.
+		if watch != nil {
+			for range watch {
+			}
+		}
+	}()
+	changed := func() {
+		lastWatch = time.Now()
+		d.reconcile(ctx)
+		d.apply(ctx, CheckNow{}, timer)
+	}
 	// Reconcile at once: a VIP left behind by a crash goes away before the
 	// first health check has even finished.
 	d.reconcile(ctx)
@@ -120,6 +176,27 @@ func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
 		case <-ctx.Done():
 			d.shutdown(releaseTimeout)
 			return
+		case ev, ok := <-watch:
+			if !ok {
+				watch = nil
+				continue
+			}
+			if ev.Live != live {
+				live = ev.Live
+				d.watching(ctx, live, reconcile, timer)
+			}
+			switch wait := watchGap - time.Since(lastWatch); {
+			case settleC != nil:
+				// Already waiting: that reconcile sees this change too.
+			case wait > 0:
+				settle = time.NewTimer(wait)
+				settleC = settle.C
+			default:
+				changed()
+			}
+		case <-settleC:
+			settle, settleC = nil, nil
+			changed()
 		case ev := <-d.events:
 			for _, e := range coalesce(ev, d.events) {
 				d.apply(ctx, e, timer)
@@ -177,7 +254,20 @@ func coalesce(first Event, queue <-chan Event) []Event {
 	return out
 }
 
+// watching switches the polling between the backstop of a live watch and
+// the full rate without one.
+func (d *Driver) watching(ctx context.Context, live bool, reconcile *time.Ticker, timer *time.Timer) {
+	every, check := ReconcileEvery, time.Duration(0)
+	if live {
+		every, check = WatchedReconcileEvery, WatchedCheckEvery
+	}
+	reconcile.Reset(every)
+	d.apply(ctx, CheckInterval{Every: check}, timer)
+	d.log.Debug("announcer watch", "live", live, "reconcile_every", every)
+}
+
 func (d *Driver) reconcile(ctx context.Context) {
+	d.reconciles.Add(1)
 	for _, s := range d.core.State() {
 		cctx, cancel := context.WithTimeout(ctx, d.timeout)
 		present, err := d.ann.Present(cctx, s.VIP)

@@ -66,6 +66,9 @@ type L2 struct {
 	// index is the interface's index when last found by name, to find its
 	// addresses after a rename.
 	index atomic.Int32
+	// watchRcvBuf is the receive buffer of the watch's netlink sockets;
+	// zero: the system default (tests make it tiny to overflow it).
+	watchRcvBuf int
 
 	mu    sync.Mutex
 	ready map[netip.Addr]*readySocket // opened by Prepare for the first announcement
