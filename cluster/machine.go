@@ -39,8 +39,10 @@ const (
 	QuorumSettle = time.Second
 	// RestartSettle replaces QuorumSettle for a restarted node that sees
 	// every member it counted before: long enough for a claim made as it
-	// rejoined to reach it (two gossip rounds of the default profile).
-	RestartSettle = 500 * time.Millisecond
+	// rejoined to reach it (one gossip round of the default profile, 200
+	// ms, and some margin); short, since every crash and restart of a
+	// holder (systemd's RestartSec=1) waits it out.
+	RestartSettle = 300 * time.Millisecond
 )
 
 // ElectionConfig shapes an Election.
