@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -300,7 +301,7 @@ func (l *L2) Prepare(_ context.Context, vip netip.Prefix) error {
 		if r.arp, err = arp.Dial(ifi); err != nil {
 			return fmt.Errorf("ARP socket on %s: %w", ifi.Name, err)
 		}
-	} else if r.ndp, _, err = ndp.Listen(ifi, ndp.LinkLocal); err != nil {
+	} else if r.ndp, _, err = ndp.Listen(ndpInterface(ifi), ndp.LinkLocal); err != nil {
 		return fmt.Errorf("NDP socket on %s: %w", ifi.Name, err)
 	}
 	l.mu.Lock()
@@ -590,7 +591,7 @@ func (l *L2) unsolicitedNA(ifi *net.Interface, vip netip.Addr) error {
 		c = r.ndp
 	} else {
 		var err error
-		if c, _, err = ndp.Listen(ifi, ndp.LinkLocal); err != nil {
+		if c, _, err = ndp.Listen(ndpInterface(ifi), ndp.LinkLocal); err != nil {
 			return fmt.Errorf("neighbour advertisement on %s: %w", ifi.Name, err)
 		}
 	}
@@ -692,9 +693,9 @@ func (l *L2) ndpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (n
 	// From our link-local address, so a holder answers (by unicast) as it
 	// would any host resolving the VIP; :: (bound to the interface) when
 	// there is no link-local address.
-	c, _, err := ndp.Listen(ifi, ndp.LinkLocal)
+	c, _, err := ndp.Listen(ndpInterface(ifi), ndp.LinkLocal)
 	if err != nil {
-		c, _, err = ndp.Listen(ifi, ndp.Unspecified)
+		c, _, err = ndp.Listen(ndpInterface(ifi), ndp.Unspecified)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("neighbour probe on %s: %w", ifi.Name, err)
@@ -810,3 +811,18 @@ func (l *L2) Close() error {
 }
 
 var _ Checker = (*L2)(nil)
+
+// ndpInterface is ifi as mdlayher/ndp should see it. ndp addresses its
+// packets by the interface's name, as the zone of an IPv6 address, and Go
+// resolves zone names through a cache refreshed at most once a minute: an
+// interface deleted and created again under the same name was addressed
+// by its old index for up to a minute (neighbour probe: sendmsg: invalid
+// argument), so an IPv6 VIP could not be bound on it. A numeric zone is
+// the interface index itself (Go lists the interfaces again to look for
+// such a name first: one netlink dump per NDP packet, which for a few VIPs
+// is nothing).
+func ndpInterface(ifi *net.Interface) *net.Interface {
+	c := *ifi
+	c.Name = strconv.Itoa(ifi.Index)
+	return &c
+}

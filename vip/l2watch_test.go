@@ -213,9 +213,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 // in the kernel as they happen, and nothing else wakes it.
 //
 // Each subtest runs in a network namespace of its own, in a process of its
-// own: the Go runtime caches interface names (the zone of an IPv6
-// link-local address) for up to a minute, so an interface created again
-// under the same name by a previous subtest would break IPv6 sends.
+// own (separate namespaces, caches and goroutines). "interface deleted and
+// created again" also binds the IPv6 VIP on the new interface: Go caches
+// interface names (IPv6 zones) for up to a minute, and NDP addressed by
+// name sent to the old index (ndpInterface).
 func TestL2Watch(t *testing.T) {
 	// The interval a change must beat by far: without the watch it would
 	// wait for the 10 s backstop. Generous for a loaded machine.
@@ -363,7 +364,7 @@ func TestL2Watch(t *testing.T) {
 		ipCmd(t, "link", "set", "vw1", "up")
 		ipCmd(t, "addr", "add", "10.0.0.1/24", "dev", "vw0") // the ARP probe's sender
 		waitLinkLocal(t, "vw0")
-		waitFor(t, "VIP bound on the new interface", 10*time.Second, func() bool { return bound(t, "vw0", v4.Addr()) })
+		waitFor(t, "VIPs bound on the new interface", 10*time.Second, func() bool { return bound(t, "vw0", v4.Addr()) && bound(t, "vw0", v6.Addr()) })
 		// The new interface (another index) is the one watched now.
 		time.Sleep(200 * time.Millisecond)
 		ipCmd(t, "addr", "del", v4.String(), "dev", "vw0")
