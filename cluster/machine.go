@@ -180,8 +180,9 @@ type Election struct {
 	dup bool
 	// persisted: started with other members in its list (a restart, not a
 	// new cluster forming); settledOnce: its first quorum was reached.
-	// Only a restarted node's first quorum may skip the settle: a forming
-	// cluster waits for the members still joining (the best ranked one).
+	// A restarted node's first quorum waits only RestartSettle; a forming
+	// cluster waits the full QuorumSettle for the members still joining
+	// (the best ranked one).
 	persisted, settledOnce bool
 	silent                 map[string]bool // claimants whose heartbeats stopped (heartbeat.go)
 

@@ -208,8 +208,9 @@ type Shutdown struct{ Reason string }
 // periodic check is one interval after it.
 type CheckNow struct{}
 
-// CheckInterval sets how often held VIPs are checked from now on; zero
-// restores Options.CheckEvery. A held VIP whose next check would come later
+// CheckInterval sets how often held VIPs are checked from now on (the
+// driver sets WatchedCheckEvery while a Watcher is live); zero restores
+// CheckEvery. A held VIP whose next check would come later
 // than one new interval from now is checked then instead.
 type CheckInterval struct{ Every time.Duration }
 
@@ -251,8 +252,7 @@ type Core struct {
 	announce bool // schedule Announce actions (l2)
 	check    bool // schedule Check actions (l2)
 	jitter   time.Duration
-	every    time.Duration // Options.CheckEvery, never zero
-	checkGap time.Duration // current check interval (CheckInterval)
+	checkGap time.Duration // current check interval (CheckEvery, or a CheckInterval event's)
 	healthy  bool
 	hReason  string
 	stopping bool
@@ -274,20 +274,12 @@ type Options struct {
 	// node (e.g. from a hash of its name), so that two lone holders that
 	// both gave the VIP up do not retry in step.
 	Jitter time.Duration
-	// CheckEvery is how often a held VIP is checked; zero means
-	// CheckEvery (the package constant). A CheckInterval event changes it
-	// while the core runs (the driver does while a Watcher is live).
-	CheckEvery time.Duration
 }
 
 // New returns a core for the given VIPs, starting unhealthy and holding
 // nothing.
 func New(vips []netip.Prefix, opts Options) *Core {
-	every := opts.CheckEvery
-	if every <= 0 {
-		every = CheckEvery
-	}
-	c := &Core{elect: opts.Elect, announce: opts.Announce, check: opts.Check, jitter: opts.Jitter, every: every, checkGap: every,
+	c := &Core{elect: opts.Elect, announce: opts.Announce, check: opts.Check, jitter: opts.Jitter, checkGap: CheckEvery,
 		hReason: "no health check yet", vips: map[netip.Prefix]*vipState{}}
 	for _, v := range vips {
 		if _, dup := c.vips[v]; dup {
@@ -656,7 +648,7 @@ func (c *Core) checkNow(now time.Time, out *Output) {
 // new interval from now comes forward.
 func (c *Core) setCheckInterval(every time.Duration, now time.Time) {
 	if every <= 0 {
-		every = c.every
+		every = CheckEvery
 	}
 	c.checkGap = every
 	for _, v := range c.order {

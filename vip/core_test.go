@@ -390,8 +390,6 @@ func TestCoreCheckInterval(t *testing.T) {
 	}{
 		{"default: every second", Options{Elect: true, Check: true}, nil, 4 * time.Second,
 			"[1s 2s 3s 4s]"},
-		{"Options.CheckEvery", Options{Elect: true, Check: true, CheckEvery: 1500 * time.Millisecond}, nil, 4 * time.Second,
-			"[1.5s 3s]"},
 		{"a watched interval of 10 s", Options{Elect: true, Check: true}, []ev{{100 * time.Millisecond, CheckInterval{Every: 10 * time.Second}}}, 25 * time.Second,
 			"[1s 11s 21s]"},
 		{"CheckNow checks at once and restarts the interval", Options{Elect: true, Check: true},
