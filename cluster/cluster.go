@@ -105,8 +105,9 @@ type Node struct {
 	log   *slog.Logger
 	ml    *memberlist.Memberlist
 
-	inbox chan Event // health, holding, failures, key errors, conflicts
-	wake  chan struct{}
+	inbox   chan Event // health, holding, failures, key errors, conflicts
+	wake    chan struct{}
+	syncReq chan struct{} // state exchanges asked of syncLoop
 
 	mu        sync.Mutex
 	metaEnc   []byte // what NodeMeta hands memberlist
@@ -156,6 +157,7 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 		hbMetrics: newHBMetrics(),
 		inbox:     make(chan Event, 64),
 		wake:      make(chan struct{}, 1),
+		syncReq:   make(chan struct{}, 1),
 		election: NewElection(ElectionConfig{
 			Name: cfg.Name, VIPs: cfg.VIPs, Priority: cfg.Priority, Quorum: cfg.Quorum, Peers: len(peers) > 0,
 			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry, Pools: cfg.Pools, PreemptDelay: cfg.PreemptDelay,
@@ -322,7 +324,13 @@ func (n *Node) poke() {
 // Run joins the peers and reports every change of decision through decide
 // until ctx is done. It keeps re-joining peers that are not members.
 func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) error {
-	go n.join() // a slow peer must not delay the first decision
+	syncDone := make(chan struct{})
+	go func() { // a slow peer must not delay a decision
+		defer close(syncDone)
+		n.syncLoop(ctx)
+	}()
+	defer func() { <-syncDone }()
+	n.requestSync()
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
@@ -345,7 +353,7 @@ func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) err
 		case <-safety.C:
 		case <-rejoin.C:
 			if n.ml.NumMembers()-1 < len(n.peers) {
-				go n.join()
+				n.requestSync()
 			}
 		}
 		for more := true; more; {
@@ -387,6 +395,10 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 	out.Send = append(out.Send, o2.Send...)
 	out.Prepare = append(out.Prepare, o2.Prepare...)
 	out.Handovers = append(out.Handovers, o2.Handovers...)
+	out.Sync = out.Sync || o2.Sync
+	if out.Sync {
+		n.requestSync()
+	}
 	for _, l := range out.Logs {
 		lvl := slog.LevelInfo
 		if l.Warn {
@@ -520,10 +532,45 @@ func (n *Node) pickUpForget() {
 	n.mu.Unlock()
 }
 
+// requestSync asks syncLoop for a join (a state exchange with the peers
+// and the members in view); requests made while one runs are merged.
+func (n *Node) requestSync() {
+	select {
+	case n.syncReq <- struct{}{}:
+	default:
+	}
+}
+
+// syncLoop runs the joins requestSync asks for, one at a time, until ctx
+// is done (Run waits for it).
+func (n *Node) syncLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.syncReq:
+			n.join()
+		}
+	}
+}
+
+// join exchanges state (memberlist's push/pull over TCP) with every
+// configured peer and every member in view: it brings back members the
+// others still see, with their current metadata.
 func (n *Node) join() {
 	var peers []string
+	seen := map[string]bool{}
 	for _, p := range n.peers {
-		peers = append(peers, withPort(p))
+		p = withPort(p)
+		seen[p] = true
+		peers = append(peers, p)
+	}
+	for _, m := range n.ml.Members() {
+		a := m.FullAddress().Addr
+		if m.Name != n.cfg.Name && !seen[a] {
+			seen[a] = true
+			peers = append(peers, a)
+		}
 	}
 	if len(peers) == 0 {
 		return

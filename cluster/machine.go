@@ -139,6 +139,13 @@ type Output struct {
 	Prepare []string
 	// Handovers that ended or were refused.
 	Handovers []HandoverResult
+	// Sync asks the glue to exchange its whole view with the members now
+	// (memberlist's push/pull): set when quorum is regained. Claims
+	// gossiped while this node was cut off are not sent again, and a
+	// holder this node still counts as dead may be alive in the views of
+	// those it hears: their state brings that claim within the quorum
+	// settle, before this node would claim the VIP itself.
+	Sync bool
 }
 
 // LogLine is one message for the log.
@@ -358,6 +365,7 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 	if q.OK != e.quorum.OK && e.quorum.Reason != "" {
 		if q.OK {
 			out.log(false, "quorum regained", "reason", q.Reason)
+			out.Sync = true
 		} else {
 			out.log(true, "quorum lost: releasing every VIP", "reason", q.Reason)
 		}

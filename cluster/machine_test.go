@@ -482,3 +482,37 @@ func TestElectionNameConflict(t *testing.T) {
 		t.Fatalf("quorum counts a duplicate-name member: %+v", q)
 	}
 }
+
+// TestElectionSyncOnQuorumRegained: a node that regains quorum asks for a
+// state exchange (Output.Sync) once, at the moment it does (also the
+// first time after start): a claim made
+// while it was cut off is not gossiped again, and without the exchange a
+// node back from isolation claimed the VIP held by a member it still
+// counted as dead (test/l2 TestClusterPartitions, "2+1 holder isolated").
+func TestElectionSyncOnQuorumRegained(t *testing.T) {
+	elig := func(n string) Member {
+		return peer(n, Alive, Meta{Eligible: true, Healthy: true, Counts: counts("n1", "n2", "n3")})
+	}
+	e := newEl("n1", "n2", "n3")
+	steps := []struct {
+		name string
+		ev   Event
+		at   time.Duration
+		sync bool
+	}{
+		{"healthy, alone", HealthChanged{Healthy: true}, 0, false},
+		{"quorum reached after start (the start's own join may have missed a member)", ViewChanged{Members: []Member{elig("n2"), elig("n3")}}, time.Second, true},
+		{"steady", Tick{}, 2 * time.Second, false},
+		{"quorum lost", ViewChanged{Members: nil}, 3 * time.Second, false},
+		{"still lost", Tick{}, 4 * time.Second, false},
+		{"quorum regained (one member back)", ViewChanged{Members: []Member{elig("n2")}}, 5 * time.Second, true},
+		{"steady again", Tick{}, 6 * time.Second, false},
+		{"the last member back (quorum held all along)", ViewChanged{Members: []Member{elig("n2"), elig("n3")}}, 7 * time.Second, false},
+	}
+	for _, s := range steps {
+		out := e.Step(s.ev, t0.Add(s.at))
+		if out.Sync != s.sync {
+			t.Errorf("%s: Sync=%v, want %v", s.name, out.Sync, s.sync)
+		}
+	}
+}
