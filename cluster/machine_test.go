@@ -485,10 +485,10 @@ func TestElectionNameConflict(t *testing.T) {
 
 // TestElectionSyncOnQuorumRegained: a node that regains quorum asks for a
 // state exchange (Output.Sync) once, at the moment it does (also the
-// first time after start): a claim made
-// while it was cut off is not gossiped again, and without the exchange a
-// node back from isolation claimed the VIP held by a member it still
-// counted as dead (test/l2 TestClusterPartitions, "2+1 holder isolated").
+// first time after start): a claim made while it was cut off is not
+// gossiped again, and without the exchange a node back from isolation
+// claimed the VIP held by a member it still counted as dead (test/l2
+// TestClusterPartitions, "2+1 holder isolated").
 func TestElectionSyncOnQuorumRegained(t *testing.T) {
 	elig := func(n string) Member {
 		return peer(n, Alive, Meta{Eligible: true, Healthy: true, Counts: counts("n1", "n2", "n3")})

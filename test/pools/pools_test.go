@@ -283,14 +283,31 @@ func (p *poolLab) reach(ctx context.Context, addr netip.Addr) (string, error) {
 // than not, when given) and returns who answered and when.
 func (p *poolLab) waitReach(ctx context.Context, addr netip.Addr, not string) (string, time.Time) {
 	p.t.Helper()
+	name, err := p.pollReach(ctx, addr, not, time.Time{})
+	if err != nil {
+		p.t.Fatalf("client never reached %s (last: %q, %v)", addr, name, err)
+	}
+	return name, time.Now()
+}
+
+// pollReach probes addr until a node other than not answers, or ctx ends,
+// or (unless zero) the time is past until after at least one probe; then
+// it returns the last answer and error.
+func (p *poolLab) pollReach(ctx context.Context, addr netip.Addr, not string, until time.Time) (string, error) {
 	for {
 		name, err := p.reach(ctx, addr)
 		if err == nil && name != not {
-			return name, time.Now()
+			return name, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("answered by %s", name)
+		}
+		if !until.IsZero() && time.Now().After(until) {
+			return name, err
 		}
 		select {
 		case <-ctx.Done():
-			p.t.Fatalf("client never reached %s (last: %q, %v)", addr, name, err)
+			return name, err
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -549,16 +566,8 @@ func TestPools(t *testing.T) {
 		// tries again.
 		budget := killed.Add(2500 * time.Millisecond)
 		for i := range 28 { // .138 released, .139 cut from the pool
-			for {
-				got, err := p.reach(ctx, addr(10+i))
-				if err == nil && got != old {
-					break
-				}
-				if time.Now().After(budget) {
-					t.Errorf("%s: answered by %q (%v) %v after the kill", addr(10+i), got, err, time.Since(killed).Round(time.Millisecond))
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
+			if got, err := p.pollReach(ctx, addr(10+i), old, budget); err != nil {
+				t.Errorf("%s: answered by %q (%v) %v after the kill", addr(10+i), got, err, time.Since(killed).Round(time.Millisecond))
 			}
 		}
 		// The node comes back with its old bindings and a new vipd.
