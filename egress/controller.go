@@ -50,6 +50,9 @@ type Controller struct {
 	gws     map[netip.Addr]Gateway
 	lastErr string
 	since   map[netip.Addr]time.Time // when the gateway last changed
+	// lastGateway is the last time this node was the gateway of an
+	// egress IP (a reconcile with or leaving the gateway role).
+	lastGateway time.Time
 
 	mGateway *prometheus.GaugeVec
 	mRepairs *prometheus.CounterVec
@@ -202,58 +205,84 @@ func (c *Controller) SetLeft(left <-chan struct{}) {
 	c.mu.Unlock()
 }
 
-// Drain bounds of a stopping gateway (see drain).
-const (
-	drainMax   = 2 * time.Second        // the whole drain at most
-	drainGrace = 150 * time.Millisecond // after the leave: the directors' next poll
-)
-
-// drain keeps a stopping gateway's SNAT until the directors route
-// elsewhere: removed at once, the directors' packets still arriving would
-// be forwarded without it and leave with this node's address (the CNI's
-// masquerade). The directors keep this node as the gateway until it has
-// released the egress IPs and left the cluster (until then it is still the
-// best-ranked eligible member), so drain waits for both, then a grace for
-// the directors' next poll, at most drainMax in all.
+// drain keeps a stopping node that was a gateway from leaking the
+// directors' traffic still on its way to it (see Drain, which decides
+// each step): it keeps its state until it released the egress IPs and
+// left the cluster, then holds the stopping state (the guard drops the
+// selected flows instead of letting the CNI masquerade them) until no such
+// packet came from another node for DrainQuiet, at most DrainMax in all.
+// Before, only a node that was still the gateway when the stop began
+// drained: a hand-over at stop had already made it a director, so it
+// removed everything at once and the CNI sent the directors' packets out
+// with its address (CI failure, test/egress planned-stop).
 func (c *Controller) drain() {
 	c.mu.Lock()
-	gateway := false
-	for _, r := range c.roles {
-		gateway = gateway || r == RoleGateway
-	}
+	in := DrainInput{Start: time.Now(), LastGateway: c.lastGateway}
 	left := c.left
 	c.mu.Unlock()
-	if !gateway {
-		return
-	}
-	deadline := time.After(drainMax)
+	var arrivals uint64
 	for {
+		in.Now = time.Now()
 		c.mu.Lock()
-		held := false
+		in.Held = false
 		for _, h := range c.held {
-			held = held || h
+			in.Held = in.Held || h
 		}
 		c.mu.Unlock()
-		if !held {
-			break
+		in.Left = left == nil // no cluster, or seen closed below on an earlier round
+		if left != nil {
+			select {
+			case <-left:
+				in.Left, left = true, nil // a nil channel: the select below no longer wakes on it
+			default:
+			}
 		}
+		if !in.Guarded.IsZero() {
+			n, err := c.k.Arrivals()
+			if err != nil {
+				c.fail(err)
+			} else if n != arrivals {
+				arrivals, in.LastArrival = n, in.Now
+			}
+		}
+		step, next := Drain(in)
+		switch step {
+		case DrainRemove:
+			if in.Now.Sub(in.Start) >= DrainMax && !in.LastGateway.IsZero() {
+				c.log.Warn("egress: stop: drain bound reached", "held", in.Held, "left", in.Left, "arrivals_dropped", arrivals)
+			} else if !in.Guarded.IsZero() {
+				c.log.Info("egress: stop: no more traffic from other nodes", "drained", in.Now.Sub(in.Start).Round(time.Millisecond),
+					"arrivals_dropped", arrivals)
+			}
+			return
+		case DrainGuard:
+			c.applyStopping()
+			in.Guarded = time.Now()
+			continue
+		}
+		t := time.NewTimer(time.Until(next))
 		select {
 		case <-c.wake:
-		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			return
-		}
-	}
-	if left != nil {
-		select {
 		case <-left:
-		case <-deadline:
-			return
+		case <-t.C:
 		}
+		t.Stop()
 	}
-	select {
-	case <-time.After(drainGrace):
-	case <-deadline:
+}
+
+// applyStopping puts in the stopping state (PlanStopping).
+func (c *Controller) applyStopping() {
+	in := c.input()
+	want := PlanStopping(in)
+	obs, err := c.k.Observe(in.Settings)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	ch := Diff(want, obs)
+	c.log.Info("egress: stop: dropping the selected flows until the directors route elsewhere", "changes", ch.Summary())
+	if err := c.k.Apply(want, ch); err != nil {
+		c.fail(err)
 	}
 }
 
@@ -278,6 +307,9 @@ func (c *Controller) reconcile(in Input, changed bool) {
 		if old, ok := c.gws[ip]; !ok || old != g {
 			c.since[ip] = time.Now()
 		}
+	}
+	if slices.Contains(slices.Collect(maps.Values(c.roles)), RoleGateway) || slices.Contains(slices.Collect(maps.Values(want.Roles)), RoleGateway) {
+		c.lastGateway = time.Now()
 	}
 	c.gws, c.roles = in.Gateways, want.Roles
 	for ip, r := range want.Roles {

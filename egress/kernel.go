@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -251,6 +252,32 @@ func (k *Kernel) Remove(s Settings) (Changes, error) {
 	return c, k.Apply(State{}, c)
 }
 
+// Arrivals returns the packets counted by the stopping state's arrivals
+// chain (selected flows from other nodes), summed over its rules; 0
+// without that chain.
+func (k *Kernel) Arrivals() (uint64, error) {
+	rules, err := k.nft.GetRules(table(), &nftables.Chain{Name: ChainArrivals, Table: table()})
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("read the counters of chain %s: %w", ChainArrivals, err)
+	}
+	var n uint64
+	for _, r := range rules {
+		cm, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+		if !strings.HasPrefix(cm, "vipd stopping") {
+			continue
+		}
+		for _, e := range r.Exprs {
+			if c, ok := e.(*expr.Counter); ok {
+				n += c.Packets
+			}
+		}
+	}
+	return n, nil
+}
+
 func (k *Kernel) deleteTable() error {
 	t := table()
 	// Adding first makes the delete succeed whether or not it exists.
@@ -376,6 +403,11 @@ func ruleExprs(r NftRule) []expr.Any {
 				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: make([]byte, 4)},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)})
 	}
+	if r.Iif != 0 {
+		e = append(e,
+			&expr.Meta{Key: expr.MetaKeyIIF, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uint32(r.Iif))})
+	}
 	e = append(e, prefixMatch(r.Family, true, r.Src)...)
 	e = append(e, prefixMatch(r.Family, false, r.Dst)...)
 	if r.MarkMask != 0 {
@@ -394,6 +426,10 @@ func ruleExprs(r NftRule) []expr.Any {
 		e = append(e, &expr.Verdict{Kind: expr.VerdictReturn})
 	case Accept:
 		e = append(e, &expr.Verdict{Kind: expr.VerdictAccept})
+	case Drop:
+		e = append(e, &expr.Verdict{Kind: expr.VerdictDrop})
+	case Count:
+		// The counter above is all.
 	case SetMark:
 		e = append(e,
 			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},

@@ -24,6 +24,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // TableName is the nftables table vipd owns (family inet).
@@ -129,6 +130,8 @@ type Chain struct {
 type NftRule struct {
 	Family   int          // 4 or 6
 	Src, Dst netip.Prefix // invalid: any
+	// Iif != 0: the packet came in on this interface (prerouting only).
+	Iif int
 	// MarkMask != 0: the packet mark masked by MarkMask equals Mark.
 	Mark, MarkMask uint32
 	DNATed         bool // the connection was DNATed (ct status dnat)
@@ -156,12 +159,20 @@ const (
 	SetMark  ActionKind = "mark"     // mark = (mark & ^Mask) | Mark
 	SNAT     ActionKind = "snat"     // snat to Action.To
 	SNATSelf ActionKind = "snatself" // snat to the packet's own source: a binding that skips later NAT chains
+	Drop     ActionKind = "drop"
+	Count    ActionKind = "count" // only the rule's counter: no verdict
 )
 
 // Key is the canonical text of the rule: equal keys, equal rules.
 func (r NftRule) Key() string {
-	return fmt.Sprintf("f=%d src=%s dst=%s mark=%#x/%#x dnat=%v local=%v reply=%v act=%s/%#x/%#x/%s",
+	k := fmt.Sprintf("f=%d src=%s dst=%s mark=%#x/%#x dnat=%v local=%v reply=%v act=%s/%#x/%#x/%s",
 		r.Family, r.Src, r.Dst, r.Mark, r.MarkMask, r.DNATed, r.DstLocal, r.Reply, r.Action.Kind, r.Action.Mark, r.Action.Mask, r.Action.To)
+	// Fields added later only when set: the digests of the older rules
+	// stay the same across an upgrade.
+	if r.Iif != 0 {
+		k += fmt.Sprintf(" iif=%d", r.Iif)
+	}
+	return k
 }
 
 // Comment is the rule's nftables comment: a readable label and a digest
@@ -237,7 +248,30 @@ func family(a netip.Addr) int {
 }
 
 // Plan computes the desired kernel state. It is a pure function.
-func Plan(in Input) State {
+//
+// The snat chain of every plan ends with a guard: a new selected flow
+// (the first packet of a connection, which is all a NAT chain sees) that
+// no rule before SNATed to an egress IP or bypassed to the gateway is
+// dropped there, before the CNI's masquerade would give it this node's
+// address. Whatever the window between two states of the cluster (a
+// gateway stepping down, a director routing to a node that is no longer
+// the gateway, a stopping node), the selected pods' connections are then
+// never set up with a node's address: their packets are dropped instead.
+func Plan(in Input) State { return plan(in, false) }
+
+// PlanStopping is the state a stopping node holds while other nodes may
+// still route their pods' traffic through it (a gateway that just stepped
+// down): the snat chain's guard alone, which drops every new selected flow
+// (nothing SNATs or marks any more), and a count of the selected packets
+// arriving from other nodes (chain arrivals, read by Kernel.Arrivals),
+// by which the stop sees when the directors have moved away. No marks,
+// SNAT, ip rules or routes.
+func PlanStopping(in Input) State { return plan(in, true) }
+
+// ChainArrivals is the stopping state's counting chain (read back by name).
+const ChainArrivals = "arrivals"
+
+func plan(in Input, stopping bool) State {
 	st := State{Roles: map[netip.Addr]Role{}}
 	ips, slot := in.slots()
 	if len(ips) == 0 {
@@ -286,6 +320,27 @@ func Plan(in Input) State {
 			}
 		}
 		return out
+	}
+
+	if stopping {
+		var arrivals []NftRule
+		for _, ip := range ips {
+			for _, r := range in.Rules {
+				if r.IP != ip {
+					continue
+				}
+				for _, from := range r.From {
+					for _, to := range r.To {
+						arrivals = appendUnique(arrivals, NftRule{Family: family(ip), Iif: s.Link, Src: from, Dst: to,
+							Action: Action{Kind: Count}, Label: "stopping: from another node " + ip.String()})
+					}
+				}
+			}
+		}
+		st.Chains = append(st.Chains,
+			Chain{Name: ChainArrivals, Hook: "prerouting", Type: "filter", Priority: PriorityMark, Rules: append(exclusions(true), arrivals...)},
+			Chain{Name: "snat", Hook: "postrouting", Type: "nat", Priority: PrioritySNAT, Rules: append(exclusions(false), guardRules(in, ips)...)})
+		return st
 	}
 
 	var mark, snat, fwd []NftRule
@@ -346,14 +401,47 @@ func Plan(in Input) State {
 		st.Chains = append(st.Chains, Chain{Name: "mark", Hook: "prerouting", Type: "filter", Priority: PriorityMark,
 			Rules: append(exclusions(true), mark...)})
 	}
-	if len(snat) > 0 {
-		st.Chains = append(st.Chains, Chain{Name: "snat", Hook: "postrouting", Type: "nat", Priority: PrioritySNAT,
-			Rules: append(exclusions(false), snat...)})
-	}
+	st.Chains = append(st.Chains, Chain{Name: "snat", Hook: "postrouting", Type: "nat", Priority: PrioritySNAT,
+		Rules: append(append(exclusions(false), snat...), guardRules(in, ips)...)})
 	if len(fwd) > 0 {
 		st.Chains = append(st.Chains, Chain{Name: "forward", Hook: "forward", Type: "filter", Priority: PriorityForward, Rules: fwd})
 	}
 	return st
+}
+
+// guardRules end the snat chain: a selected flow that reaches them was
+// neither SNATed to its egress IP (gateway) nor marked for a gateway
+// (director), so the CNI's masquerade would send it out with this node's
+// address: it is dropped. A NAT chain sees a connection's first packet
+// only: a flow it dropped has no conntrack entry and its next packet is
+// seen again.
+func guardRules(in Input, ips []netip.Addr) []NftRule {
+	var out []NftRule
+	for _, ip := range ips {
+		for _, r := range in.Rules {
+			if r.IP != ip {
+				continue
+			}
+			for _, from := range r.From {
+				for _, to := range r.To {
+					out = appendUnique(out, NftRule{Family: family(ip), Src: from, Dst: to, Action: Action{Kind: Drop},
+						Label: "guard " + ip.String() + " drop unless snat"})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// appendUnique appends r unless a rule with the same key is there (two
+// egress IPs' rules may select the same flows).
+func appendUnique(rs []NftRule, r NftRule) []NftRule {
+	for _, x := range rs {
+		if x.Key() == r.Key() {
+			return rs
+		}
+	}
+	return append(rs, r)
 }
 
 // Observed is what the kernel has that vipd owns: the table's chains (each
@@ -478,4 +566,89 @@ func (st State) Observe() Observed {
 		o.Chains = append(o.Chains, oc)
 	}
 	return o
+}
+
+// Bounds of a stopping node's drain (see Drain).
+const (
+	// DrainMax bounds the whole drain, from the stop on.
+	DrainMax = 2 * time.Second
+	// DrainMemory: a node that was a gateway this recently drains; the
+	// directors move to a new gateway within a gossip round (well under a
+	// second), so a node that stepped down longer ago carries nothing.
+	DrainMemory = 10 * time.Second
+	// DrainQuiet: the guard stays until no packet of a selected flow came
+	// from another node for this long (the directors' poll is 50 ms).
+	DrainQuiet = 200 * time.Millisecond
+	// DrainPoll is how often a draining node looks again.
+	DrainPoll = 20 * time.Millisecond
+)
+
+// DrainInput is what a stopping node knows at one moment of its drain.
+type DrainInput struct {
+	Now   time.Time
+	Start time.Time // the stop began (the controller's context was done)
+	// LastGateway is the last time this node was the gateway of an egress
+	// IP (zero: never in this run).
+	LastGateway time.Time
+	Held        bool // still holds an egress IP
+	Left        bool // has left the cluster (true without a cluster)
+	// Guarded is when the stopping state (PlanStopping) went in; zero:
+	// not yet.
+	Guarded time.Time
+	// LastArrival is when the count of selected packets from other nodes
+	// last grew while guarded (zero: it never did).
+	LastArrival time.Time
+}
+
+// DrainStep is what a stopping node does next.
+type DrainStep string
+
+// Drain steps.
+const (
+	DrainWait   DrainStep = "wait"   // look again by the returned time
+	DrainGuard  DrainStep = "guard"  // install PlanStopping, then look again
+	DrainRemove DrainStep = "remove" // remove everything: nobody routes here any more (or DrainMax is up)
+)
+
+// Drain decides the next step of a stopping node's egress state. It is
+// pure.
+//
+// The directors route the selected pods' traffic to whichever node they
+// last saw holding the egress IP, and learn of a new holder only through
+// gossip: for a while after a gateway stepped down (a hand-over at stop, or
+// just before) their packets still arrive. A node that removed its table
+// then would forward them by its main table, and the CNI's masquerade
+// would send them out with this node's address. So a node that was a
+// gateway within DrainMemory waits until it released the egress IPs and
+// left the cluster (the directors' view moves on), then holds the stopping
+// state, which drops such packets and counts them, until none arrived for
+// DrainQuiet; then it removes everything. DrainMax bounds it all.
+func Drain(in DrainInput) (DrainStep, time.Time) {
+	deadline := in.Start.Add(DrainMax)
+	if in.LastGateway.IsZero() || in.Start.Sub(in.LastGateway) > DrainMemory || !in.Now.Before(deadline) {
+		return DrainRemove, time.Time{}
+	}
+	next := func(t time.Time) time.Time {
+		if p := in.Now.Add(DrainPoll); p.Before(t) {
+			t = p
+		}
+		if deadline.Before(t) {
+			t = deadline
+		}
+		return t
+	}
+	if in.Held || !in.Left {
+		return DrainWait, next(deadline)
+	}
+	if in.Guarded.IsZero() {
+		return DrainGuard, time.Time{}
+	}
+	quiet := in.Guarded
+	if in.LastArrival.After(quiet) {
+		quiet = in.LastArrival
+	}
+	if end := quiet.Add(DrainQuiet); in.Now.Before(end) {
+		return DrainWait, next(end)
+	}
+	return DrainRemove, time.Time{}
 }

@@ -70,7 +70,7 @@ func TestPlanRoles(t *testing.T) {
 				{Family: 6, Table: 7951}, // unreachable: fail closed
 			},
 			markRules: []string{"return", "return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return", "return fd00:10:244::/56", "mark", "mark"},
-			snatRules: []string{"return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return fd00:10:244::/56", "snatself", "snatself"},
+			snatRules: []string{"return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return fd00:10:244::/56", "snatself", "snatself", "drop", "drop"},
 		},
 		{
 			name:      "gateway of IPv4, director of IPv6 (its gateway known by an IPv4 address)",
@@ -78,14 +78,14 @@ func TestPlanRoles(t *testing.T) {
 			roles:     map[netip.Addr]Role{eip4: RoleGateway, eip6: RoleDirector},
 			routes:    []Route{{Family: 6, Table: 7951, Via: eip6, Link: 2}}, // via the egress IP: no IPv4 next hop for IPv6
 			markRules: []string{"return", "return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return", "return fd00:10:244::/56", "mark"},
-			snatRules: []string{"return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return fd00:10:244::/56", "snat", "snatself"},
+			snatRules: []string{"return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return fd00:10:244::/56", "snat", "snatself", "drop", "drop"},
 			forward:   2,
 		},
 		{
 			name:      "gateway of both: no marks, no routes",
 			gws:       map[netip.Addr]Gateway{eip4: {Self: true}, eip6: {Self: true}},
 			roles:     map[netip.Addr]Role{eip4: RoleGateway, eip6: RoleGateway},
-			snatRules: []string{"return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return fd00:10:244::/56", "snat", "snat"},
+			snatRules: []string{"return", "return 10.244.0.0/16", "return 10.96.0.0/12", "return", "return fd00:10:244::/56", "snat", "snat", "drop", "drop"},
 			forward:   4,
 		},
 	}
@@ -136,7 +136,7 @@ func TestPlanDetails(t *testing.T) {
 	if s.Hook != "postrouting" || s.Type != "nat" || s.Priority >= 100 {
 		t.Fatalf("snat chain must run before srcnat (100): %+v", s)
 	}
-	self := s.Rules[len(s.Rules)-2]
+	self := s.Rules[len(s.Rules)-4] // then the IPv6 bypass and the two guards
 	if self.Action.Kind != SNATSelf || self.Mark != 0x100000 || self.MarkMask != 0xf00000 {
 		t.Fatalf("masquerade bypass matches the mark: %+v", self)
 	}
@@ -159,7 +159,7 @@ func TestPlanDetails(t *testing.T) {
 	// destinations are excluded.
 	r := []Rule{{IP: eip4, From: []netip.Prefix{pods, netip.MustParsePrefix("10.245.0.0/16")}, To: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24")}}}
 	g := Plan(Input{Rules: r, Gateways: map[netip.Addr]Gateway{eip4: {Self: true}}, Settings: settings()})
-	if n := len(kinds(chain(g, "snat"))); n != 4+4 { // dnat, 2 from CIDRs, the service CIDR; 4 pairs
+	if n := len(kinds(chain(g, "snat"))); n != 4+4+4 { // dnat, 2 from CIDRs, the service CIDR; 4 pairs; their 4 guards
 		t.Fatalf("snat rules: %q", kinds(chain(g, "snat")))
 	}
 }
