@@ -189,3 +189,80 @@ func TestKernelProgramsRepairsAndRemoves(t *testing.T) {
 		t.Fatalf("second remove: %v %s", err, c.Summary())
 	}
 }
+
+// TestKernelStoppingDropsBeforeMasquerade sends real packets through a
+// node namespace that has a CNI-like masquerade (its own nftables table,
+// priority srcnat): a selected pod's packet coming from another node is
+// dropped by the stopping state's guard before the masquerade, and
+// counted as an arrival; without vipd's table the masquerade takes it
+// (the leak the guard prevents).
+func TestKernelStoppingDropsBeforeMasquerade(t *testing.T) {
+	ns, k, link := testNS(t)
+	testenv.RequireCommands(t, "ping", "sysctl")
+	peer := ns + "p"
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", args, err, out)
+		}
+	}
+	run("ip", "netns", "add", peer)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", peer).Run() })
+	// The other node (a director routing its pod's traffic here): peer0
+	// moves to its own namespace, with a pod address as source.
+	run("ip", "-n", ns, "link", "set", "peer0", "netns", peer)
+	run("ip", "-n", peer, "link", "set", "peer0", "up")
+	run("ip", "-n", peer, "addr", "add", "10.0.0.12/24", "dev", "peer0")
+	run("ip", "-n", peer, "addr", "add", "10.244.1.5/32", "dev", "peer0")
+	run("ip", "-n", peer, "route", "add", "198.51.100.0/24", "via", "10.0.0.11")
+	// This node forwards to the outside and masquerades the pod CIDR.
+	inNS(t, ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	run("ip", "-n", ns, "route", "add", "198.51.100.0/24", "via", "10.0.0.99", "dev", "eth0", "onlink")
+	inNS(t, ns, "nft", "add table ip cni; add chain ip cni post { type nat hook postrouting priority srcnat; }; "+
+		"add rule ip cni post ip saddr 10.244.0.0/16 ip daddr != 10.244.0.0/16 counter masquerade")
+	send := func() {
+		t.Helper()
+		// No answer comes (the next hop does not exist): only the
+		// counters tell what happened.
+		_ = exec.Command("ip", "netns", "exec", peer, "ping", "-c", "2", "-i", "0.2", "-W", "0.3", "-I", "10.244.1.5", "198.51.100.9").Run()
+	}
+	masqueraded := func() string {
+		out := inNS(t, ns, "nft", "list", "chain", "ip", "cni", "post")
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "masquerade") {
+				return strings.TrimSpace(l)
+			}
+		}
+		t.Fatalf("no masquerade rule:\n%s", out)
+		return ""
+	}
+
+	s := settings()
+	s.Link = link
+	in := Input{Rules: rules(), Gateways: map[netip.Addr]Gateway{eip4: {Node: "n2", Addr: netip.MustParseAddr("10.0.0.12")}}, Settings: s}
+	syncKernel(t, k, PlanStopping(in), s)
+	if n, err := k.Arrivals(); err != nil || n != 0 {
+		t.Fatalf("arrivals before any packet: %d, %v", n, err)
+	}
+	send()
+	if m := masqueraded(); !strings.Contains(m, "packets 0 ") {
+		t.Fatalf("stopping state: the masquerade took the pod's packets: %s\n%s", m, inNS(t, ns, "nft", "list", "table", "inet", TableName))
+	}
+	if n, err := k.Arrivals(); err != nil || n < 2 {
+		t.Fatalf("arrivals after two packets: %d, %v", n, err)
+	}
+	table := inNS(t, ns, "nft", "list", "table", "inet", TableName)
+	if !strings.Contains(table, `ip saddr 10.244.0.0/16 counter packets 2 bytes 168 drop comment "vipd guard 10.0.0.200 drop unless snat`) {
+		t.Fatalf("the guard did not drop both packets:\n%s", table)
+	}
+
+	// The same packets without vipd's table: masqueraded with this node's
+	// address.
+	if _, err := k.Remove(s); err != nil {
+		t.Fatal(err)
+	}
+	send()
+	if m := masqueraded(); strings.Contains(m, "packets 0 ") {
+		t.Fatalf("without the guard the masquerade should have taken the packets (test setup): %s", m)
+	}
+}
