@@ -272,7 +272,11 @@ func (c *Controller) drain() {
 
 // applyStopping puts in the stopping state (PlanStopping).
 func (c *Controller) applyStopping() {
-	in := c.input()
+	// No gateways: the stopping state needs none, and the cluster is left.
+	in := Input{Rules: c.rules(), Settings: c.opts.Settings}
+	c.mu.Lock()
+	in.Order = slices.Clone(c.order)
+	c.mu.Unlock()
 	want := PlanStopping(in)
 	obs, err := c.k.Observe(in.Settings)
 	if err != nil {
