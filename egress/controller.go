@@ -312,7 +312,7 @@ func (c *Controller) reconcile(in Input, changed bool) {
 			c.since[ip] = time.Now()
 		}
 	}
-	if slices.Contains(slices.Collect(maps.Values(c.roles)), RoleGateway) || slices.Contains(slices.Collect(maps.Values(want.Roles)), RoleGateway) {
+	if hasGateway(c.roles) || hasGateway(want.Roles) { // is, or was until now
 		c.lastGateway = time.Now()
 	}
 	c.gws, c.roles = in.Gateways, want.Roles
@@ -358,6 +358,15 @@ func (c *Controller) reconcile(in Input, changed bool) {
 		return
 	}
 	c.ok(in)
+}
+
+func hasGateway(roles map[netip.Addr]Role) bool {
+	for _, r := range roles {
+		if r == RoleGateway {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Controller) fail(err error) {
