@@ -323,20 +323,10 @@ func plan(in Input, stopping bool) State {
 	}
 
 	if stopping {
-		var arrivals []NftRule
-		for _, ip := range ips {
-			for _, r := range in.Rules {
-				if r.IP != ip {
-					continue
-				}
-				for _, from := range r.From {
-					for _, to := range r.To {
-						arrivals = appendUnique(arrivals, NftRule{Family: family(ip), Iif: s.Link, Src: from, Dst: to,
-							Action: Action{Kind: Count}, Label: "stopping: from another node " + ip.String()})
-					}
-				}
-			}
-		}
+		arrivals := flowRules(in, ips, func(ip netip.Addr, from, to netip.Prefix) NftRule {
+			return NftRule{Family: family(ip), Iif: s.Link, Src: from, Dst: to,
+				Action: Action{Kind: Count}, Label: "stopping: from another node " + ip.String()}
+		})
 		st.Chains = append(st.Chains,
 			Chain{Name: ChainArrivals, Hook: "prerouting", Type: "filter", Priority: PriorityMark, Rules: append(exclusions(true), arrivals...)},
 			Chain{Name: "snat", Hook: "postrouting", Type: "nat", Priority: PrioritySNAT, Rules: append(exclusions(false), guardRules(in, ips)...)})
@@ -416,6 +406,15 @@ func plan(in Input, stopping bool) State {
 // only: a flow it dropped has no conntrack entry and its next packet is
 // seen again.
 func guardRules(in Input, ips []netip.Addr) []NftRule {
+	return flowRules(in, ips, func(ip netip.Addr, from, to netip.Prefix) NftRule {
+		return NftRule{Family: family(ip), Src: from, Dst: to, Action: Action{Kind: Drop},
+			Label: "guard " + ip.String() + " drop unless snat"}
+	})
+}
+
+// flowRules makes one rule per flow (source, destination) that the rules
+// of ips select, without duplicates.
+func flowRules(in Input, ips []netip.Addr, rule func(ip netip.Addr, from, to netip.Prefix) NftRule) []NftRule {
 	var out []NftRule
 	for _, ip := range ips {
 		for _, r := range in.Rules {
@@ -424,8 +423,7 @@ func guardRules(in Input, ips []netip.Addr) []NftRule {
 			}
 			for _, from := range r.From {
 				for _, to := range r.To {
-					out = appendUnique(out, NftRule{Family: family(ip), Src: from, Dst: to, Action: Action{Kind: Drop},
-						Label: "guard " + ip.String() + " drop unless snat"})
+					out = appendUnique(out, rule(ip, from, to))
 				}
 			}
 		}
