@@ -368,6 +368,10 @@ func (l *Lab) spawner() {
 	}
 }
 
+// StartCommand starts cmd from the lab's spawner thread: use it for any
+// child that sets Pdeathsig (see spawner).
+func (l *Lab) StartCommand(cmd *exec.Cmd) error { return l.startProcess(cmd) }
+
 // startProcess starts cmd from the spawner thread.
 func (l *Lab) startProcess(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)

@@ -350,7 +350,10 @@ func runImage(ctx context.Context, t *testing.T, bundle, vipd string, img image,
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+node.NS, "runc", "--root", runcRoot, "run", "--bundle", bundle, id)
 	cmd.Stdout, cmd.Stderr = &output, &output
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// From the lab's spawner thread: Pdeathsig follows the thread that
+	// forked, and the lab's namespace helpers end threads (CI: runc was
+	// SIGKILLed 23 ms after the stop began, the VIP left bound).
+	if err := l.StartCommand(cmd); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
