@@ -167,8 +167,12 @@ func TestTransportMemberlist(t *testing.T) {
 	if _, err := b.Join([]string{a.LocalNode().Address()}); err != nil {
 		t.Fatal(err)
 	}
-	if a.NumMembers() != 2 || b.NumMembers() != 2 {
-		t.Fatalf("members %d and %d, want 2", a.NumMembers(), b.NumMembers())
+	// The joined side merges b's state after answering it: b's Join may
+	// return first.
+	for deadline := time.Now().Add(5 * time.Second); a.NumMembers() != 2 || b.NumMembers() != 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("members %d and %d, want 2", a.NumMembers(), b.NumMembers())
+		}
 	}
 	if err := a.SendBestEffort(b.LocalNode(), []byte("to b")); err != nil {
 		t.Fatal(err)
