@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -117,6 +118,7 @@ type Node struct {
 	localAddr string    // this node's gossip address (set once after Create)
 	leaving   bool      // Close has begun: gossip Meta.Leaving
 	knownMod  time.Time
+	knownEnc  []byte // the member list as LocalState sends it
 
 	mMembers  *prometheus.GaugeVec
 	mQuorum   prometheus.Gauge
@@ -150,9 +152,11 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	if err != nil {
 		return nil, fmt.Errorf("VIPD_STATE_DIR: %w", err)
 	}
+	knownEnc := encodeKnown(known)
 	n := &Node{
 		cfg: cfg, peers: peers, log: log.With("component", "cluster"),
 		knownMod:  mod,
+		knownEnc:  knownEnc,
 		hb:        newHeartbeat(cfg.Heartbeat),
 		hbMetrics: newHBMetrics(),
 		inbox:     make(chan Event, 64),
@@ -407,6 +411,10 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 		n.log.Log(context.Background(), lvl, l.Msg, l.Args...)
 	}
 	if out.Known != nil {
+		enc := encodeKnown(*out.Known)
+		n.mu.Lock()
+		n.knownEnc = enc
+		n.mu.Unlock()
 		if mod, err := SaveKnown(n.cfg.StateDir, *out.Known); err != nil {
 			n.log.Error("cannot persist cluster members", "err", err)
 		} else {
@@ -508,6 +516,18 @@ func mergeDecisions(a, b []VIPDecision) []VIPDecision {
 	return a
 }
 
+// encodeKnown is k as LocalState sends it (nil: nothing to send).
+func encodeKnown(k Known) []byte {
+	if len(k.Members) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(Known{Members: k.Members})
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 // pickUpForget reloads the member list after `vipd forget` changed it.
 func (n *Node) pickUpForget() {
 	// A stat per step, the file read only when it changed.
@@ -529,6 +549,7 @@ func (n *Node) pickUpForget() {
 	n.election.Forgotten(k)
 	n.mu.Lock()
 	n.knownMod = mod
+	n.knownEnc = encodeKnown(k) // peers must not learn a forgotten member back
 	n.mu.Unlock()
 }
 
@@ -757,8 +778,28 @@ func (d *delegate) NotifyMsg(msg []byte) {
 	n.send(MessageReceived{Msg: m})
 }
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d *delegate) LocalState(join bool) []byte                { return nil }
-func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// LocalState is this node's member list, sent with every state exchange
+// (push/pull) so that a peer that started without one counts the same
+// members (PeerKnown). Older versions send none and ignore it.
+func (d *delegate) LocalState(join bool) []byte {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.knownEnc
+}
+
+// MergeRemoteState hands a peer's member list to the election.
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	if len(buf) == 0 {
+		return
+	}
+	var k Known
+	if err := json.Unmarshal(buf, &k); err != nil || len(k.Members) == 0 {
+		d.log.Debug("ignoring an unreadable member list from a peer", "bytes", len(buf), "err", err)
+		return
+	}
+	(*Node)(d).send(PeerKnown{Known: k})
+}
 
 // events wakes the election on every membership change.
 type events Node

@@ -113,6 +113,22 @@ func (AcquireFailed) isElectionEvent()  {}
 func (KeyMismatch) isElectionEvent()    {}
 func (NameConflict) isElectionEvent()   {}
 func (Tick) isElectionEvent()           {}
+func (PeerKnown) isElectionEvent()      {}
+
+// PeerKnown is a peer's member list, learned in a state exchange
+// (memberlist's push/pull). A node that started without a member list of
+// its own (a new or rebuilt machine) counts the members its peers count:
+// otherwise, rebuilt on the minority side of a partition, it would count
+// only the members it can see and find a quorum among them (two holders;
+// cluster/sim TestScenarioWipedMinority).
+type PeerKnown struct {
+	Known Known
+}
+
+// AdoptWindow is how long after its start a node without a member list
+// of its own adopts the members its peers count (PeerKnown): the joins of
+// its start-up. Later, members are admitted by the usual rules.
+const AdoptWindow = 10 * time.Second
 
 // VIPDecision is a changed decision for one VIP.
 type VIPDecision struct {
@@ -293,6 +309,8 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 		e.conflictAt, e.conflictBy, e.dup = now, ev.Addr, true
 	case HolderSilent:
 		e.silence(ev, &out)
+	case PeerKnown:
+		e.adopt(ev.Known, now, &out)
 	case HandoverRequested:
 		e.evaluate(now, &out) // decide on the latest view first
 		e.requestHandover(ev, now, &out)
@@ -543,6 +561,37 @@ func (e *Election) updateMembership(now time.Time, out *Output) {
 	}
 	if changed {
 		out.Known = e.knownDoc()
+	}
+}
+
+// adopt counts the members of a peer's list that this node does not know
+// yet, if it started without a list of its own and within AdoptWindow of
+// its start. A member counted this way is dead for the member expiry from
+// now on, like a member of a persisted list at start-up.
+func (e *Election) adopt(k Known, now time.Time, out *Output) {
+	if e.persisted || now.Sub(e.started) >= AdoptWindow {
+		return
+	}
+	var added []string
+	for _, n := range slices.Sorted(maps.Keys(k.Members)) {
+		if n == e.cfg.Name {
+			continue
+		}
+		if _, ok := e.known[n]; ok {
+			continue
+		}
+		if _, ok := e.left[n]; ok {
+			continue
+		}
+		e.known[n] = KnownMember{Addr: k.Members[n].Addr, FirstSeen: now.UTC()}
+		if _, ok := e.seen[n]; !ok {
+			e.seen[n] = now
+		}
+		added = append(added, n)
+	}
+	if len(added) > 0 {
+		out.Known = e.knownDoc()
+		out.log(false, "started without a member list: counting the members a peer counts", "members", added)
 	}
 }
 

@@ -135,6 +135,7 @@ type node struct {
 	heard      map[int]time.Time    // last time this node heard each other node
 	meta       map[int]cluster.Meta // metadata last heard from each node
 	metaAt     map[int]time.Time    // when it was taken
+	exchanged  map[int]bool         // state exchanges since its start (cluster.PeerKnown)
 	left       map[int]bool         // nodes seen leaving gracefully
 	pending    []string             // names that left, for the next view
 	keyErrAt   time.Time
@@ -294,6 +295,7 @@ func (s *Sim) startVipd(n *node, withState bool) {
 	n.stopping, n.stopAt, n.hoPending = false, time.Time{}, map[string]bool{}
 	n.heard, n.meta, n.left, n.pending = map[int]time.Time{}, map[int]cluster.Meta{}, map[int]bool{}, nil
 	n.metaAt = map[int]time.Time{}
+	n.exchanged = map[int]bool{}
 	n.hb = nil
 	if s.opt.Fast {
 		n.hb = cluster.NewHeartbeats(cluster.FastHeartbeat())
@@ -421,6 +423,16 @@ func (s *Sim) step() {
 				// member that (re)appears (a join's state exchange, the
 				// alive message of a restarted or returning member)
 				// brings its current metadata with it.
+				// The state exchanges of o's start-up joins (direct TCP
+				// both ways) bring n's member list (cluster.PeerKnown).
+				if !o.exchanged[n.id] && s.now.Sub(o.startedAt) < cluster.AdoptWindow && s.reach(o, n) && s.reach(n, o) && n.state != nil && o.el != nil {
+					o.exchanged[n.id] = true
+					k := cluster.Known{Members: map[string]cluster.KnownMember{}}
+					for name, m := range n.state.Members {
+						k.Members[name] = m
+					}
+					s.elStep(o, cluster.PeerKnown{Known: k})
+				}
 				back := o.metaAt[n.id].Before(n.startedAt) || s.now.Sub(o.heard[n.id]) >= s.deadAfter
 				if meta || back {
 					o.meta[n.id], o.metaAt[n.id] = n.el.Meta(), s.now

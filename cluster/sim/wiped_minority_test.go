@@ -6,17 +6,15 @@ import (
 	"time"
 )
 
-// TestScenarioWipedMinority (KNOWN HOLE, fails today; branch
-// wiped-minority): five nodes, the holder's side keeps three; on the
-// other side of the partition one of the two restarts with its state
-// directory wiped (a rebuilt machine). It knows no members but those it
-// sees, the other minority node, so "2 of 2 known members" is a quorum
-// and it takes the VIP while the majority's holder keeps it: two holders
-// for as long as the partition lasts (cloud semantics: no l2 conflict
-// probe). memberlist's join brings it alive members only, never the
-// cluster's member list. A fix: exchange the known-member list in
-// memberlist's push/pull (LocalState/MergeRemoteState) and let a node
-// without persisted state adopt its join peer's list.
+// TestScenarioWipedMinority: five nodes, the holder's side keeps three;
+// on the other side of the partition one of the two restarts with its
+// state directory wiped (a rebuilt machine). Before PeerKnown it knew no
+// members but those it saw, the other minority node, so "2 of 2 known
+// members" was a quorum and it took the VIP while the majority's holder
+// kept it: two holders for as long as the partition lasted (cloud
+// semantics: no l2 conflict probe). memberlist's join brings alive
+// members only; the join's state exchange now also brings the peer's
+// member list, which a node without its own counts.
 func TestScenarioWipedMinority(t *testing.T) {
 	var minority []*node
 	r := Run(Options{Seed: 1, Nodes: 5, Duration: 60 * time.Second, NoProbe: true, NoHandovers: true, Trace: true, Script: []Step{
