@@ -125,9 +125,11 @@ type PeerKnown struct {
 	Known Known
 }
 
-// AdoptWindow is how long after its start a node without a member list
-// of its own adopts the members its peers count (PeerKnown): the joins of
-// its start-up. Later, members are admitted by the usual rules.
+// AdoptWindow is how long after its first contact with another member (a
+// state exchange, or a member admitted) a node that started without a
+// member list of its own adopts the members its peers count (PeerKnown):
+// the joins that bring it into the cluster, however late they succeed.
+// Later, members are admitted by the usual rules.
 const AdoptWindow = 10 * time.Second
 
 // VIPDecision is a changed decision for one VIP.
@@ -207,6 +209,7 @@ type Election struct {
 	// cluster waits the full QuorumSettle for the members still joining
 	// (the best ranked one).
 	persisted, settledOnce bool
+	firstContact           time.Time       // first PeerKnown or member admitted (not persisted only)
 	silent                 map[string]bool // claimants whose heartbeats stopped (heartbeat.go)
 
 	ho handover // planned handovers, preemption, failover timeline
@@ -538,6 +541,9 @@ func (e *Election) updateMembership(now time.Time, out *Output) {
 		e.known[n] = KnownMember{Addr: m.Addr, FirstSeen: now.UTC()}
 		e.seen[n] = now
 		changed = true
+		if e.firstContact.IsZero() {
+			e.firstContact = now
+		}
 		out.log(false, "new cluster member remembered", "member", n, "addr", m.Addr)
 	}
 	if before.OK && !before.Bootstrap {
@@ -565,11 +571,17 @@ func (e *Election) updateMembership(now time.Time, out *Output) {
 }
 
 // adopt counts the members of a peer's list that this node does not know
-// yet, if it started without a list of its own and within AdoptWindow of
-// its start. A member counted this way is dead for the member expiry from
+// yet, if it started without a list of its own, within AdoptWindow of its
+// first contact with another member. A member counted this way is dead for the member expiry from
 // now on, like a member of a persisted list at start-up.
 func (e *Election) adopt(k Known, now time.Time, out *Output) {
-	if e.persisted || now.Sub(e.started) >= AdoptWindow {
+	if e.persisted {
+		return
+	}
+	if e.firstContact.IsZero() {
+		e.firstContact = now
+	}
+	if now.Sub(e.firstContact) >= AdoptWindow {
 		return
 	}
 	var added []string

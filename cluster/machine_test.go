@@ -516,3 +516,62 @@ func TestElectionSyncOnQuorumRegained(t *testing.T) {
 		}
 	}
 }
+
+// TestElectionAdoptsPeerKnown: a node that started without a member list
+// counts the members a peer's state exchange brings (PeerKnown), within
+// AdoptWindow of its start; a node with a list of its own, or later, keeps
+// the usual admission rules. A rebuilt node that sees one other member of
+// five then has no quorum.
+func TestElectionAdoptsPeerKnown(t *testing.T) {
+	five := Known{Members: map[string]KnownMember{}}
+	for _, n := range []string{"n1", "n2", "n3", "n4", "n5"} {
+		five.Members[n] = KnownMember{Addr: n + ":7950"}
+	}
+	elig := peer("n2", Alive, Meta{Eligible: true, Healthy: true})
+	tests := []struct {
+		name      string
+		known     []string // the node's own list at start
+		at        time.Duration
+		wantKnown []string
+		quorum    bool
+	}{
+		{"rebuilt node: counts the peer's members, no quorum with one of five", nil, time.Second, []string{"n1", "n2", "n3", "n4", "n5"}, false},
+		{"a list of its own: kept", []string{"n1", "n2"}, time.Second, []string{"n1", "n2"}, true},
+		{"late first contact: still adopted", nil, time.Minute, []string{"n1", "n2", "n3", "n4", "n5"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEl(tt.known...)
+			e.Step(HealthChanged{Healthy: true}, t0)
+			out := e.Step(PeerKnown{Known: five}, t0.Add(tt.at))
+			e.Step(ViewChanged{Members: []Member{elig}}, t0.Add(tt.at))
+			out2 := e.Step(Tick{}, t0.Add(tt.at+QuorumSettle+time.Second))
+			if got := e.knownNames(); !slices.Equal(got, tt.wantKnown) {
+				t.Errorf("known %v, want %v", got, tt.wantKnown)
+			}
+			if e.quorum.OK != tt.quorum {
+				t.Errorf("quorum %+v, want OK=%v", e.quorum, tt.quorum)
+			}
+			if adopted := len(tt.wantKnown) == 5; adopted && (out.Known == nil || len(out.Known.Members) != 5) {
+				t.Errorf("adopted list not persisted: %+v", out.Known)
+			}
+			if d := e.decisions[vip1]; !tt.quorum && d.Holder {
+				t.Errorf("holds without quorum: %+v (%v)", d, out2.Logs)
+			}
+		})
+	}
+	// AdoptWindow after the first contact, the usual rules.
+	e0 := newEl()
+	e0.Step(ViewChanged{Members: []Member{elig}}, t0) // admits n2: first contact
+	e0.Step(PeerKnown{Known: five}, t0.Add(AdoptWindow))
+	if got := e0.knownNames(); !slices.Equal(got, []string{"n1", "n2"}) {
+		t.Errorf("known %v after the window, want n1, n2", got)
+	}
+	// The node's own name and members it saw leave are not adopted.
+	e := newEl()
+	e.left["n4"] = KnownMember{}
+	e.Step(PeerKnown{Known: five}, t0)
+	if got := e.knownNames(); !slices.Equal(got, []string{"n1", "n2", "n3", "n5"}) {
+		t.Errorf("known %v, want n1 (itself once), n2, n3, n5 (not n4, which left)", got)
+	}
+}

@@ -423,9 +423,9 @@ func (s *Sim) step() {
 				// member that (re)appears (a join's state exchange, the
 				// alive message of a restarted or returning member)
 				// brings its current metadata with it.
-				// The state exchanges of o's start-up joins (direct TCP
-				// both ways) bring n's member list (cluster.PeerKnown).
-				if !o.exchanged[n.id] && s.now.Sub(o.startedAt) < cluster.AdoptWindow && s.reach(o, n) && s.reach(n, o) && n.state != nil && o.el != nil {
+				// The state exchange of o's first join with n (direct TCP
+				// both ways) brings n's member list (cluster.PeerKnown).
+				if !o.exchanged[n.id] && s.reach(o, n) && s.reach(n, o) && n.state != nil && o.el != nil {
 					o.exchanged[n.id] = true
 					k := cluster.Known{Members: map[string]cluster.KnownMember{}}
 					for name, m := range n.state.Members {
