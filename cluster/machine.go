@@ -572,8 +572,9 @@ func (e *Election) updateMembership(now time.Time, out *Output) {
 
 // adopt counts the members of a peer's list that this node does not know
 // yet, if it started without a list of its own, within AdoptWindow of its
-// first contact with another member. A member counted this way is dead for the member expiry from
-// now on, like a member of a persisted list at start-up.
+// first contact with another member. A member counted this way is dead
+// for the member expiry from this node's start, like a member of a
+// persisted list.
 func (e *Election) adopt(k Known, now time.Time, out *Output) {
 	if e.persisted {
 		return
@@ -597,7 +598,11 @@ func (e *Election) adopt(k Known, now time.Time, out *Output) {
 		}
 		e.known[n] = KnownMember{Addr: k.Members[n].Addr, FirstSeen: now.UTC()}
 		if _, ok := e.seen[n]; !ok {
-			e.seen[n] = now
+			// Dead for the expiry from this node's start, as a member of
+			// a persisted list is: a member the peer still counts but
+			// that is gone for good is forgotten no later than it would
+			// have been had this node kept its list.
+			e.seen[n] = e.started
 		}
 		added = append(added, n)
 	}
