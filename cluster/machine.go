@@ -132,6 +132,9 @@ type PeerKnown struct {
 // Later, members are admitted by the usual rules.
 const AdoptWindow = 10 * time.Second
 
+// AdoptMax bounds the member list a node adopts (PeerKnown).
+const AdoptMax = 32
+
 // VIPDecision is a changed decision for one VIP.
 type VIPDecision struct {
 	VIP string
@@ -587,6 +590,9 @@ func (e *Election) adopt(k Known, now time.Time, out *Output) {
 	}
 	var added []string
 	for _, n := range slices.Sorted(maps.Keys(k.Members)) {
+		if len(e.known) >= AdoptMax {
+			break // a list no control plane has: its hashes would not fit the metadata
+		}
 		if n == e.cfg.Name {
 			continue
 		}

@@ -567,6 +567,16 @@ func TestElectionAdoptsPeerKnown(t *testing.T) {
 	if got := e0.knownNames(); !slices.Equal(got, []string{"n1", "n2"}) {
 		t.Errorf("known %v after the window, want n1, n2", got)
 	}
+	// A list larger than any control plane is cut at AdoptMax.
+	big := Known{Members: map[string]KnownMember{}}
+	for i := range 100 {
+		big.Members[fmt.Sprintf("m%03d", i)] = KnownMember{}
+	}
+	e1 := newEl()
+	e1.Step(PeerKnown{Known: big}, t0)
+	if got := len(e1.knownNames()); got != AdoptMax {
+		t.Errorf("adopted %d members of 100, want %d", got, AdoptMax)
+	}
 	// The node's own name and members it saw leave are not adopted.
 	e := newEl()
 	e.left["n4"] = KnownMember{}
