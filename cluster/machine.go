@@ -132,7 +132,8 @@ type PeerKnown struct {
 // Later, members are admitted by the usual rules.
 const AdoptWindow = 10 * time.Second
 
-// AdoptMax bounds the member list a node adopts (PeerKnown).
+// AdoptMax bounds the member list a node adopts (PeerKnown), itself
+// included.
 const AdoptMax = 32
 
 // VIPDecision is a changed decision for one VIP.
@@ -589,8 +590,12 @@ func (e *Election) adopt(k Known, now time.Time, out *Output) {
 		return
 	}
 	var added []string
+	limit := AdoptMax
+	if _, ok := e.known[e.cfg.Name]; !ok {
+		limit-- // this node counts itself too
+	}
 	for _, n := range slices.Sorted(maps.Keys(k.Members)) {
-		if len(e.known) >= AdoptMax {
+		if len(e.known) >= limit {
 			break // a list no control plane has: its hashes would not fit the metadata
 		}
 		if n == e.cfg.Name {
