@@ -213,7 +213,7 @@ type Election struct {
 	// cluster waits the full QuorumSettle for the members still joining
 	// (the best ranked one).
 	persisted, settledOnce bool
-	firstContact           time.Time       // first PeerKnown or member admitted (not persisted only)
+	firstContact           time.Time       // first PeerKnown or member admitted (when not persisted)
 	silent                 map[string]bool // claimants whose heartbeats stopped (heartbeat.go)
 
 	ho handover // planned handovers, preemption, failover timeline

@@ -519,8 +519,9 @@ func TestElectionSyncOnQuorumRegained(t *testing.T) {
 
 // TestElectionAdoptsPeerKnown: a node that started without a member list
 // counts the members a peer's state exchange brings (PeerKnown), within
-// AdoptWindow of its start; a node with a list of its own, or later, keeps
-// the usual admission rules. A rebuilt node that sees one other member of
+// AdoptWindow of its first contact with another member, however late that
+// is; a node with a list of its own, or after the window, keeps the usual
+// admission rules. A rebuilt node that sees one other member of
 // five then has no quorum.
 func TestElectionAdoptsPeerKnown(t *testing.T) {
 	five := Known{Members: map[string]KnownMember{}}

@@ -169,11 +169,7 @@ func TestTransportMemberlist(t *testing.T) {
 	}
 	// The joined side merges b's state after answering it: b's Join may
 	// return first.
-	for deadline := time.Now().Add(5 * time.Second); a.NumMembers() != 2 || b.NumMembers() != 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("members %d and %d, want 2", a.NumMembers(), b.NumMembers())
-		}
-	}
+	waitFor(t, 5*time.Second, "both memberlists see 2 members", func() bool { return a.NumMembers() == 2 && b.NumMembers() == 2 })
 	if err := a.SendBestEffort(b.LocalNode(), []byte("to b")); err != nil {
 		t.Fatal(err)
 	}

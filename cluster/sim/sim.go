@@ -20,6 +20,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
 	"net"
 	"net/netip"
@@ -416,6 +417,12 @@ func (s *Sim) step() {
 					s.elStep(o, cluster.NameConflict{Addr: fmt.Sprintf("node%d", n.id)})
 					continue
 				}
+				// The state exchange of o's first join with n (direct TCP
+				// both ways) brings n's member list (cluster.PeerKnown).
+				if !o.exchanged[n.id] && s.reach(o, n) && s.reach(n, o) && n.state != nil && o.el != nil {
+					o.exchanged[n.id] = true
+					s.elStep(o, cluster.PeerKnown{Known: cluster.Known{Members: maps.Clone(n.state.Members)}})
+				}
 				// Gossip (metadata) needs a path from n to o; liveness
 				// needs o's probe answered: a round trip, direct or
 				// through an intermediary (indirect probe).
@@ -423,16 +430,6 @@ func (s *Sim) step() {
 				// member that (re)appears (a join's state exchange, the
 				// alive message of a restarted or returning member)
 				// brings its current metadata with it.
-				// The state exchange of o's first join with n (direct TCP
-				// both ways) brings n's member list (cluster.PeerKnown).
-				if !o.exchanged[n.id] && s.reach(o, n) && s.reach(n, o) && n.state != nil && o.el != nil {
-					o.exchanged[n.id] = true
-					k := cluster.Known{Members: map[string]cluster.KnownMember{}}
-					for name, m := range n.state.Members {
-						k.Members[name] = m
-					}
-					s.elStep(o, cluster.PeerKnown{Known: k})
-				}
 				back := o.metaAt[n.id].Before(n.startedAt) || s.now.Sub(o.heard[n.id]) >= s.deadAfter
 				if meta || back {
 					o.meta[n.id], o.metaAt[n.id] = n.el.Meta(), s.now
