@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vipd/vipd/internal/gridclock"
 )
 
 // Defaults of the configuration contract (DESIGN.md section 5).
@@ -456,16 +458,23 @@ func classifyError(err error) string {
 	}
 }
 
-// Run probes at once, then every Interval, until ctx is done. After every
-// probe it applies the thresholds and calls report (if not nil) with the
-// new Status; compare Healthy or Since with the previous one to see a
-// change. Probes never overlap: a probe slower than Interval delays the
-// next one instead of piling up. report runs on Run's goroutine and should
-// return quickly.
+// Run probes at once, then at every multiple of Interval on the wall clock
+// until ctx is done. It waits on a timerfd (gridclock), not a Go timer:
+// the cluster's member heartbeats tick on the same grid, so an idle node
+// wakes once for both. After every probe it applies the thresholds and
+// calls report (if not nil) with the new Status; compare Healthy or Since
+// with the previous one to see a change. Probes never overlap: a probe
+// that runs past the next multiple (a hanging apiserver, probed with a
+// timeout as long as the interval) is followed at once, as a ticker would;
+// waiting for the multiple after would halve the probe rate exactly when
+// it matters. report runs on Run's goroutine and should return quickly.
 func (c *Checker) Run(ctx context.Context, report func(Status)) {
-	t := time.NewTicker(c.cfg.Interval)
-	defer t.Stop()
+	iv := c.cfg.Interval
 	defer c.closeConn()
+	wait, drain := gridclock.Ticker(ctx, iv, func(err error) {
+		c.logger.Warn("health: probes tick on a Go timer", "err", err)
+	})
+	due := time.Now()
 	for {
 		r := c.Probe(ctx)
 		if ctx.Err() != nil {
@@ -475,10 +484,15 @@ func (c *Checker) Run(ctx context.Context, report func(Status)) {
 		if report != nil {
 			report(st)
 		}
-		select {
-		case <-ctx.Done():
+		now := time.Now()
+		due = due.Truncate(iv).Add(iv)
+		if !due.After(now) {
+			due = now
+			drain() // the tick this probe ran past
+			continue
+		}
+		if !wait() {
 			return
-		case <-t.C:
 		}
 	}
 }

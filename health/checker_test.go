@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -671,5 +672,44 @@ func TestProbeKeepAliveServerGone(t *testing.T) {
 	ts.Close()
 	if r := c.Probe(t.Context()); r.OK || r.Reason != ReasonRefused {
 		t.Fatalf("probe after the server stopped = %q (%v), want %q", r.Reason, r.Err, ReasonRefused)
+	}
+}
+
+// TestRunGridAndOverrun: probes fall on the wall clock's multiples of the
+// interval (the cluster's heartbeat ticks on the same grid), and a probe
+// that runs past the next multiple (a hanging apiserver) is followed at
+// once, not a whole interval later: the probe rate must not halve when
+// the apiserver hangs.
+func TestRunGridAndOverrun(t *testing.T) {
+	const iv = 100 * time.Millisecond
+	var slow atomic.Bool
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() {
+			time.Sleep(120 * time.Millisecond)
+		}
+	})
+	c := newChecker(t, Config{URL: ts.URL + "/livez", Interval: iv, Timeout: time.Second}, nil)
+	reports, stop := runChecker(t, c)
+	defer stop()
+	nextReport(t, reports) // the probe at start, off the grid
+	var phases []time.Duration
+	for range 4 {
+		s := nextReport(t, reports)
+		phases = append(phases, s.Checked.Sub(s.Checked.Truncate(iv)))
+	}
+	slices.Sort(phases)
+	if phases[1] > 30*time.Millisecond {
+		t.Errorf("probes %v after the interval's multiples, want on the grid", phases)
+	}
+	slow.Store(true)
+	nextReport(t, reports)
+	start := time.Now()
+	for range 5 {
+		nextReport(t, reports)
+	}
+	// Back to back: about 5 x 120 ms; waiting for the next multiple after
+	// each would take 5 x 200 ms.
+	if el := time.Since(start); el > 850*time.Millisecond {
+		t.Errorf("5 probes of 120 ms at a 100 ms interval took %v, want them back to back (about 600 ms)", el)
 	}
 }

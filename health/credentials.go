@@ -132,9 +132,22 @@ func (s *credentials) refreshCert(now time.Time) {
 	if !due {
 		return
 	}
-	certID, _ := s.stat(s.certPath)
-	keyID, _ := s.stat(s.keyPath)
-	cert, subject, notAfter, err := loadKeyPair(s.certPath, s.keyPath)
+	certID, certErr := s.stat(s.certPath)
+	keyID, keyErr := s.stat(s.keyPath)
+	var (
+		cert     *tls.Certificate
+		subject  string
+		notAfter time.Time
+		err      error
+	)
+	switch {
+	case notFound(certErr):
+		err = certErr
+	case notFound(keyErr):
+		err = keyErr
+	default:
+		cert, subject, notAfter, err = loadKeyPair(s.certPath, s.keyPath)
+	}
 	switch {
 	case err == nil:
 		s.certW.read(now, certID, true)
@@ -167,8 +180,11 @@ func (s *credentials) refreshToken(now time.Time) {
 	if s.tokenPath == "" || !s.tokenW.due(now, s.tokenPath, s.stat) {
 		return
 	}
-	id, _ := s.stat(s.tokenPath)
-	data, err := os.ReadFile(s.tokenPath)
+	id, err := s.stat(s.tokenPath)
+	var data []byte
+	if !notFound(err) {
+		data, err = os.ReadFile(s.tokenPath)
+	}
 	tok := string(bytes.TrimSpace(data))
 	if err != nil {
 		tok = ""
@@ -199,8 +215,11 @@ func (s *credentials) refreshCA(now time.Time) {
 	if s.caPath == "" || !s.caW.due(now, s.caPath, s.stat) {
 		return
 	}
-	id, _ := s.stat(s.caPath)
-	pool, err := loadCA(s.caPath)
+	id, err := s.stat(s.caPath)
+	var pool *x509.CertPool
+	if !notFound(err) {
+		pool, err = loadCA(s.caPath)
+	}
 	s.caW.read(now, id, err == nil)
 	switch {
 	case err == nil:

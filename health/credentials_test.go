@@ -9,7 +9,9 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"io"
 	"io/fs"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -426,6 +428,47 @@ func TestStatFile(t *testing.T) {
 	}
 	if _, err := statFile(filepath.Join(dir, "none")); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("statFile(missing) error %v, want not-exist", err)
+	}
+	// A regular file is identified by its own inode, like the link to it.
+	if id, err := statFile(b); err != nil || id.link != "" || id.ino != idb.ino || id.size != idb.size || id.mtimeNano != idb.mtimeNano {
+		t.Fatalf("statFile(b) = %+v, %v; want the identity of the link to b without a link (%+v)", id, err, idb)
+	}
+	// A dangling link is a missing file.
+	relink(t, "gone", link)
+	if _, err := statFile(link); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("statFile(dangling link) error %v, want not-exist", err)
+	}
+}
+
+// TestMissingCredentialIsOnlyStatted: before bootstrap every probe looks
+// for the credential files; one the stat does not find is not opened (each
+// system call wakes the runtime's monitor thread of an idle node). The
+// files here exist, but the stat says they do not: nothing is read. Once
+// the stat finds them they are read at once.
+func TestMissingCredentialIsOnlyStatted(t *testing.T) {
+	dir := t.TempDir()
+	tokenPath, caPath := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
+	writeAtomic(t, tokenPath, []byte("s3cret\n"))
+	writeAtomic(t, caPath, newTestCA(t, "kubernetes").pem)
+	c := newCredentials(Config{TokenPath: tokenPath, CAFile: caPath}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Unix(0, 0))
+	stats := map[string]int{}
+	c.stat = func(p string) (fileID, error) { stats[p]++; return fileID{}, fs.ErrNotExist }
+	for i := range 3 {
+		p := c.refresh(time.Unix(int64(i), 0))
+		if p.token != "" || p.pool != nil || p.loaded {
+			t.Fatalf("probe %d: token read %v, CA read %v, loaded %v from files the stat did not find", i, p.token != "", p.pool != nil, p.loaded)
+		}
+	}
+	if stats[tokenPath] != 3 || stats[caPath] != 3 {
+		t.Fatalf("stats %v, want one per file and probe", stats)
+	}
+	c.stat = statFile
+	p := c.refresh(time.Unix(3, 0))
+	if p.token != "s3cret" || p.pool == nil || !p.loaded {
+		t.Fatalf("token right %v, CA read %v, loaded %v once the files are found; want all", p.token == "s3cret", p.pool != nil, p.loaded)
+	}
+	if st := c.status(); st.Kind != CredentialToken || st.CAFile != caPath {
+		t.Fatalf("status %+v, want the token verified with %s", st, caPath)
 	}
 }
 
