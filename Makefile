@@ -112,8 +112,9 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-## simulate: the deterministic cluster simulator over 200 seeds (make test runs 12)
+## simulate: the deterministic cluster simulator over 200 seeds, with the default profile's member heartbeats and with memberlist's detector alone (make test runs 12 of each)
 simulate:
+	$(GO) run ./cluster/sim/cmd/vipd-sim -beats -seeds $${SEEDS:-200}
 	$(GO) run ./cluster/sim/cmd/vipd-sim -seeds $${SEEDS:-200}
 
 ## demo: a 3-node network-namespace lab showing the VIP and a failover

@@ -75,7 +75,9 @@ type Timings struct {
 	RetransmitMult          int
 }
 
-// DefaultTimings returns the tuned defaults described on Timings.
+// DefaultTimings returns the tuned timings described on Timings: those of
+// VIPD_PROFILE=fast (FastTimings), and the base of the default profile's
+// BeatTimings, where member heartbeats detect instead.
 func DefaultTimings() Timings {
 	return Timings{
 		ProbeInterval:           200 * time.Millisecond,
@@ -90,9 +92,11 @@ func DefaultTimings() Timings {
 }
 
 // safetyEvery is how often Run re-reads the view without being woken
-// (membership events and the election's own deadline wake it): each
-// wake-up of an idle vipd costs CPU, so this is only a backstop.
-const safetyEvery = 2 * time.Second
+// (membership events and the election's own deadline wake it) and checks
+// that every configured peer is a member (else it joins them again): each
+// wake-up of an idle vipd costs CPU, so this is only a backstop, and one
+// ticker does both.
+const safetyEvery = 5 * time.Second
 
 // DefaultPort is the gossip port when a peer is given without one.
 const DefaultPort = 7950
@@ -109,6 +113,8 @@ type Node struct {
 	inbox   chan Event // health, holding, failures, key errors, conflicts
 	wake    chan struct{}
 	syncReq chan struct{} // state exchanges asked of syncLoop
+	pushReq chan struct{} // metadata pushes asked of pushLoop (member beats)
+	pullReq chan string   // members syncLoop asks for their state (member beats)
 
 	mu        sync.Mutex
 	metaEnc   []byte // what NodeMeta hands memberlist
@@ -157,13 +163,16 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 		cfg: cfg, peers: peers, log: log.With("component", "cluster"),
 		knownMod:  mod,
 		knownEnc:  knownEnc,
-		hb:        newHeartbeat(cfg.Heartbeat),
+		hb:        newHeartbeat(cfg.Heartbeat, cfg.Name),
 		hbMetrics: newHBMetrics(),
 		inbox:     make(chan Event, 64),
 		wake:      make(chan struct{}, 1),
 		syncReq:   make(chan struct{}, 1),
+		pushReq:   make(chan struct{}, 1),
+		pullReq:   make(chan string, 8),
 		election: NewElection(ElectionConfig{
 			Name: cfg.Name, VIPs: cfg.VIPs, Priority: cfg.Priority, Quorum: cfg.Quorum, Peers: len(peers) > 0,
+			Beat:        cfg.Heartbeat.Members && cfg.Heartbeat.Interval > 0,
 			ClaimSettle: cfg.ClaimSettle, MemberExpiry: cfg.MemberExpiry, Pools: cfg.Pools, PreemptDelay: cfg.PreemptDelay,
 		}, known, time.Now()),
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -240,6 +249,15 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	}
 	n.ml = ml
 	n.localAddr = ml.LocalNode().Address()
+	if cfg.Heartbeat.Members && cfg.Heartbeat.Interval > 0 {
+		bs, err := openBeatSocket(tr.udp)
+		if err != nil {
+			ml.Shutdown()
+			return nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
+		}
+		n.hb.sock, n.hb.codec, n.hb.replay, n.hb.log = bs, newBeatCodec(beatKeys(cfg.Keys)), beatReplay{}, n.log
+		n.hb.pull = n.requestPull
+	}
 	return n, nil
 }
 
@@ -335,14 +353,18 @@ func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) err
 	}()
 	defer func() { <-syncDone }()
 	n.requestSync()
+	pushDone := make(chan struct{})
+	go func() {
+		defer close(pushDone)
+		n.pushLoop(ctx)
+	}()
+	defer func() { <-pushDone }()
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
 		n.hb.run(ctx, n.ml, n.cfg.Name, n.heartbeatSilent, n.mHBSent)
 	}()
 	defer func() { <-hbDone }()
-	rejoin := time.NewTicker(5 * time.Second)
-	defer rejoin.Stop()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	safety := time.NewTicker(safetyEvery)
@@ -355,7 +377,6 @@ func (n *Node) Run(ctx context.Context, decide func(vip string, d Decision)) err
 		case <-n.wake:
 		case <-timer.C:
 		case <-safety.C:
-		case <-rejoin.C:
 			if n.ml.NumMembers()-1 < len(n.peers) {
 				n.requestSync()
 			}
@@ -423,10 +444,10 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 			n.mu.Unlock()
 		}
 	}
-	// A planned handover does not wait for the metadata broadcast below
-	// (UpdateNode blocks up to a gossip round): the holder keeps its claim
-	// until the successor's is seen, so nobody else acts meanwhile. Its
-	// messages and decisions go out first.
+	// A planned handover's messages and decisions go out before the
+	// metadata broadcast below (encoding and queueing it): the holder
+	// keeps its claim until the successor's is seen, so nobody else acts
+	// meanwhile.
 	early := map[string]bool{}
 	for _, d := range out.Decisions {
 		if d.Handover || n.election.ho.out[d.VIP] != nil {
@@ -448,24 +469,28 @@ func (n *Node) step(ev Event, decide func(string, Decision), timer *time.Timer) 
 			n.mu.Lock()
 			n.metaEnc = b
 			n.mu.Unlock()
-			// UpdateNode queues the broadcast, then waits until it is
-			// sent (up to a gossip round or two). A handover step does not
-			// wait: another VIP's handover may be next in the queue; nor
-			// does a step with decisions: a new holder binds (after its
-			// l2 probe) while its claim is on its way, instead of a
-			// gossip round later.
-			wait := time.Second
-			if len(early) > 0 || len(out.Send) > 0 || len(out.Decisions) > 0 {
-				wait = time.Nanosecond
-			}
-			if err := n.ml.UpdateNode(wait); err != nil && wait == time.Second {
-				n.log.Warn("gossip metadata update failed", "err", err)
+			// UpdateNode queues the broadcast; the loop does not wait
+			// for it to be done (RetransmitMult transmissions, several
+			// gossip rounds): membership events wait behind the loop, and
+			// a member that joined meanwhile would be counted late. A new
+			// holder binds (after its l2 probe) while its claim is on its
+			// way; a newer change replaces a queued one. (A zero
+			// timeout would wait for ever.)
+			_ = n.ml.UpdateNode(time.Nanosecond)
+			if n.hb.mb != nil {
+				// Member beats slow memberlist's gossip to a round every
+				// 5 s: every change (a claim, a release, health) is
+				// pushed to every member at once instead (pushLoop).
+				n.requestPush()
 			}
 		} else {
 			n.log.Error("node metadata does not fit the gossip limit: keeping the last one", "bytes", len(b), "limit", MetaLimit)
 		}
 	}
-	for _, ev := range n.hb.update(n.cfg.Name, view, n.election.Meta(), now) {
+	n.mu.Lock()
+	own := MetaHash(n.metaEnc)
+	n.mu.Unlock()
+	for _, ev := range n.hb.update(n.cfg.Name, view, n.election.Meta(), own, now) {
 		n.heartbeatSilent(ev)
 	}
 	st := n.election.Status(now)
@@ -553,6 +578,56 @@ func (n *Node) pickUpForget() {
 	n.mu.Unlock()
 }
 
+// requestPull asks syncLoop for a state exchange with the member at addr
+// (member beats: its beats carry metadata this node has not seen).
+func (n *Node) requestPull(addr string) {
+	select {
+	case n.pullReq <- addr:
+	default:
+	}
+}
+
+// requestPush asks pushLoop to push this node's metadata now.
+func (n *Node) requestPush() {
+	select {
+	case n.pushReq <- struct{}{}:
+	default:
+	}
+}
+
+// pushLoop pushes this node's metadata to every member when asked, until
+// ctx is done: a memberlist ping to each, which carries the queued
+// metadata broadcast with it (memberlist piggybacks broadcasts on the
+// packets it sends), so a claim reaches every member within a round trip
+// instead of at the next gossip round (a second with member beats). The
+// pings run at once; a member that does not answer is waited for up to
+// the probe timeout, and the next push waits for that.
+func (n *Node) pushLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.pushReq:
+		}
+		n.pingAll()
+	}
+}
+
+// pingAll pings every other member at once and waits for the answers (at
+// most the probe timeout): each ping carries memberlist's queued
+// broadcasts with it.
+func (n *Node) pingAll() {
+	var wg sync.WaitGroup
+	for _, m := range n.ml.Members() {
+		if m.Name == n.cfg.Name || m.State == memberlist.StateDead || m.State == memberlist.StateLeft {
+			continue
+		}
+		addr := &net.UDPAddr{IP: m.Addr, Port: int(m.Port)}
+		wg.Go(func() { _, _ = n.ml.Ping(m.Name, addr) })
+	}
+	wg.Wait()
+}
+
 // requestSync asks syncLoop for a join (a state exchange with the peers
 // and the members in view); requests made while one runs are merged.
 func (n *Node) requestSync() {
@@ -571,6 +646,16 @@ func (n *Node) syncLoop(ctx context.Context) {
 			return
 		case <-n.syncReq:
 			n.join()
+		case addr := <-n.pullReq:
+			// A member's beats carry other metadata than gossip brought,
+			// or its relays carry other metadata of a member this node
+			// hears only through it: a state exchange with it brings its
+			// current metadata and what it has of the others.
+			if _, err := n.ml.Join([]string{addr}); err != nil {
+				n.log.Info("member's metadata is out of date here; asking it for its state failed", "addr", addr, "err", err)
+			} else {
+				n.log.Info("member's metadata was out of date here: exchanged state with it", "addr", addr)
+			}
 		}
 	}
 }
@@ -651,7 +736,7 @@ func (n *Node) members() []Member {
 		case memberlist.StateLeft:
 			st = Left
 		}
-		out = append(out, Member{Name: m.Name, Addr: m.Address(), State: st, Meta: meta})
+		out = append(out, Member{Name: m.Name, Addr: m.Address(), State: st, Meta: meta, MetaHash: MetaHash(m.Meta)})
 	}
 	return out
 }
@@ -699,6 +784,16 @@ func (n *Node) Close() error {
 		}
 	}
 	n.mu.Unlock()
+	if n.hb.mb != nil {
+		// Member heartbeats: gossip rounds are 5 s apart, so the leaving
+		// metadata and memberlist's leave are pushed to every member
+		// (pings carry them) instead of waited for.
+		_ = n.ml.UpdateNode(time.Nanosecond)
+		n.pingAll()
+		_ = n.ml.Leave(time.Nanosecond) // queues the leave: a timeout error
+		n.pingAll()
+		return n.ml.Shutdown()
+	}
 	if err := n.ml.UpdateNode(300 * time.Millisecond); err != nil {
 		n.log.Debug("gossiping the leave", "err", err)
 	}

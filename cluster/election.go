@@ -86,6 +86,9 @@ type Meta struct {
 	Dup bool `json:"d,omitempty"`
 	// Pools is set by a node that announces pool addresses (VIPD_POOLS=on).
 	Pools bool `json:"o,omitempty"`
+	// Beat is set by a node that sends member heartbeats to the gossip
+	// port and expects them (beatsock.go); others are not sent any.
+	Beat bool `json:"hb,omitempty"`
 }
 
 // Holds reports whether the member claims vip.
@@ -108,6 +111,9 @@ type Member struct {
 	Addr  string
 	State State
 	Meta  Meta
+	// MetaHash is MetaHash of the metadata as gossiped (member beats
+	// compare it with the hash each beat carries).
+	MetaHash uint32
 }
 
 // View is one node's picture of the cluster.

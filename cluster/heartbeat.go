@@ -4,16 +4,22 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vipd/vipd/internal/gridclock"
 )
 
-// The holder heartbeat (VIPD_PROFILE=fast).
+// The holder heartbeat (VIPD_PROFILE=fast), and the glue of the member
+// heartbeats (the default profile: HeartbeatConfig.Members, MemberBeats,
+// beatsock.go).
 //
 // memberlist notices a dead member only after its probe rounds and the
 // suspicion time (about 0.8 to 1.2 s with DefaultTimings). With a heartbeat
@@ -37,6 +43,11 @@ import (
 type HeartbeatConfig struct {
 	Interval time.Duration
 	Misses   int
+	// Members: every member sends heartbeats to every member on the
+	// gossip port's beat socket (beatsock.go), on a clock-aligned grid,
+	// and reads the queued ones once per Interval; every member is
+	// watched, so a silent member also stops counting for quorum.
+	Members bool
 }
 
 // Deadline is how long a claimant may stay silent.
@@ -66,13 +77,36 @@ func FastHeartbeat() HeartbeatConfig {
 	return HeartbeatConfig{Interval: 40 * time.Millisecond, Misses: 4}
 }
 
-// TimingsFor returns the timings and heartbeat of a profile (default: no
-// heartbeat).
+// TimingsFor returns the timings and heartbeat of a profile (default:
+// member heartbeats, fast: the holder heartbeat).
 func TimingsFor(profile string) (Timings, HeartbeatConfig) {
 	if profile == ProfileFast {
 		return FastTimings(), FastHeartbeat()
 	}
-	return DefaultTimings(), HeartbeatConfig{}
+	return BeatTimings(), BeatHeartbeat()
+}
+
+// BeatTimings are the default profile's memberlist timings, next to member
+// heartbeats: memberlist keeps the membership at a slow pace (a probe
+// every 5 s), the heartbeats detect.
+func BeatTimings() Timings {
+	t := DefaultTimings()
+	t.ProbeInterval = 5 * time.Second
+	t.ProbeTimeout = 500 * time.Millisecond
+	// Metadata changes are pushed to every member at once (Node.pushLoop:
+	// one transmission each, N-1 of them), a member whose beats carry
+	// metadata it has not seen is asked for its state (MemberBeats), and
+	// the gossip round is only a backstop: every 5 s. A broadcast may be
+	// sent 6 x ceil(log10(N+1)) times, so it still goes out with a round.
+	t.GossipInterval = 5 * time.Second
+	t.RetransmitMult = 6
+	return t
+}
+
+// BeatHeartbeat is the default profile's member heartbeat: a member with
+// no sign of life for 3 x 250 ms is taken as gone.
+func BeatHeartbeat() HeartbeatConfig {
+	return HeartbeatConfig{Interval: 250 * time.Millisecond, Misses: 3, Members: true}
 }
 
 // HolderSilent tells the Election that a member claiming a VIP stopped
@@ -287,28 +321,76 @@ func decodeHeartbeat(b []byte) (name string, term uint64, err error) {
 // heartbeat is the Node's heartbeat glue: the sender (while this node
 // claims a VIP) and the tracker fed by memberlist's NotifyMsg.
 type heartbeat struct {
-	cfg  HeartbeatConfig
-	mu   sync.Mutex
-	hb   *Heartbeats
-	term uint64 // this node's term while it claims a VIP, 0 when it claims none
-	wake chan struct{}
+	cfg      HeartbeatConfig
+	sock     *beatSocket // Members mode
+	codec    *beatCodec  // Members mode: beat MACs under the derived keys
+	msgs     []beatMsg   // Members mode: decode slots, reused
+	targets  []netip.AddrPort
+	replay   beatReplay
+	seq      uint64
+	log      *slog.Logger
+	readErr  bool // the last drain failed (logged once)
+	sendErr  bool // the last send failed for a member (logged once)
+	mu       sync.Mutex
+	hb       *Heartbeats
+	mb       *MemberBeats      // Members mode
+	in       []BeatIn          // Members mode: the beats read this tick
+	addrs    map[string]string // Members mode: gossip address by member name
+	metaHash uint32            // Members mode: MetaHash of this node's metadata
+	pull     func(addr string) // Members mode: ask a member for its state
+	term     uint64            // this node's term while it claims a VIP, 0 when it claims none
+	wake     chan struct{}
 }
 
-func newHeartbeat(cfg HeartbeatConfig) *heartbeat {
-	return &heartbeat{cfg: cfg, hb: NewHeartbeats(cfg), wake: make(chan struct{}, 1)}
+func newHeartbeat(cfg HeartbeatConfig, self string) *heartbeat {
+	h := &heartbeat{cfg: cfg, hb: NewHeartbeats(cfg), wake: make(chan struct{}, 1)}
+	if cfg.Members {
+		h.mb = NewMemberBeats(cfg, self)
+	}
+	return h
 }
 
 func (h *heartbeat) on() bool { return h != nil && h.cfg.Interval > 0 }
 
+// silentMembers returns the members the member heartbeats found silent
+// (nil without member heartbeats).
+func (h *heartbeat) silentMembers() map[string]bool {
+	if h == nil || h.mb == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]bool{}
+	for _, n := range h.mb.Silent() {
+		out[n] = true
+	}
+	return out
+}
+
 // update is called by Node.step with the current view: it watches the
 // other claimants and sends whether this node claims anything.
-func (h *heartbeat) update(self string, view []Member, own Meta, now time.Time) []HolderSilent {
+func (h *heartbeat) update(self string, view []Member, own Meta, ownHash uint32, now time.Time) []HolderSilent {
 	if !h.on() {
 		return nil
 	}
 	var claimants []string
+	var watch []BeatMember
+	var targets []netip.AddrPort
+	addrs := map[string]string{}
 	for _, m := range view {
-		if m.Name != self && (m.State == Alive || m.State == Suspect) && len(m.Meta.Holding) > 0 {
+		if m.Name == self || (m.State != Alive && m.State != Suspect) {
+			continue
+		}
+		if h.cfg.Members {
+			if !m.Meta.Beat {
+				continue // an older version, or another profile: memberlist's detector only
+			}
+			if ap, err := netip.ParseAddrPort(m.Addr); err == nil {
+				targets = append(targets, ap)
+			}
+			watch = append(watch, BeatMember{Name: m.Name, Meta: m.MetaHash})
+			addrs[m.Name] = m.Addr
+		} else if len(m.Meta.Holding) > 0 {
 			claimants = append(claimants, m.Name)
 		}
 	}
@@ -317,6 +399,13 @@ func (h *heartbeat) update(self string, view []Member, own Meta, now time.Time) 
 		term = max(own.Term, 1)
 	}
 	h.mu.Lock()
+	if h.mb != nil {
+		// Sends and checks on its grid, whatever it claims: no wake-up.
+		h.term, h.targets, h.addrs, h.metaHash = term, targets, addrs, ownHash
+		out := h.mb.Watch(watch, now)
+		h.mu.Unlock()
+		return out
+	}
 	before := len(h.hb.last)
 	out := h.hb.Watch(claimants, now)
 	changed := len(h.hb.last) != before || len(out) > 0
@@ -347,6 +436,10 @@ func (h *heartbeat) heard(msg []byte, self string, now time.Time) ([]HolderSilen
 // claimants through report, until ctx is done.
 func (h *heartbeat) run(ctx context.Context, ml *memberlist.Memberlist, self string, report func(HolderSilent), sent prometheus.Counter) {
 	if !h.on() {
+		return
+	}
+	if h.sock != nil {
+		h.runBeats(ctx, self, report, sent)
 		return
 	}
 	timer := time.NewTimer(h.cfg.Interval)
@@ -408,10 +501,10 @@ type hbMetrics struct {
 func newHBMetrics() hbMetrics {
 	return hbMetrics{
 		mHBSent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "vipd_cluster_heartbeats_sent_total", Help: "Holder heartbeats sent to members (VIPD_PROFILE=fast; best effort, one per member).",
+			Name: "vipd_cluster_heartbeats_sent_total", Help: "Heartbeats sent to members, one per member: every member's every 250 ms (default profile), a holder's every 40 ms (VIPD_PROFILE=fast); best effort.",
 		}),
 		mHBSilent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vipd_cluster_holder_silent_total", Help: "Times a member claiming a VIP stopped sending heartbeats and was taken as gone (VIPD_PROFILE=fast).",
+			Name: "vipd_cluster_holder_silent_total", Help: "Times a member stopped sending heartbeats and was taken as gone for the election (default profile: any member; VIPD_PROFILE=fast: a member claiming a VIP).",
 		}, []string{"member"}),
 	}
 }
@@ -422,4 +515,79 @@ func (n *Node) heartbeatSilent(ev HolderSilent) {
 		n.mHBSilent.WithLabelValues(ev.Name).Inc()
 	}
 	n.send(ev)
+}
+
+// runBeats is run in Members mode: on every multiple of the interval
+// (wall clock, so that the members' ticks coincide when their clocks
+// agree and a tick's reading, sending and probing share one wake-up) it
+// reads the beats queued since the last tick, reports members silent for
+// their deadline, and sends its own beat to every member that takes them.
+func (h *heartbeat) runBeats(ctx context.Context, self string, report func(HolderSilent), sent prometheus.Counter) {
+	defer h.sock.Close()
+	iv := h.cfg.Interval
+	wait := h.beatWait(ctx, iv)
+	for {
+		if !wait() {
+			return
+		}
+		now := time.Now()
+		h.mu.Lock()
+		h.in = h.in[:0]
+		err := h.sock.drain(func(pkt []byte, _ netip.AddrPort) {
+			if len(h.in) == len(h.msgs) {
+				h.msgs = append(h.msgs, beatMsg{})
+			}
+			m := &h.msgs[len(h.in)] // its Heard array is reused, one per slot
+			if h.codec.decode(pkt, m) != nil || m.Name == self || !h.replay.fresh(*m) {
+				return
+			}
+			h.in = append(h.in, BeatIn{Name: m.Name, Meta: m.Meta, Heard: m.Heard})
+		})
+		t := h.mb.Tick(now, h.in)
+		evs := t.Events
+		h.seq = nextSeq(h.seq, now.UnixNano())
+		msg, _ := h.codec.encode(beatMsg{Name: self, Term: h.term, Seq: h.seq, Meta: h.metaHash, Heard: t.Heard})
+		targets := h.targets
+		var pulls []string
+		for _, name := range t.Pull {
+			if a, ok := h.addrs[name]; ok {
+				pulls = append(pulls, a)
+			}
+		}
+		h.mu.Unlock()
+		for _, a := range pulls {
+			if h.pull != nil {
+				h.pull(a)
+			}
+		}
+		if (err != nil) != h.readErr {
+			h.readErr = err != nil
+			if err != nil {
+				h.log.Warn("member heartbeats cannot be read", "err", err)
+			} else {
+				h.log.Info("member heartbeats read again")
+			}
+		}
+		for _, ev := range evs {
+			report(ev)
+		}
+		n, err := h.sock.sendAll(msg, targets)
+		sent.Add(float64(n))
+		if (err != nil) != h.sendErr {
+			h.sendErr = err != nil
+			if err != nil {
+				h.log.Warn("member heartbeats cannot be sent to every member", "err", err)
+			}
+		}
+	}
+}
+
+// beatWait returns the wait for the next tick of runBeats (a gridclock
+// timerfd, or a Go timer if that cannot be had). It returns false once ctx
+// is done.
+func (h *heartbeat) beatWait(ctx context.Context, iv time.Duration) func() bool {
+	wait, _ := gridclock.Ticker(ctx, iv, func(err error) {
+		h.log.Warn("member heartbeat clock", "err", err)
+	})
+	return wait
 }

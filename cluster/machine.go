@@ -47,6 +47,9 @@ const (
 
 // ElectionConfig shapes an Election.
 type ElectionConfig struct {
+	// Beat: gossip Meta.Beat (this node sends and reads member heartbeats
+	// on the gossip port, beatsock.go).
+	Beat     bool
 	Name     string
 	VIPs     []string
 	Priority int
@@ -236,7 +239,7 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		known:     map[string]KnownMember{},
 		seen:      map[string]time.Time{},
 		left:      map[string]KnownMember{},
-		meta:      Meta{Priority: cfg.Priority, Pools: cfg.Pools},
+		meta:      Meta{Priority: cfg.Priority, Pools: cfg.Pools, Beat: cfg.Beat},
 		decisions: map[string]Decision{},
 		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
 		ho: newHandover(),

@@ -17,13 +17,16 @@ type PoolMember struct {
 }
 
 // PoolMembers returns the alive and suspect members, this node included,
-// with the metadata each gossips (this node's as last published). It is a
-// read-only view for package pools, which decides per address from it
-// without gossiping anything per address.
+// with the metadata each gossips (this node's as last published). A member
+// whose heartbeats stopped (member heartbeats, the default profile) is
+// left out, as the election leaves it out: memberlist's own detector takes
+// about 25 s there. It is a read-only view for package pools, which
+// decides per address from it without gossiping anything per address.
 func (n *Node) PoolMembers() []PoolMember {
 	var out []PoolMember
+	silent := n.hb.silentMembers()
 	for _, m := range n.ml.Members() {
-		if m.State != memberlist.StateAlive && m.State != memberlist.StateSuspect {
+		if m.State != memberlist.StateAlive && m.State != memberlist.StateSuspect || silent[m.Name] {
 			continue
 		}
 		meta, err := decodeMeta(m.Meta)

@@ -167,7 +167,7 @@ func (s *Sim) membership(live []*node) {
 	s.seq++
 	recent := false
 	for _, t := range s.deletedAt {
-		if s.now.Sub(t) < s.opt.Expiry+Detection+10*time.Second {
+		if s.now.Sub(t) < s.opt.Expiry+s.forget+10*time.Second {
 			recent = true
 		}
 		_ = t

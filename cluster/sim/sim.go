@@ -15,15 +15,22 @@
 // one L2 segment: a VIP bound on a node whose interface is up answers, and
 // an acquire probe (or a lone holder's periodic probe) sees every other
 // answering node.
+//
+// Options.Fast adds the fast profile's holder heartbeat; Options.Beats
+// models member beats (every member beats to every member, directly, on a
+// clock-aligned grid, read lazily one tick later) beside memberlist's
+// slowed detector (cluster.BeatTimings).
 package sim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"math/rand"
 	"net"
 	"net/netip"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -43,6 +50,37 @@ const (
 	ReconcileTime = vip.ReconcileEvery
 	ProbeWindow   = 50 * time.Millisecond // the l2 conflict probe's wait
 )
+
+// The failure detector next to member beats (Options.Beats,
+// cluster.BeatTimings: a probe every 5 s, 500 ms probe timeout,
+// SuspicionMult 2, gossip every 5 s), from the same formula as the
+// constants above (200 ms probes: 2 x 200 ms to suspect, + 2 x 200 ms of
+// suspicion, + 200 ms for the verdict to spread = 1 s):
+//   - a member is probed by one of the others about once per probe
+//     interval, and a probe that fails marks it suspect when its ack
+//     handler times out, one (awareness-scaled) probe interval after the
+//     ping: suspect after about 2 x 5 s = 10 s;
+//   - memberlist's suspicion timer is SuspicionMult x max(1, log10(n)) x
+//     ProbeInterval = 2 x 1 x 5 s = 10 s for up to 9 nodes, and with
+//     SuspicionMult 2 it expects k = SuspicionMult-2 = 0 confirmations, so
+//     it starts at that minimum (no Lifeguard stretch);
+//   - the dead message then spreads in one gossip round (5 s).
+//
+// So dead after 10 + 10 + 5 = 25 s (between 15 s for a probe right after
+// the crash and about 25 s). Beats decide long before.
+const (
+	BeatSuspectAfter = 10 * time.Second
+	BeatDeadAfter    = 25 * time.Second
+	BeatMetaEvery    = 5 * time.Second // cluster.BeatTimings' GossipInterval
+)
+
+// BeatDetection is the detection time the invariants allow where member
+// beats decide (two holders, a missing holder): the tracker's deadline
+// (3 x 250 ms), one interval for the lazy read (a beat sent at grid tick
+// k is read at tick k+1, so a member is found silent up to Deadline +
+// Interval after its last beat went out), and the 500 ms that Detection
+// also allows for acting on it. It equals Detection (1.5 s).
+var BeatDetection = cluster.BeatHeartbeat().Deadline() + cluster.BeatHeartbeat().Interval + 500*time.Millisecond
 
 // MetaEvery is how often metadata changes reach a member that hears
 // another in the default profile (cluster.DefaultTimings' gossip
@@ -69,6 +107,16 @@ type Options struct {
 	// (cluster.FastHeartbeat), sent directly (never relayed) and lost
 	// with the gossip drop rate, beside the same failure detector.
 	Fast bool
+	// Beats runs every node with member beats (the default profile's new
+	// detector, cluster.BeatHeartbeat and cluster.BeatTimings): every
+	// running node sends a beat every Interval on the clock-aligned grid,
+	// directly (never relayed) to each member of its view with Meta.Beat
+	// that it reaches, lost with the gossip drop rate, not heard under
+	// another key; the receiver reads its socket at its next grid tick.
+	// memberlist's own detector is slowed to BeatSuspectAfter and
+	// BeatDeadAfter, and metadata travels every BeatMetaEvery. Not with
+	// Fast.
+	Beats bool
 	// Script replaces the random faults by these steps (scenario tests).
 	Script []Step
 	// Observe, when set, is called after every simulated tick.
@@ -106,6 +154,8 @@ type Result struct {
 	Violations []string
 	Trace      []string
 	Failovers  int
+	// MaxTwoHolders is the longest time two nodes held the VIP at once.
+	MaxTwoHolders time.Duration
 }
 
 // node is one simulated machine with its vipd.
@@ -127,11 +177,15 @@ type node struct {
 	stopAt    time.Time       // then stops at the latest
 	hoPending map[string]bool // handovers the planned stop waits for
 
-	el    *cluster.Election
-	hb    *cluster.Heartbeats // VIPD_PROFILE=fast
-	core  *vip.Core
-	next  time.Time // election's next deadline
-	cnext time.Time
+	el     *cluster.Election
+	hb     *cluster.Heartbeats  // VIPD_PROFILE=fast
+	mb     *cluster.MemberBeats // member beats (Options.Beats)
+	beats  []cluster.BeatIn     // member beats waiting in the socket (Options.Beats)
+	relay  []cluster.BeatHeard  // the relay list of its next beat
+	pushed cluster.Meta         // the metadata it last pushed (Options.Beats)
+	core   *vip.Core
+	next   time.Time // election's next deadline
+	cnext  time.Time
 
 	heard      map[int]time.Time    // last time this node heard each other node
 	meta       map[int]cluster.Meta // metadata last heard from each node
@@ -174,6 +228,13 @@ type Sim struct {
 	// The failure detector's timings (Options.Fast) and the detection
 	// time the invariants allow.
 	suspectAfter, deadAfter, detection time.Duration
+	// forget is the detection time of memberlist's own detector, from
+	// which a member's expiry runs (the election forgets a member dead
+	// in memberlist's view, not a silent one): the growth invariants
+	// use it. metaEvery is how often metadata changes travel.
+	forget, metaEvery time.Duration
+	maxMulti          time.Duration // longest time with two holders
+	multiStart        time.Time     // when the current one began
 }
 
 // crashOn crashes a node's vipd when a handover message of a kind is
@@ -205,6 +266,17 @@ func Run(opt Options) Result {
 	s.now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.start = s.now
 	s.suspectAfter, s.deadAfter, s.detection = SuspectAfter, DeadAfter, Detection
+	s.forget, s.metaEvery = Detection, MetaEvery
+	if opt.Beats {
+		if opt.Fast {
+			panic("sim: Options.Beats and Options.Fast are exclusive")
+		}
+		// memberlist's detector is slow; beats decide who is gone (for
+		// claims and for quorum) within BeatDetection. Expiry still runs
+		// from memberlist's verdict.
+		s.suspectAfter, s.deadAfter, s.detection = BeatSuspectAfter, BeatDeadAfter, BeatDetection
+		s.forget, s.metaEvery = BeatDeadAfter+500*time.Millisecond, BeatMetaEvery
+	}
 	if opt.Fast {
 		// Two holders are bounded by the heartbeat's deadline where it
 		// decides, by the failure detector elsewhere.
@@ -253,7 +325,7 @@ func Run(opt Options) Result {
 		s.step()
 	}
 	s.final()
-	return Result{Seed: opt.Seed, Simulated: s.now.Sub(s.start), Violations: s.viol, Trace: s.trace, Failovers: s.failovers}
+	return Result{Seed: opt.Seed, Simulated: s.now.Sub(s.start), Violations: s.viol, Trace: s.trace, Failovers: s.failovers, MaxTwoHolders: s.maxMulti}
 }
 
 func (s *Sim) logf(format string, args ...any) {
@@ -297,11 +369,15 @@ func (s *Sim) startVipd(n *node, withState bool) {
 	n.heard, n.meta, n.left, n.pending = map[int]time.Time{}, map[int]cluster.Meta{}, map[int]bool{}, nil
 	n.metaAt = map[int]time.Time{}
 	n.exchanged = map[int]bool{}
-	n.hb = nil
+	n.hb, n.mb, n.relay = nil, nil, nil
+	n.beats = nil // a new socket
 	if s.opt.Fast {
 		n.hb = cluster.NewHeartbeats(cluster.FastHeartbeat())
 	}
-	n.el = cluster.NewElection(cluster.ElectionConfig{Name: n.name, VIPs: []string{VIP.String()}, Peers: true, MemberExpiry: s.opt.Expiry,
+	if s.opt.Beats {
+		n.mb = cluster.NewMemberBeats(cluster.BeatHeartbeat(), n.name)
+	}
+	n.el = cluster.NewElection(cluster.ElectionConfig{Name: n.name, VIPs: []string{VIP.String()}, Peers: true, MemberExpiry: s.opt.Expiry, Beat: s.opt.Beats,
 		Quorum: cluster.QuorumRule{Off: s.opt.QuorumOff}, Priority: s.opt.Priorities[n.name], PreemptDelay: s.opt.PreemptDelay}, *n.state, s.now)
 	n.core = vip.New([]netip.Prefix{VIP}, vip.Options{Elect: true, Announce: true, Check: true, Jitter: time.Duration(n.id*37%500) * time.Millisecond})
 	n.next, n.cnext = s.now, s.now
@@ -371,7 +447,7 @@ func (s *Sim) roundTrip(o, n *node) bool {
 func (s *Sim) step() {
 	s.now = s.now.Add(Tick)
 	gossip := s.now.Sub(s.start)%GossipEvery == 0
-	meta := s.opt.Fast || s.now.Sub(s.start)%MetaEvery == 0
+	meta := s.opt.Fast || s.now.Sub(s.start)%s.metaEvery == 0
 	for len(s.pendingStop) > 0 && !s.now.Before(s.pendingStop[0].at) {
 		n := s.pendingStop[0].n
 		s.pendingStop = s.pendingStop[1:]
@@ -383,6 +459,9 @@ func (s *Sim) step() {
 		}
 	}
 	s.deliverMsgs()
+	if s.opt.Beats {
+		s.pushMeta()
+	}
 	for _, n := range s.nodes {
 		if n.running && n.stopping && !s.now.Before(n.stopAt) {
 			s.stopVipd(n, true)
@@ -449,6 +528,9 @@ func (s *Sim) step() {
 	if s.opt.Fast {
 		s.heartbeats()
 	}
+	if s.opt.Beats {
+		s.memberBeats()
+	}
 	for _, n := range s.nodes {
 		if !n.running {
 			continue
@@ -469,29 +551,45 @@ func (s *Sim) step() {
 // view is what o's memberlist reports: itself and the members it heard
 // within DeadAfter (suspect after SuspectAfter); one name once.
 func (s *Sim) view(o *node) ([]cluster.Member, []string) {
-	ms := []cluster.Member{{Name: o.name, State: cluster.Alive, Meta: o.el.Meta()}}
-	seen := map[string]bool{o.name: true}
-	ids := make([]int, 0, len(o.heard))
-	for id := range o.heard {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	for _, id := range ids {
-		t := o.heard[id]
-		n := s.nodes[id]
-		if o.left[id] || s.now.Sub(t) >= s.deadAfter || seen[n.name] {
-			continue
-		}
-		seen[n.name] = true
+	ms := append([]cluster.Member{{Name: o.name, State: cluster.Alive, Meta: o.el.Meta()}}, s.others(o)...)
+	left := o.pending
+	o.pending = nil
+	return ms, left
+}
+
+// others is o's view without o itself.
+func (s *Sim) others(o *node) []cluster.Member {
+	var ms []cluster.Member
+	for _, id := range s.inView(o) {
+		n, t := s.nodes[id], o.heard[id]
 		st := cluster.Alive
 		if s.now.Sub(t) >= s.suspectAfter {
 			st = cluster.Suspect
 		}
 		ms = append(ms, cluster.Member{Name: n.name, Addr: fmt.Sprintf("node%d", n.id), State: st, Meta: o.meta[id]})
 	}
-	left := o.pending
-	o.pending = nil
-	return ms, left
+	return ms
+}
+
+// inView returns the ids of the other members in o's view: heard within
+// DeadAfter, not seen leaving, one node per name.
+func (s *Sim) inView(o *node) []int {
+	seen := map[string]bool{o.name: true}
+	ids := make([]int, 0, len(o.heard))
+	for id := range o.heard {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	out := ids[:0]
+	for _, id := range ids {
+		n := s.nodes[id]
+		if o.left[id] || s.now.Sub(o.heard[id]) >= s.deadAfter || seen[n.name] {
+			continue
+		}
+		seen[n.name] = true
+		out = append(out, id)
+	}
+	return out
 }
 
 // elStep feeds the view and ev to n's election and carries out its output.
@@ -713,12 +811,16 @@ func (s *Sim) check() {
 			s.multiSince = s.now
 			s.logf("two holders: %s", h)
 		}
+		if s.multiStart.IsZero() {
+			s.multiStart = s.now
+		}
+		s.maxMulti = max(s.maxMulti, s.now.Sub(s.multiStart))
 		if s.now.Sub(s.multiSince) > s.detection {
 			s.violate("%d holders (%s) for %v", len(holders), h, s.now.Sub(s.multiSince))
 			s.multiSince = s.now
 		}
 	} else {
-		s.multiSince = time.Time{}
+		s.multiSince, s.multiStart = time.Time{}, time.Time{}
 	}
 	// Liveness: a majority of healthy, mutually connected, correctly keyed
 	// members, stable for detection + 1 s, has a holder.
@@ -752,7 +854,7 @@ func (s *Sim) check() {
 			if n.startedAt.After(t) {
 				t = n.startedAt
 			}
-			if s.now.Sub(t) > s.opt.Expiry+s.detection+10*time.Second && n.el.Status(s.now).Quorum.OK {
+			if s.now.Sub(t) > s.opt.Expiry+s.forget+10*time.Second && n.el.Status(s.now).Quorum.OK {
 				n.grewAt = s.now
 				s.violate("%s still counts %s, deleted %v ago", n.name, name, s.now.Sub(t))
 			}
@@ -770,7 +872,7 @@ func (s *Sim) majorityStable() bool {
 	// Deleted members still count until the others forget them.
 	total := len(s.members())
 	for _, t := range s.deletedAt {
-		if s.now.Sub(t) < s.opt.Expiry+s.detection+5*time.Second {
+		if s.now.Sub(t) < s.opt.Expiry+s.forget+5*time.Second {
 			total++
 		}
 	}
@@ -1007,6 +1109,124 @@ func (s *Sim) heartbeats() {
 				break
 			}
 			s.elStep(o, ev)
+		}
+	}
+}
+
+// metaHash stands for cluster.MetaHash of a node's encoded metadata: the
+// sim compares decoded metadata, so any stable digest of it will do.
+func metaHash(m cluster.Meta) uint32 {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return 0
+	}
+	return cluster.MetaHash(b)
+}
+
+// pushMeta models Node.pushLoop (member beats): a node whose metadata
+// changed pings every member of its view at once, and each ping carries
+// the change with it (memberlist piggybacks its queued broadcasts): it
+// needs a path from the node, and is lost with the gossip drop rate. The
+// receiver's election sees it at once.
+func (s *Sim) pushMeta() {
+	for _, n := range s.nodes {
+		if !n.running || n.el == nil {
+			continue
+		}
+		m := n.el.Meta()
+		if reflect.DeepEqual(m, n.pushed) {
+			continue
+		}
+		n.pushed = m
+		for _, id := range s.inView(n) {
+			o := s.nodes[id]
+			if !o.running || o.el == nil || o.key != n.key || !s.hears(o, n) || s.rnd.Float64() < s.drop {
+				continue
+			}
+			o.meta[n.id], o.metaAt[n.id] = m, s.now
+			s.elStep(o, cluster.Tick{})
+		}
+	}
+}
+
+// memberBeats runs the member beats (Options.Beats), as the beat socket's
+// loop does (cluster/heartbeat.go runBeats): every node watches the other
+// members of its view that take beats (Meta.Beat), whenever its view may
+// have changed; on each grid tick (a multiple of the interval: the
+// members' clocks agree) it first reads the beats queued in its socket
+// since the last tick, then reports the members silent for their
+// deadline, then sends its own beat (its term while it claims a VIP, else
+// 0) to every member of its view that takes beats. A beat goes directly
+// (no relay): it needs a direct link, is lost with the gossip drop rate,
+// and one under another gossip key (or carrying the receiver's own name)
+// is not heard. Sent on tick k, it is read on tick k+1.
+func (s *Sim) memberBeats() {
+	hb := cluster.BeatHeartbeat()
+	grid := s.now.Sub(s.start)%hb.Interval == 0
+	for _, o := range s.nodes {
+		if !o.running || o.mb == nil {
+			continue
+		}
+		var watch []cluster.BeatMember
+		for _, m := range s.others(o) {
+			if m.Meta.Beat {
+				watch = append(watch, cluster.BeatMember{Name: m.Name, Meta: metaHash(m.Meta)})
+			}
+		}
+		evs := o.mb.Watch(watch, s.now)
+		var pull []string
+		if grid {
+			t := o.mb.Tick(s.now, o.beats)
+			evs, o.relay, pull = append(evs, t.Events...), t.Heard, t.Pull
+			o.beats = nil
+		}
+		for _, ev := range evs {
+			if o.el == nil {
+				break
+			}
+			s.logf("%s: beat verdict %+v", o.name, ev)
+			s.elStep(o, ev)
+		}
+		// A pull is a state exchange over TCP with the member: it needs
+		// the direct link both ways. It brings the member's metadata and
+		// what it has of the others (memberlist's push/pull carries every
+		// member's state; the newer incarnation wins: here, the copy
+		// taken later).
+		for _, name := range pull {
+			for _, id := range s.inView(o) {
+				n := s.nodes[id]
+				if n.name != name || !n.running || n.el == nil || !s.reach(o, n) || !s.reach(n, o) {
+					continue
+				}
+				s.logf("%s: pulled %s's state (its beats or relays carry other metadata)", o.name, n.name)
+				o.meta[n.id], o.metaAt[n.id] = n.el.Meta(), s.now
+				for mid, at := range n.metaAt {
+					if mid != o.id && mid != n.id && at.After(o.metaAt[mid]) {
+						o.meta[mid], o.metaAt[mid] = n.meta[mid], at
+					}
+				}
+				if o.el != nil {
+					s.elStep(o, cluster.Tick{})
+				}
+			}
+		}
+	}
+	if !grid {
+		return
+	}
+	for _, n := range s.nodes {
+		if !n.running || n.el == nil {
+			continue
+		}
+		for _, id := range s.inView(n) {
+			o := s.nodes[id]
+			if !n.meta[id].Beat || !o.running || !s.reach(n, o) || s.rnd.Float64() < s.drop {
+				continue
+			}
+			if o.key != n.key || o.name == n.name {
+				continue // fails the receiver's MAC check, or its own name
+			}
+			o.beats = append(o.beats, cluster.BeatIn{Name: n.name, Meta: metaHash(n.el.Meta()), Heard: n.relay})
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,14 @@ import (
 // members only; the join's state exchange now also brings the peer's
 // member list, which a node without its own counts.
 func TestScenarioWipedMinority(t *testing.T) {
+	for _, beats := range []bool{false, true} {
+		t.Run(fmt.Sprintf("beats=%v", beats), func(t *testing.T) { testWipedMinority(t, beats) })
+	}
+}
+
+func testWipedMinority(t *testing.T, beats bool) {
 	var minority []*node
-	r := Run(Options{Seed: 1, Nodes: 5, Duration: 60 * time.Second, NoProbe: true, NoHandovers: true, Trace: true, Script: []Step{
+	r := Run(Options{Seed: 1, Nodes: 5, Duration: 60 * time.Second, Beats: beats, NoProbe: true, NoHandovers: true, Trace: true, Script: []Step{
 		{At: 20 * time.Second, Do: func(s *Sim) {
 			var majority []*node
 			for _, n := range s.nodes {

@@ -19,7 +19,13 @@ func TestProfileTimingsDocumented(t *testing.T) {
 	for i, profile := range []string{config.ProfileDefault, config.ProfileFast} {
 		tm, hb := cluster.TimingsFor(profile)
 		off := func(s string) string {
-			if hb.Interval == 0 {
+			if hb.Interval == 0 || hb.Members {
+				return "off"
+			}
+			return s
+		}
+		offM := func(s string) string {
+			if hb.Interval == 0 || !hb.Members {
 				return "off"
 			}
 			return s
@@ -32,6 +38,8 @@ func TestProfileTimingsDocumented(t *testing.T) {
 			"gossip full sync interval":   tm.PushPullInterval.String(),
 			"holder heartbeat interval":   off(hb.Interval.String()),
 			"holder heartbeat misses":     off(itoa(hb.Misses)),
+			"member heartbeat interval":   offM(hb.Interval.String()),
+			"member heartbeat misses":     offM(itoa(hb.Misses)),
 			"l2 conflict probe wait":      probeWait(profile).String(),
 		}
 		if len(want) != len(doc) {

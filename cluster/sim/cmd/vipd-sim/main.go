@@ -17,18 +17,23 @@ func main() {
 	seeds := flag.Int("seeds", 200, "number of seeds")
 	first := flag.Int64("seed", 1, "first seed")
 	dur := flag.Duration("duration", 5*time.Minute, "simulated fault time per seed")
+	beats := flag.Bool("beats", false, "run with member beats (sim.Options.Beats)")
 	flag.Parse()
 	start := time.Now()
 	var simulated time.Duration
 	failed := 0
+	test := "'TestSimulate$'"
+	if *beats {
+		test = "'TestSimulateBeats$'"
+	}
 	for seed := *first; seed < *first+int64(*seeds); seed++ {
 		nodes := 3 + int(seed%3)
-		r := sim.Run(sim.Options{Seed: seed, Nodes: nodes, Duration: *dur})
+		r := sim.Run(sim.Options{Seed: seed, Nodes: nodes, Duration: *dur, Beats: *beats})
 		simulated += r.Simulated
 		if len(r.Violations) > 0 {
 			failed++
-			fmt.Printf("seed %d (%d nodes): %s\n  replay: go test ./cluster/sim -run TestSimulate -sim.seed=%d -sim.seeds=1 -sim.trace -v\n",
-				seed, nodes, strings.Join(r.Violations, "\n  "), seed)
+			fmt.Printf("seed %d (%d nodes): %s\n  replay: go test ./cluster/sim -run %s -sim.seed=%d -sim.seeds=1 -sim.trace -v\n",
+				seed, nodes, strings.Join(r.Violations, "\n  "), test, seed)
 		}
 	}
 	wall := time.Since(start)
