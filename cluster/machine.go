@@ -43,7 +43,26 @@ const (
 	// ms, and some margin); short, since every crash and restart of a
 	// holder (systemd's RestartSec=1) waits it out.
 	RestartSettle = 300 * time.Millisecond
+	// BeatQuorumSettle replaces QuorumSettle for a node that takes member
+	// heartbeats (ElectionConfig.Beat): the beat that brings a member
+	// back carries the hash of its metadata, and a node that has not
+	// seen that metadata pulls the member's state in the same tick
+	// (MemberBeats.Tick), so a claim made meanwhile arrives with the
+	// quorum, not a few gossip rounds (5 s in that profile) later. Two
+	// beat intervals leave room for one lost beat or a slow pull. Under
+	// heavy loss, where quorum comes and goes with the beats, a shorter
+	// wait is what lets a holder be elected between two losses.
+	BeatQuorumSettle = 500 * time.Millisecond
 )
+
+// quorumSettle is QuorumSettle, or BeatQuorumSettle for a node that
+// takes member heartbeats.
+func (e *Election) quorumSettle() time.Duration {
+	if e.cfg.Beat {
+		return BeatQuorumSettle
+	}
+	return QuorumSettle
+}
 
 // ElectionConfig shapes an Election.
 type ElectionConfig struct {
@@ -386,7 +405,7 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 			// claim at once (a holder that restarts before the failure
 			// detector noticed its crash seems to have released): it
 			// waits RestartSettle to hear those claims.
-			e.quorumAt = now.Add(RestartSettle - QuorumSettle)
+			e.quorumAt = now.Add(RestartSettle - e.quorumSettle())
 		}
 		e.settledOnce = true
 	}
@@ -437,7 +456,7 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		case e.handoverDecision(v, &d, now, out):
 		case d.Holder && !e.meta.Holds(v) && now.Before(e.pausedUntil[v]):
 			d = Decision{Reason: "released moments ago: letting another node take it"}
-		case d.Holder && !e.meta.Holds(v) && !q.Bootstrap && now.Sub(e.quorumAt) < QuorumSettle:
+		case d.Holder && !e.meta.Holds(v) && !q.Bootstrap && now.Sub(e.quorumAt) < e.quorumSettle():
 			d = Decision{Reason: "quorum regained moments ago: waiting for the claims of the others"}
 		case d.Holder && !e.meta.Holds(v):
 			// Claim first, act after: the claim is gossiped before (l2: as)
@@ -702,7 +721,7 @@ func (e *Election) next(now time.Time) time.Time {
 		}
 	}
 	add(e.started.Add(BootstrapGrace))
-	add(e.quorumAt.Add(QuorumSettle))
+	add(e.quorumAt.Add(e.quorumSettle()))
 	if !e.keyErrAt.IsZero() {
 		add(e.keyErrAt.Add(KeyVeto))
 	}

@@ -234,13 +234,18 @@ func TestElectionQuorumSettle(t *testing.T) {
 		at     time.Duration
 		holder bool
 		reason string
+		beat   bool // member heartbeats (BeatQuorumSettle)
 	}{
-		{"all known in view (a restart): waits a little for claims made as it rejoined", []Member{elig("n2"), elig("n3")}, RestartSettle - time.Millisecond, false, "quorum regained moments ago"},
-		{"all known in view (a restart): claims after the restart settle", []Member{elig("n2"), elig("n3")}, RestartSettle, true, ""},
-		{"one known member missing: waits", []Member{elig("n2")}, 0, false, "quorum regained moments ago"},
-		{"one known member missing: claims after the settle", []Member{elig("n2")}, QuorumSettle, true, ""},
-		{"a known member suspect: waits", []Member{elig("n2"), peer("n3", Suspect, Meta{Counts: counts("n1", "n2", "n3")})}, 0, false, "quorum regained moments ago"},
-		{"a forming cluster (nobody known before): waits for members still joining", nil, 0, false, "quorum regained moments ago"},
+		{"all known in view (a restart): waits a little for claims made as it rejoined", []Member{elig("n2"), elig("n3")}, RestartSettle - time.Millisecond, false, "quorum regained moments ago", false},
+		{"all known in view (a restart): claims after the restart settle", []Member{elig("n2"), elig("n3")}, RestartSettle, true, "", false},
+		{"one known member missing: waits", []Member{elig("n2")}, 0, false, "quorum regained moments ago", false},
+		{"one known member missing: claims after the settle", []Member{elig("n2")}, QuorumSettle, true, "", false},
+		{"a known member suspect: waits", []Member{elig("n2"), peer("n3", Suspect, Meta{Counts: counts("n1", "n2", "n3")})}, 0, false, "quorum regained moments ago", false},
+		{"a forming cluster (nobody known before): waits for members still joining", nil, 0, false, "quorum regained moments ago", false},
+		{"member heartbeats, one known member missing: waits", []Member{elig("n2")}, BeatQuorumSettle - time.Millisecond, false, "quorum regained moments ago", true},
+		{"member heartbeats, one known member missing: claims after the shorter settle", []Member{elig("n2")}, BeatQuorumSettle, true, "", true},
+		{"member heartbeats, a restart: still the restart settle", []Member{elig("n2"), elig("n3")}, RestartSettle - time.Millisecond, false, "quorum regained moments ago", true},
+		{"member heartbeats, a restart: claims after it", []Member{elig("n2"), elig("n3")}, RestartSettle, true, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,8 +256,12 @@ func TestElectionQuorumSettle(t *testing.T) {
 				view = []Member{elig("n2"), elig("n3")}
 			}
 			e.cfg.Priority, e.meta.Priority = 100, 100 // n1 ranks first
+			e.cfg.Beat = tt.beat
 			e.Step(HealthChanged{Healthy: true}, t0)
-			e.Step(ViewChanged{Members: view}, t0)
+			out := e.Step(ViewChanged{Members: view}, t0)
+			if end := t0.Add(tt.at + time.Millisecond); !tt.holder && tt.at > 0 && out.Next.After(end) {
+				t.Fatalf("next deadline %v, after the settle's end %v", out.Next.Sub(t0), end.Sub(t0))
+			}
 			e.Step(Tick{}, t0.Add(tt.at))
 			d := e.decisions[vip1]
 			if d.Holder != tt.holder || !strings.Contains(d.Reason, tt.reason) {
