@@ -52,16 +52,20 @@ func leanRuntime() {
 // the page cache at the cost of a minor fault.
 //
 // Later, at retrimAfter (past the announcement burst and the first
-// elections), then after each garbage collection (at most every
-// gcTrimEvery) and at least every retrimEvery, the binary's pages are
-// dropped again (without a forced garbage collection). A collection reads
-// the runtime's tables for every frame of every goroutine's stack: about
-// 4 MB of the binary's read-only data (the kernel maps 64 KB around each
-// page touched) that nothing else reads until the next collection. What
-// vipd keeps running is faulted back from the page cache at once (a few
-// hundred minor faults, well under a millisecond of CPU).
+// elections) and then every retrimEvery, the binary's pages are dropped
+// again (without a forced garbage collection): what vipd touched once,
+// such as a failover's code paths, leaves the resident set, and what it
+// keeps running is faulted back from the page cache at once (a few
+// hundred minor faults, well under a millisecond of CPU a minute).
+//
+// Not after each garbage collection: a collection reads the runtime's
+// tables for every goroutine frame (about 4 MB of the binary's read-only
+// data), and dropping them after each one kept the resident set about
+// 1.5 MB lower, but on a paravirtualised VM each unmap and fault back is
+// costly: 0.39 against 0.28 % of a core per idle node, measured side by
+// side (docs/l2.md).
 func trimAfter(ctx context.Context, d time.Duration, log *slog.Logger) {
-	wait := func(d time.Duration, gc <-chan struct{}) bool {
+	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -69,11 +73,9 @@ func trimAfter(ctx context.Context, d time.Duration, log *slog.Logger) {
 			return false
 		case <-t.C:
 			return true
-		case <-gc:
-			return true
 		}
 	}
-	if !wait(d, nil) {
+	if !wait(d) {
 		return
 	}
 	debug.FreeOSMemory()
@@ -83,49 +85,14 @@ func trimAfter(ctx context.Context, d time.Duration, log *slog.Logger) {
 		return
 	}
 	log.Debug("resident set trimmed", "binary_bytes", n)
-	if !wait(max(retrimAfter-d, time.Second), nil) {
-		return
-	}
-	gc := afterGC(ctx)
-	for {
+	next := retrimAfter - d
+	for wait(max(next, time.Second)) {
 		if _, err := trimResident(); err != nil {
 			log.Debug("trimming the resident set", "err", err)
 			return
 		}
-		// Not again before gcTrimEvery: under load collections come
-		// often, and each trim costs its faults back.
-		if !wait(gcTrimEvery, nil) || !wait(retrimEvery-gcTrimEvery, gc) {
-			return
-		}
+		next = retrimEvery
 	}
-}
-
-// gcTrimEvery is the shortest time between two trims after collections.
-const gcTrimEvery = 10 * time.Second
-
-// afterGC returns a channel that receives (without blocking the runtime)
-// after each garbage collection until ctx is done: a cleanup on an object
-// nothing references runs once a collection found it unreachable, and
-// sets up the next one.
-func afterGC(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	var arm func()
-	arm = func() {
-		// 16 bytes: not batched by the tiny allocator, whose objects
-		// are freed (and cleaned up) only with their whole block.
-		runtime.AddCleanup(new([16]byte), func(struct{}) {
-			if ctx.Err() != nil {
-				return
-			}
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-			arm()
-		}, struct{}{})
-	}
-	arm()
-	return ch
 }
 
 // trimResident drops the resident pages of the read-only mappings of the
