@@ -18,20 +18,11 @@ func TestSimulateBeats(t *testing.T) {
 	var worst time.Duration
 	start := time.Now()
 	for seed := *first; seed < *first+int64(*seeds); seed++ {
-		nodes := 3 + int(seed%3)
-		r := Run(Options{Seed: seed, Nodes: nodes, Duration: 5 * time.Minute, Trace: *trace, NoProbe: seed%2 == 1, Beats: true})
+		opt := seedOptions(seed)
+		opt.Beats = true
+		r := Run(opt)
 		worst = max(worst, r.MaxTwoHolders)
-		if *trace {
-			t.Logf("seed %d trace:\n%s", seed, strings.Join(r.Trace, "\n"))
-		}
-		if len(r.Violations) > 0 {
-			tail := r.Trace
-			if len(tail) > 80 {
-				tail = tail[len(tail)-80:]
-			}
-			t.Errorf("beats, seed %d (%d nodes, probe %v): %d violation(s):\n  %s\nend of trace:\n%s\nreplay: go test ./cluster/sim -run TestSimulateBeats -sim.seed=%d -sim.seeds=1 -sim.trace -v",
-				seed, nodes, seed%2 == 0, len(r.Violations), strings.Join(r.Violations, "\n  "), strings.Join(tail, "\n"), seed)
-		}
+		report(t, "TestSimulateBeats", opt, r)
 	}
 	t.Logf("%d schedules in %v; longest time with two holders: %v (allowed %v)", *seeds, time.Since(start).Round(time.Millisecond), worst, BeatDetection)
 }

@@ -23,22 +23,10 @@ func TestSimulate(t *testing.T) {
 	var simulated time.Duration
 	start := time.Now()
 	for seed := *first; seed < *first+int64(*seeds); seed++ {
-		nodes := 3 + int(seed%3)*1 // 3, 4 and 5 nodes
-		// Odd seeds without the data-plane probe (cloud mode): safety
-		// must rest on the election alone.
-		r := Run(Options{Seed: seed, Nodes: nodes, Duration: 5 * time.Minute, Trace: *trace, NoProbe: seed%2 == 1})
+		opt := seedOptions(seed)
+		r := Run(opt)
 		simulated += r.Simulated
-		if *trace {
-			t.Logf("seed %d trace:\n%s", seed, strings.Join(r.Trace, "\n"))
-		}
-		if len(r.Violations) > 0 {
-			tail := r.Trace
-			if len(tail) > 80 {
-				tail = tail[len(tail)-80:]
-			}
-			t.Errorf("seed %d (%d nodes): %d violation(s):\n  %s\nend of trace:\n%s\nreplay: go test ./cluster/sim -run TestSimulate -sim.seed=%d -sim.seeds=1 -sim.trace -v",
-				seed, nodes, len(r.Violations), strings.Join(r.Violations, "\n  "), strings.Join(tail, "\n"), seed)
-		}
+		report(t, "TestSimulate", opt, r)
 	}
 	wall := time.Since(start)
 	t.Logf("%d schedules, %.1f simulated hours in %v: %.0f simulated hours per minute", *seeds, simulated.Hours(), wall.Round(time.Millisecond), simulated.Hours()/wall.Minutes())
@@ -75,16 +63,35 @@ func TestSimulatorDeterministic(t *testing.T) {
 func TestSimulateFast(t *testing.T) {
 	n := max(*seeds/2, 1)
 	for seed := *first; seed < *first+int64(n); seed++ {
-		nodes := 3 + int(seed%3)
-		r := Run(Options{Seed: seed, Nodes: nodes, Duration: 5 * time.Minute, Trace: *trace, NoProbe: seed%2 == 1, Fast: true})
-		if len(r.Violations) > 0 {
-			tail := r.Trace
-			if len(tail) > 80 {
-				tail = tail[len(tail)-80:]
-			}
-			t.Errorf("fast, seed %d (%d nodes): %d violation(s):\n  %s\nend of trace:\n%s", seed, nodes, len(r.Violations), strings.Join(r.Violations, "\n  "), strings.Join(tail, "\n"))
-		}
+		opt := seedOptions(seed)
+		opt.Fast = true
+		report(t, "TestSimulateFast", opt, Run(opt))
 	}
+}
+
+// seedOptions is a random schedule's run: 3, 4 or 5 nodes by seed; odd
+// seeds without the data-plane probe (cloud mode), where safety must rest
+// on the election alone.
+func seedOptions(seed int64) Options {
+	return Options{Seed: seed, Nodes: 3 + int(seed%3), Duration: 5 * time.Minute, Trace: *trace, NoProbe: seed%2 == 1}
+}
+
+// report logs a run's trace when asked (-sim.trace) and fails the test
+// with the violations, the end of the trace and how to replay the seed.
+func report(t *testing.T, test string, opt Options, r Result) {
+	t.Helper()
+	if *trace {
+		t.Logf("seed %d trace:\n%s", opt.Seed, strings.Join(r.Trace, "\n"))
+	}
+	if len(r.Violations) == 0 {
+		return
+	}
+	tail := r.Trace
+	if len(tail) > 80 {
+		tail = tail[len(tail)-80:]
+	}
+	t.Errorf("%s, seed %d (%d nodes, probe %v): %d violation(s):\n  %s\nend of trace:\n%s\nreplay: go test ./cluster/sim -run '%s$' -sim.seed=%d -sim.seeds=1 -sim.trace -v",
+		test, opt.Seed, opt.Nodes, !opt.NoProbe, len(r.Violations), strings.Join(r.Violations, "\n  "), strings.Join(tail, "\n"), test, opt.Seed)
 }
 
 // TestScenarioFastHolderLinkDown: with the fast profile the holder whose
