@@ -30,9 +30,9 @@ type idleResult struct {
 
 // defaultIdle is how long the idle cost is measured (bench -idle). A
 // minute: memberlist's full state exchange runs every 30 s per node, and
-// vipd trims its resident set after each garbage collection, so a shorter
-// window lands on one side or the other of those (20 s windows read
-// 0.25 and 0.31 % for the same code in two runs).
+// vipd trims its resident set every minute, so a shorter window lands on
+// one side or the other of those (20 s windows read 0.25 and 0.31 % for
+// the same code in two runs).
 const defaultIdle = 60 * time.Second
 
 // rssSampleEvery is how often the resident set is read during the idle
