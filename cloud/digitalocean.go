@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -78,13 +77,13 @@ type DigitalOcean struct {
 	client  *godo.Client
 	meta    *http.Client
 	droplet int
-	gate    *gate
+	api     *caller
 	log     *slog.Logger
 	now     func() time.Time
+	pending pendingActions // our own in-progress assign action per IP
 
-	mu      sync.Mutex
-	token   string
-	pending map[netip.Addr]int // our own in-progress assign action per IP
+	mu    sync.Mutex
+	token string
 }
 
 // NewDigitalOcean reads the token, learns this droplet's id (from the
@@ -128,13 +127,18 @@ func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
 		return nil, err
 	}
 	d := &DigitalOcean{
-		cfg:     cfg,
-		meta:    &http.Client{Transport: cfg.Transport, Timeout: 2 * time.Second},
-		gate:    newGate(cfg.Backoff, cfg.Now),
-		log:     cfg.Logger.With("provider", ProviderDigitalOcean),
-		now:     cfg.Now,
-		token:   token,
-		pending: map[netip.Addr]int{},
+		cfg:   cfg,
+		meta:  &http.Client{Transport: cfg.Transport, Timeout: 2 * time.Second},
+		log:   cfg.Logger.With("provider", ProviderDigitalOcean),
+		now:   cfg.Now,
+		token: token,
+	}
+	d.api = &caller{
+		provider: ProviderDigitalOcean, title: "DigitalOcean",
+		gate: newGate(cfg.Backoff, cfg.Now), metrics: cfg.Metrics, log: d.log, now: cfg.Now,
+		reload: d.reloadToken, describe: describe,
+		unauthorizedHint: "check DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE",
+		forbiddenHint:    "the token lacks a scope vipd needs (reserved_ip:read, reserved_ip:update, droplet:read, actions:read)",
 	}
 	httpClient := &http.Client{Transport: &bearer{d: d, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
 	d.client, err = godo.New(httpClient, godo.SetBaseURL(cfg.APIURL), godo.SetUserAgent(cfg.UserAgent))
@@ -218,56 +222,15 @@ func (d *DigitalOcean) Instance() string { return strconv.Itoa(d.droplet) }
 // DropletID is this droplet's id.
 func (d *DigitalOcean) DropletID() int { return d.droplet }
 
-// call runs one API operation through the gate, retrying 429, 5xx and
-// transport errors with backoff until it succeeds, fails for good, or ctx
-// would end before the next attempt.
+// call runs one godo operation through the shared retry loop.
 func (d *DigitalOcean) call(ctx context.Context, name string, fn func(context.Context) (*godo.Response, error)) error {
-	reloaded := false
-	for {
-		if err := d.gate.waitGate(ctx); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		start := d.now()
+	return d.api.call(ctx, name, func(ctx context.Context) (int, http.Header, error) {
 		resp, err := fn(ctx)
-		status, header := 0, http.Header(nil)
 		if resp != nil && resp.Response != nil {
-			status, header = resp.StatusCode, resp.Header
+			return resp.StatusCode, resp.Header, err
 		}
-		v := classify(status, header, err, ctx.Err(), d.now())
-		d.cfg.Metrics.observe(ProviderDigitalOcean, name, v.outcome, d.now().Sub(start))
-		switch {
-		case v.outcome == OutcomeSuccess:
-			d.gate.succeeded()
-			return nil
-		case v.outcome == OutcomeCanceled:
-			return fmt.Errorf("%s: %w", name, errors.Join(ctx.Err(), err))
-		case v.retry:
-			kind := ErrUnavailable
-			if v.outcome == OutcomeRateLimited {
-				kind = ErrRateLimited
-			}
-			wrapped := fmt.Errorf("%w: %s", kind, describe(status, err))
-			wait := d.gate.failed(v, wrapped)
-			d.log.Warn("DigitalOcean API call failed; backing off", "call", name, "outcome", v.outcome,
-				"status", status, "retry_in", wait.Round(time.Millisecond), "err", describe(status, err))
-			continue
-		case v.outcome == OutcomeUnauthorized:
-			if !reloaded && d.reloadToken() {
-				reloaded = true
-				continue
-			}
-			if status == http.StatusForbidden {
-				return fmt.Errorf("%s: %w: DigitalOcean answered %s: the token lacks a scope vipd needs (reserved_ip:read, reserved_ip:update, droplet:read, actions:read)", name, ErrUnauthorized, describe(status, err))
-			}
-			return fmt.Errorf("%s: %w: DigitalOcean answered %s: check DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE", name, ErrUnauthorized, describe(status, err))
-		case v.outcome == OutcomeNotFound:
-			return fmt.Errorf("%s: %w (%s)", name, ErrNotFound, describe(status, err))
-		case v.outcome == OutcomeLocked:
-			return fmt.Errorf("%s: %w (%s)", name, ErrRefused, describe(status, err))
-		default:
-			return fmt.Errorf("%s: %s", name, describe(status, err))
-		}
-	}
+		return 0, nil, err
+	})
 }
 
 // describe renders an API failure as "HTTP 429: message" or the transport
@@ -320,16 +283,16 @@ func (d *DigitalOcean) Holder(ctx context.Context, ip netip.Addr) (Holding, erro
 // timed-out call is resumed instead of starting another.
 func (d *DigitalOcean) Assign(ctx context.Context, ip netip.Addr) error {
 	for {
-		if id := d.pendingAction(ip); id != 0 {
-			err := d.waitAction(ctx, ip, id)
+		if id := d.pending.get(ip.String()); id != 0 {
+			err := d.waitAction(ctx, ip, int(id))
 			if err == nil {
-				d.setPending(ip, 0)
+				d.pending.set(ip.String(), 0)
 				return nil
 			}
 			if !errors.Is(err, ErrActionFailed) && !errors.Is(err, ErrNotFound) {
 				return err // ctx ended or the API is down: resume next time
 			}
-			d.setPending(ip, 0)
+			d.pending.set(ip.String(), 0)
 			d.log.Warn("assign action failed; assigning again", "ip", ip, "action", id, "err", err)
 			if err := sleep(ctx, d.cfg.LockWait); err != nil {
 				return fmt.Errorf("reserved IP %s: %w (%w)", ip, err, ErrActionFailed)
@@ -362,7 +325,7 @@ func (d *DigitalOcean) Assign(ctx context.Context, ip netip.Addr) error {
 			return nil
 		}
 		d.log.Info("assign action started", "ip", ip, "action", action.ID, "status", action.Status)
-		d.setPending(ip, action.ID)
+		d.pending.set(ip.String(), int64(action.ID))
 	}
 }
 
@@ -408,10 +371,8 @@ func (d *DigitalOcean) waitUnlocked(ctx context.Context, ip netip.Addr, refusal 
 
 // waitAction polls one of our actions until it completes.
 func (d *DigitalOcean) waitAction(ctx context.Context, ip netip.Addr, id int) error {
-	for {
-		if err := sleep(ctx, d.cfg.PollInterval); err != nil {
-			return fmt.Errorf("assign action %d for reserved IP %s still in progress: %w", id, ip, err)
-		}
+	what := fmt.Sprintf("assign action %d for reserved IP %s", id, ip)
+	return pollAction(ctx, d.cfg.PollInterval, what, func(ctx context.Context) (ActionState, string, error) {
 		var a *godo.Action
 		err := d.call(ctx, CallGetAction, func(ctx context.Context) (*godo.Response, error) {
 			var resp *godo.Response
@@ -419,32 +380,16 @@ func (d *DigitalOcean) waitAction(ctx context.Context, ip netip.Addr, id int) er
 			a, resp, err = d.client.ReservedIPActions.Get(ctx, ip.String(), id)
 			return resp, err
 		})
-		if err != nil {
-			return fmt.Errorf("poll assign action %d for reserved IP %s: %w", id, ip, err)
+		switch {
+		case err != nil:
+			return ActionRunning, "", err
+		case a.Status == godo.ActionCompleted:
+			return ActionDone, "", nil
+		case a.Status == "errored":
+			return ActionFailed, "status errored", nil
 		}
-		switch a.Status {
-		case godo.ActionCompleted:
-			return nil
-		case "errored":
-			return fmt.Errorf("assign action %d for reserved IP %s: %w (status errored)", id, ip, ErrActionFailed)
-		}
-	}
-}
-
-func (d *DigitalOcean) pendingAction(ip netip.Addr) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.pending[ip]
-}
-
-func (d *DigitalOcean) setPending(ip netip.Addr, id int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if id == 0 {
-		delete(d.pending, ip)
-		return
-	}
-	d.pending[ip] = id
+		return ActionRunning, "", nil
+	})
 }
 
 // HeldLocally implements LocalChecker with the metadata service:
@@ -494,25 +439,5 @@ func (d *DigitalOcean) metadataDropletID(ctx context.Context) (int, error) {
 
 // metadataGet fetches one metadata path as trimmed text.
 func (d *DigitalOcean) metadataGet(ctx context.Context, call, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.cfg.MetadataURL+path, nil)
-	if err != nil {
-		return "", err
-	}
-	start := d.now()
-	resp, err := d.meta.Do(req)
-	if err != nil {
-		d.cfg.Metrics.observe(ProviderDigitalOcean, call, OutcomeTransport, d.now().Sub(start))
-		return "", fmt.Errorf("metadata %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	v := classify(resp.StatusCode, resp.Header, err, ctx.Err(), d.now())
-	d.cfg.Metrics.observe(ProviderDigitalOcean, call, v.outcome, d.now().Sub(start))
-	if err != nil {
-		return "", fmt.Errorf("metadata %s: %w", path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("metadata %s: HTTP %d", path, resp.StatusCode)
-	}
-	return strings.TrimSpace(string(body)), nil
+	return metadataGet(ctx, d.meta, d.cfg.Metrics, ProviderDigitalOcean, call, d.cfg.MetadataURL+path, d.now)
 }

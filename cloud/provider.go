@@ -65,6 +65,9 @@ var (
 	// ErrRefused: the API refused the request (422) for a reason other
 	// than a lock, e.g. the droplet already has another reserved IP.
 	ErrRefused = errors.New("request refused")
+	// ErrLocked: the provider refused the action because another action
+	// on the IP is running (Hetzner's 423 "locked").
+	ErrLocked = errors.New("locked by another action")
 	// ErrRateLimited: the call was not sent because the API asked us to
 	// wait (429) until after the caller's deadline.
 	ErrRateLimited = errors.New("rate limited")

@@ -13,19 +13,22 @@ import (
 
 // Outcomes of one API call, the outcome label of vipd_cloud_calls_total.
 const (
-	OutcomeSuccess      = "success"
-	OutcomeRateLimited  = "rate_limited"
-	OutcomeServerError  = "server_error"
-	OutcomeTransport    = "transport_error"
-	OutcomeUnauthorized = "unauthorized"
-	OutcomeNotFound     = "not_found"
-	OutcomeLocked       = "unprocessable"
-	OutcomeClientError  = "client_error"
-	OutcomeCanceled     = "canceled"
+	OutcomeSuccess       = "success"
+	OutcomeRateLimited   = "rate_limited"
+	OutcomeServerError   = "server_error"
+	OutcomeTransport     = "transport_error"
+	OutcomeUnauthorized  = "unauthorized"
+	OutcomeNotFound      = "not_found"
+	OutcomeUnprocessable = "unprocessable" // 422: DigitalOcean's lock, or a refusal
+	OutcomeLocked        = "locked"        // 423: Hetzner's "another action is running"
+	OutcomeConflict      = "conflict"      // 409: Hetzner's "changed during the request, retry"
+	OutcomeClientError   = "client_error"
+	OutcomeCanceled      = "canceled"
 )
 
 var outcomes = []string{OutcomeSuccess, OutcomeRateLimited, OutcomeServerError, OutcomeTransport,
-	OutcomeUnauthorized, OutcomeNotFound, OutcomeLocked, OutcomeClientError, OutcomeCanceled}
+	OutcomeUnauthorized, OutcomeNotFound, OutcomeUnprocessable, OutcomeLocked, OutcomeConflict,
+	OutcomeClientError, OutcomeCanceled}
 
 // Backoff shapes the waits after failures.
 type Backoff struct {
@@ -90,7 +93,11 @@ func classify(status int, header http.Header, err error, ctxErr error, now time.
 	case status == http.StatusNotFound:
 		return verdict{outcome: OutcomeNotFound}
 	case status == http.StatusUnprocessableEntity:
+		return verdict{outcome: OutcomeUnprocessable}
+	case status == http.StatusLocked:
 		return verdict{outcome: OutcomeLocked}
+	case status == http.StatusConflict:
+		return verdict{outcome: OutcomeConflict, retry: true, wait: retryAfter(header, now)}
 	case status == http.StatusTooManyRequests:
 		return verdict{outcome: OutcomeRateLimited, retry: true, wait: serverWait(header, now)}
 	case status >= 500:
