@@ -60,6 +60,11 @@ func (c *caller) call(ctx context.Context, name string, fn func(context.Context)
 		switch {
 		case v.outcome == OutcomeSuccess:
 			c.gate.succeeded()
+			// The answer spent the last request of the bucket: the next
+			// call waits for one to come back instead of earning a 429.
+			if c.rateWait != nil && header.Get("RateLimit-Remaining") == "0" {
+				c.gate.hold(c.rateWait(header, c.now()))
+			}
 			return nil
 		case v.outcome == OutcomeCanceled:
 			return fmt.Errorf("%s: %w", name, errors.Join(ctx.Err(), err))

@@ -332,6 +332,18 @@ func (h *Hetzner) floatingIP(ctx context.Context, ip netip.Addr) (*hcloud.Floati
 	return nil, fmt.Errorf("floating IP %s is not in this Hetzner Cloud project (%s): %w", ip, hetznerFloatingIPHelp, ErrNotFound)
 }
 
+// floatingIPRef is the floating IP to act on: only its id matters, so a
+// known id costs no request.
+func (h *Hetzner) floatingIPRef(ctx context.Context, ip netip.Addr) (*hcloud.FloatingIP, error) {
+	h.mu.Lock()
+	id, known := h.ids[ip]
+	h.mu.Unlock()
+	if known {
+		return &hcloud.FloatingIP{ID: id}, nil
+	}
+	return h.floatingIP(ctx, ip)
+}
+
 func (h *Hetzner) remember(ip netip.Addr, id int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -418,7 +430,7 @@ func (h *Hetzner) Assign(ctx context.Context, ip netip.Addr) error {
 				return fmt.Errorf("floating IP %s: %w (%w)", ip, err, ErrActionFailed)
 			}
 		}
-		fip, err := h.floatingIP(ctx, ip)
+		fip, err := h.floatingIPRef(ctx, ip)
 		if err != nil {
 			return fmt.Errorf("assign floating IP %s to server %d: %w", ip, h.server, err)
 		}

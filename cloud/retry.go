@@ -191,6 +191,19 @@ func (g *gate) failed(v verdict, err error) time.Duration {
 	return d
 }
 
+// hold keeps the gate closed for d from now (no failure counted).
+func (g *gate) hold(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t := g.now().Add(d); t.After(g.notBefore) {
+		g.notBefore = t
+		g.last = fmt.Errorf("%w: the API's rate-limit bucket is empty", ErrRateLimited)
+	}
+}
+
 // succeeded resets the failure count.
 func (g *gate) succeeded() {
 	g.mu.Lock()
