@@ -265,6 +265,10 @@ func (h *Hetzner) Name() string { return ProviderHetzner }
 // Instance implements Provider: the server id.
 func (h *Hetzner) Instance() string { return strconv.FormatInt(h.server, 10) }
 
+// DeliversToAddress implements AddressDeliverer: Hetzner routes a
+// floating IP to its server addressed to the floating IP itself.
+func (h *Hetzner) DeliversToAddress() bool { return true }
+
 // ServerID is this server's id.
 func (h *Hetzner) ServerID() int64 { return h.server }
 

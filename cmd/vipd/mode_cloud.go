@@ -29,7 +29,7 @@ func newCloudAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, 
 		return nil, err
 	}
 	clog := log.With("component", "cloud")
-	p, bindDefault, api, err := newCloudProvider(ctx, c, clog, metrics)
+	p, api, err := newCloudProvider(ctx, c, clog, metrics)
 	var se *cloud.SettingError
 	if errors.As(err, &se) {
 		accepted := se.Accepted
@@ -43,7 +43,7 @@ func newCloudAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, 
 	}
 	opts := cloud.AnnouncerOptions{Logger: clog}
 	bind := c.CloudBindInterface
-	if bind == "" && bindDefault {
+	if bind == "" && cloud.DeliversToAddress(p) {
 		if bind, err = vip.DefaultInterface(); err != nil {
 			return nil, &config.Error{Name: "VIPD_CLOUD_BIND_INTERFACE", Value: "", Accepted: "an interface to configure the " + p.Name() +
 				" IP on (no default route to take it from: " + err.Error() + "), or none if it is configured by other means"}
@@ -72,10 +72,9 @@ func newCloudAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, 
 }
 
 // newCloudProvider builds the backend named by VIPD_CLOUD_PROVIDER and
-// says whether it needs the IP configured on the node by default (Hetzner
-// routes a floating IP to the server, which must have the address; a
-// DigitalOcean reserved IP arrives on the anchor IP) and its API URL.
-func newCloudProvider(ctx context.Context, c *config.Config, log *slog.Logger, m *cloud.Metrics) (cloud.Provider, bool, string, error) {
+// returns it with its API URL. A provider that delivers the IP to the
+// address itself (Hetzner) gets the address configured by default.
+func newCloudProvider(ctx context.Context, c *config.Config, log *slog.Logger, m *cloud.Metrics) (cloud.Provider, string, error) {
 	switch c.CloudProvider {
 	case cloud.ProviderHetzner:
 		h, err := cloud.NewHetzner(ctx, cloud.HetznerConfig{
@@ -89,7 +88,7 @@ func newCloudProvider(ctx context.Context, c *config.Config, log *slog.Logger, m
 			Logger:        log,
 			Metrics:       m,
 		})
-		return h, true, c.HcloudAPIURL, err
+		return h, c.HcloudAPIURL, err
 	case cloud.ProviderDigitalOcean, "":
 		do, err := cloud.NewDigitalOcean(ctx, cloud.DOConfig{
 			Token:       c.DOToken,
@@ -101,7 +100,7 @@ func newCloudProvider(ctx context.Context, c *config.Config, log *slog.Logger, m
 			Logger:      log,
 			Metrics:     m,
 		})
-		return do, false, c.DOAPIURL, err
+		return do, c.DOAPIURL, err
 	}
-	return nil, false, "", &config.Error{Name: "VIPD_CLOUD_PROVIDER", Value: c.CloudProvider, Accepted: "one of digitalocean, hetzner"}
+	return nil, "", &config.Error{Name: "VIPD_CLOUD_PROVIDER", Value: c.CloudProvider, Accepted: "one of digitalocean, hetzner"}
 }

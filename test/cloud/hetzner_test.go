@@ -444,6 +444,14 @@ func TestHetznerClusterFailoverAndHandover(t *testing.T) {
 	if len(hs) != 1 || hs[0].Remote != c.Nodes[succ].IPv4.String() {
 		t.Fatalf("actions since the handover: %+v, want one assign by n%d", hs, succ+1)
 	}
+	// The old holder keeps the address until the IP moved, the successor
+	// has it before its assign completes: the client sees no gap of the
+	// action's length (a probe every 10 ms; a handful may fall in the
+	// switch).
+	if hgap > time.Second {
+		t.Fatalf("client-visible outage %v in a planned handover", hgap)
+	}
+	waitFor(t, ctx, "the old holder's address removed after the move", func() bool { return !c.bound(ctx, next) })
 	for _, r := range c.fake.Requests() {
 		if strings.Contains(r.Path, "unassign") {
 			t.Fatalf("unassign sent: %+v", r)
