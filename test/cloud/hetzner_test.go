@@ -452,6 +452,27 @@ func TestHetznerClusterFailoverAndHandover(t *testing.T) {
 		t.Fatalf("client-visible outage %v in a planned handover", hgap)
 	}
 	waitFor(t, ctx, "the old holder's address removed after the move", func() bool { return !c.bound(ctx, next) })
+
+	// The holder's machine dies without a clean stop (SIGKILL): the
+	// others notice over gossip and one of them takes the floating IP.
+	killed := time.Now()
+	ps[succ].Kill()
+	last := -1
+	for last < 0 {
+		if idx := int(c.fake.Holder(floatingIP) - serverBase - 1); idx >= 0 && idx < 3 && idx != succ {
+			last = idx
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the floating IP never left the killed holder")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.Logf("holder n%d killed: floating IP on n%d %v later", succ+1, last+1, time.Since(killed).Round(time.Millisecond))
+	if n := len(c.assigns(killed)); n != 1 {
+		t.Fatalf("%d assigns after the kill, want 1", n)
+	}
 	for _, r := range c.fake.Requests() {
 		if strings.Contains(r.Path, "unassign") {
 			t.Fatalf("unassign sent: %+v", r)
