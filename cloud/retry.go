@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/vipd/vipd/internal/retryafter"
 )
 
 // Outcomes of one API call, the outcome label of vipd_cloud_calls_total.
@@ -125,22 +127,14 @@ func serverWait(h http.Header, now time.Time) time.Duration {
 	return w
 }
 
-// retryAfter parses Retry-After (delta seconds or an HTTP date).
+// retryAfter reads Retry-After (delta seconds or an HTTP date); zero when
+// absent, unparsable or in the past.
 func retryAfter(h http.Header, now time.Time) time.Duration {
 	if h == nil {
 		return 0
 	}
-	v := h.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	if sec, err := strconv.Atoi(v); err == nil && sec > 0 {
-		return time.Duration(sec) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
+	d, _ := retryafter.Parse(h.Get("Retry-After"), now)
+	return d
 }
 
 // gate spaces the calls of one API client: after a retryable failure no
