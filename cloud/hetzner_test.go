@@ -158,6 +158,24 @@ func TestHetznerFindsTheFloatingIPByAddressAcrossPages(t *testing.T) {
 	if n := e.fake.Count(http.MethodGet, "/v1/floating_ips/2000"); n != 2 {
 		t.Fatalf("%d GET by id", n)
 	}
+	// A second VIP seen in the same list (a server may hold several): its
+	// id is known, one GET by id and no list.
+	lists := func() int {
+		n := 0
+		for _, r := range e.fake.Requests() {
+			if r.Path == "/v1/floating_ips" {
+				n++
+			}
+		}
+		return n
+	}
+	l0 := lists()
+	if _, err := e.hz.Holder(ctxT(t, 2*time.Second), netip.MustParseAddr("198.51.100.5")); err != nil {
+		t.Fatal(err)
+	}
+	if lists() != l0 || e.fake.Count(http.MethodGet, "/v1/floating_ips/1005") != 1 {
+		t.Fatalf("second VIP: %d more lists, %d GETs by id", lists()-l0, e.fake.Count(http.MethodGet, "/v1/floating_ips/1005"))
+	}
 	// An address that is not a floating IP of the project.
 	_, err := e.hz.Holder(ctxT(t, 2*time.Second), netip.MustParseAddr("192.0.2.99"))
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "192.0.2.99 is not in this Hetzner Cloud project") {
