@@ -73,14 +73,14 @@ type DOConfig struct {
 
 // DigitalOcean is the reserved-IP backend for DigitalOcean droplets.
 type DigitalOcean struct {
-	cfg     DOConfig
-	client  *godo.Client
-	meta    *http.Client
-	droplet int
-	api     *caller
-	log     *slog.Logger
-	now     func() time.Time
-	pending pendingActions // our own in-progress assign action per IP
+	cfg      DOConfig
+	client   *godo.Client
+	meta     *http.Client
+	droplet  int
+	api      *caller
+	assigner *assigner
+	log      *slog.Logger
+	now      func() time.Time
 
 	mu    sync.Mutex
 	token string
@@ -155,6 +155,10 @@ func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
 		d.droplet = id
 	}
 	d.log = d.log.With("droplet", d.droplet)
+	d.assigner = &assigner{
+		title: "DigitalOcean", ipNoun: "reserved IP", instNoun: "droplet", instance: strconv.Itoa(d.droplet),
+		poll: cfg.PollInterval, lockWait: cfg.LockWait, log: d.log,
+	}
 	return d, nil
 }
 
@@ -278,118 +282,48 @@ func (d *DigitalOcean) Holder(ctx context.Context, ip netip.Addr) (Holding, erro
 
 // Assign implements Provider: POST /v2/reserved_ips/{ip}/actions with
 // {"type":"assign","droplet_id":N}, then poll the action until it
-// completes. A 422 while another action holds the IP's lock is waited out
-// and retried; an assign of ours still in progress from an earlier,
-// timed-out call is resumed instead of starting another.
+// completes, through the shared assigner: a 422 while another action holds
+// the IP's lock is waited out and retried; an assign of ours still in
+// progress from an earlier, timed-out call is resumed instead of starting
+// another.
 func (d *DigitalOcean) Assign(ctx context.Context, ip netip.Addr) error {
-	for {
-		if id := d.pending.get(ip.String()); id != 0 {
-			err := d.waitAction(ctx, ip, int(id))
-			if err == nil {
-				d.pending.set(ip.String(), 0)
-				return nil
-			}
-			if !errors.Is(err, ErrActionFailed) && !errors.Is(err, ErrNotFound) {
-				return err // ctx ended or the API is down: resume next time
-			}
-			d.pending.set(ip.String(), 0)
-			d.log.Warn("assign action failed; assigning again", "ip", ip, "action", id, "err", err)
-			if err := sleep(ctx, d.cfg.LockWait); err != nil {
-				return fmt.Errorf("reserved IP %s: %w (%w)", ip, err, ErrActionFailed)
-			}
-		}
-
-		var action *godo.Action
-		err := d.call(ctx, CallAssign, func(ctx context.Context) (*godo.Response, error) {
-			var resp *godo.Response
-			var err error
-			action, resp, err = d.client.ReservedIPActions.Assign(ctx, ip.String(), d.droplet)
-			return resp, err
-		})
-		switch {
-		case errors.Is(err, ErrRefused):
-			done, werr := d.waitUnlocked(ctx, ip, err)
-			if werr != nil {
-				return werr
-			}
-			if done {
-				return nil
-			}
-			continue
-		case errors.Is(err, ErrNotFound):
-			return fmt.Errorf("assign reserved IP %s: it is not in this DigitalOcean account, or droplet %d is not: %w", ip, d.droplet, err)
-		case err != nil:
-			return fmt.Errorf("assign reserved IP %s to droplet %d: %w", ip, d.droplet, err)
-		}
-		if action == nil || action.ID == 0 || action.Status == godo.ActionCompleted {
-			return nil
-		}
-		d.log.Info("assign action started", "ip", ip, "action", action.ID, "status", action.Status)
-		d.pending.set(ip.String(), int64(action.ID))
-	}
+	return d.assigner.assign(ctx, ip, d)
 }
 
-// waitUnlocked handles a 422 to an assign. If the IP is locked by an action
-// in progress it waits until the lock is gone and reports done when the IP
-// ended up here (no new assign needed). If the action that held the lock
-// moved the IP to another droplet, it does not move it back: that is most
-// likely another node's assign, and the election decides who holds the IP;
-// it returns an error and the driver's next acquire, if this node is still
-// elected then, assigns. Any other 422 is final.
-func (d *DigitalOcean) waitUnlocked(ctx context.Context, ip netip.Addr, refusal error) (bool, error) {
-	logged := false
-	before := ""
-	for {
-		h, err := d.Holder(ctx, ip)
-		if err != nil && ctx.Err() != nil && logged {
-			return false, fmt.Errorf("reserved IP %s is still locked by another action: %w (%w)", ip, ctx.Err(), refusal)
-		}
-		if err != nil {
-			return false, err
-		}
-		if !h.Locked {
-			if h.Self {
-				return true, nil
-			}
-			if logged && h.Holder != before {
-				return false, fmt.Errorf("reserved IP %s was moved to droplet %s by the action that held its lock; not moving it back at once: %w", ip, h.Holder, refusal)
-			}
-			if logged {
-				return false, nil // the lock is gone and nothing moved: assign again
-			}
-			return false, fmt.Errorf("DigitalOcean refused to assign reserved IP %s to droplet %d (held by %q): %w", ip, d.droplet, h.Holder, refusal)
-		}
-		if !logged {
-			d.log.Info("reserved IP locked by another action in progress; waiting to retry the assign", "ip", ip, "holder", h.Holder)
-			logged, before = true, h.Holder
-		}
-		if err := sleep(ctx, d.cfg.LockWait); err != nil {
-			return false, fmt.Errorf("reserved IP %s is still locked by another action: %w (%w)", ip, err, refusal)
-		}
-	}
-}
-
-// waitAction polls one of our actions until it completes.
-func (d *DigitalOcean) waitAction(ctx context.Context, ip netip.Addr, id int) error {
-	what := fmt.Sprintf("assign action %d for reserved IP %s", id, ip)
-	return pollAction(ctx, d.cfg.PollInterval, what, func(ctx context.Context) (ActionState, string, error) {
-		var a *godo.Action
-		err := d.call(ctx, CallGetAction, func(ctx context.Context) (*godo.Response, error) {
-			var resp *godo.Response
-			var err error
-			a, resp, err = d.client.ReservedIPActions.Get(ctx, ip.String(), id)
-			return resp, err
-		})
-		switch {
-		case err != nil:
-			return ActionRunning, "", err
-		case a.Status == godo.ActionCompleted:
-			return ActionDone, "", nil
-		case a.Status == "errored":
-			return ActionFailed, "status errored", nil
-		}
-		return ActionRunning, "", nil
+func (d *DigitalOcean) startAssign(ctx context.Context, ip netip.Addr) (int64, error) {
+	var action *godo.Action
+	err := d.call(ctx, CallAssign, func(ctx context.Context) (*godo.Response, error) {
+		var resp *godo.Response
+		var err error
+		action, resp, err = d.client.ReservedIPActions.Assign(ctx, ip.String(), d.droplet)
+		return resp, err
 	})
+	if errors.Is(err, ErrNotFound) {
+		return 0, fmt.Errorf("it is not in this DigitalOcean account, or droplet %d is not: %w", d.droplet, err)
+	}
+	if err != nil || action == nil || action.ID == 0 || action.Status == godo.ActionCompleted {
+		return 0, err
+	}
+	return int64(action.ID), nil
+}
+
+func (d *DigitalOcean) actionState(ctx context.Context, ip netip.Addr, id int64) (ActionState, string, error) {
+	var a *godo.Action
+	err := d.call(ctx, CallGetAction, func(ctx context.Context) (*godo.Response, error) {
+		var resp *godo.Response
+		var err error
+		a, resp, err = d.client.ReservedIPActions.Get(ctx, ip.String(), int(id))
+		return resp, err
+	})
+	switch {
+	case err != nil:
+		return ActionRunning, "", err
+	case a.Status == godo.ActionCompleted:
+		return ActionDone, "", nil
+	case a.Status == "errored":
+		return ActionFailed, "status errored", nil
+	}
+	return ActionRunning, "", nil
 }
 
 // HeldLocally implements LocalChecker with the metadata service:

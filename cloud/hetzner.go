@@ -77,13 +77,13 @@ type HetznerConfig struct {
 // github.com/hetznercloud/hcloud-go/v2 with its own retries turned off:
 // every request goes through the shared caller (one gate per process).
 type Hetzner struct {
-	cfg     HetznerConfig
-	client  *hcloud.Client
-	server  int64
-	api     *caller
-	log     *slog.Logger
-	now     func() time.Time
-	pending pendingActions
+	cfg      HetznerConfig
+	client   *hcloud.Client
+	server   int64
+	api      *caller
+	assigner *assigner
+	log      *slog.Logger
+	now      func() time.Time
 
 	mu    sync.Mutex
 	token string
@@ -156,6 +156,10 @@ func NewHetzner(ctx context.Context, cfg HetznerConfig) (*Hetzner, error) {
 	}
 	h.log = h.log.With("server", h.server)
 	h.api.log = h.log
+	h.assigner = &assigner{
+		title: "Hetzner Cloud", ipNoun: "floating IP", instNoun: "server", instance: strconv.FormatInt(h.server, 10),
+		poll: cfg.PollInterval, lockWait: cfg.LockWait, log: h.log,
+	}
 	return h, nil
 }
 
@@ -409,100 +413,60 @@ func (h *Hetzner) Holder(ctx context.Context, ip netip.Addr) (Holding, error) {
 }
 
 // Assign implements Provider: POST /v1/floating_ips/{id}/actions/assign
-// {"server": N}, then poll GET /v1/actions/{id} until success or error. A
-// 423 "locked" (another action on the IP is running) is waited out and
-// retried, unless the IP meanwhile ended up here (done) or on another
-// server (that move was most likely another node's assign: not undone at
-// once, the election decides). Our own action still running from an
-// earlier, timed-out call is resumed instead of starting another.
+// {"server": N}, then poll GET /v1/actions/{id} until success or error,
+// through the shared assigner: a 423 "locked" (another action on the IP is
+// running) is waited out and retried, unless the IP meanwhile ended up
+// here (done) or on another server (that move was most likely another
+// node's assign: not undone at once, the election decides); our own action
+// still running from an earlier, timed-out call is resumed.
 func (h *Hetzner) Assign(ctx context.Context, ip netip.Addr) error {
-	key := ip.String()
-	var before *Holding
-	for {
-		if id := h.pending.get(key); id != 0 {
-			err := h.waitAction(ctx, ip, id)
-			if err == nil {
-				h.pending.set(key, 0)
-				return nil
-			}
-			if !errors.Is(err, ErrActionFailed) && !errors.Is(err, ErrNotFound) {
-				return err // ctx ended or the API is down: resume next time
-			}
-			h.pending.set(key, 0)
-			h.log.Warn("assign action failed; assigning again", "ip", ip, "action", id, "err", err)
-			if err := sleep(ctx, h.cfg.LockWait); err != nil {
-				return fmt.Errorf("floating IP %s: %w (%w)", ip, err, ErrActionFailed)
-			}
-		}
-		fip, err := h.floatingIPRef(ctx, ip)
-		if err != nil {
-			return fmt.Errorf("assign floating IP %s to server %d: %w", ip, h.server, err)
-		}
-		var action *hcloud.Action
-		err = h.call(ctx, CallAssign, func(ctx context.Context) (*hcloud.Response, error) {
-			var resp *hcloud.Response
-			var err error
-			action, resp, err = h.client.FloatingIP.Assign(ctx, fip, &hcloud.Server{ID: h.server})
-			return resp, err
-		})
-		switch {
-		case errors.Is(err, ErrLocked):
-			cur, herr := h.Holder(ctx, ip)
-			if herr != nil {
-				return fmt.Errorf("floating IP %s is locked by another action: %w", ip, herr)
-			}
-			if cur.Self {
-				return nil
-			}
-			if before == nil {
-				h.log.Info("floating IP locked by another action in progress; waiting to retry the assign", "ip", ip, "holder", cur.Holder)
-				before = &cur
-			} else if cur.Holder != before.Holder {
-				return fmt.Errorf("floating IP %s was moved to server %s by the action that held its lock; not moving it back at once: %w", ip, cur.Holder, err)
-			}
-			if serr := sleep(ctx, h.cfg.LockWait); serr != nil {
-				return fmt.Errorf("floating IP %s is still locked by another action: %w (%w)", ip, serr, err)
-			}
-			continue
-		case errors.Is(err, ErrNotFound):
-			return fmt.Errorf("assign floating IP %s: server %d is not in the token's project (check VIPD_HCLOUD_SERVER_ID): %w", ip, h.server, err)
-		case err != nil:
-			return fmt.Errorf("assign floating IP %s to server %d: %w", ip, h.server, err)
-		}
-		if action == nil || action.ID == 0 || action.Status == hcloud.ActionStatusSuccess {
-			return nil
-		}
-		if action.Status == hcloud.ActionStatusError {
-			return fmt.Errorf("assign floating IP %s: %w (%s: %s)", ip, ErrActionFailed, action.ErrorCode, action.ErrorMessage)
-		}
-		h.log.Info("assign action started", "ip", ip, "action", action.ID, "status", action.Status)
-		h.pending.set(key, action.ID)
-	}
+	return h.assigner.assign(ctx, ip, h)
 }
 
-// waitAction polls GET /v1/actions/{id}.
-func (h *Hetzner) waitAction(ctx context.Context, ip netip.Addr, id int64) error {
-	what := fmt.Sprintf("assign action %d for floating IP %s", id, ip)
-	return pollAction(ctx, h.cfg.PollInterval, what, func(ctx context.Context) (ActionState, string, error) {
-		var a *hcloud.Action
-		err := h.call(ctx, CallGetAction, func(ctx context.Context) (*hcloud.Response, error) {
-			var resp *hcloud.Response
-			var err error
-			a, resp, err = h.client.Action.GetByID(ctx, id)
-			return resp, err
-		})
-		switch {
-		case err != nil:
-			return ActionRunning, "", err
-		case a == nil:
-			return ActionRunning, "", fmt.Errorf("action %d: %w", id, ErrNotFound)
-		case a.Status == hcloud.ActionStatusSuccess:
-			return ActionDone, "", nil
-		case a.Status == hcloud.ActionStatusError:
-			return ActionFailed, a.ErrorCode + ": " + a.ErrorMessage, nil
-		}
-		return ActionRunning, "", nil
+func (h *Hetzner) startAssign(ctx context.Context, ip netip.Addr) (int64, error) {
+	fip, err := h.floatingIPRef(ctx, ip)
+	if err != nil {
+		return 0, err
+	}
+	var action *hcloud.Action
+	err = h.call(ctx, CallAssign, func(ctx context.Context) (*hcloud.Response, error) {
+		var resp *hcloud.Response
+		var err error
+		action, resp, err = h.client.FloatingIP.Assign(ctx, fip, &hcloud.Server{ID: h.server})
+		return resp, err
 	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return 0, fmt.Errorf("server %d is not in the token's project (check VIPD_HCLOUD_SERVER_ID), or the floating IP was deleted: %w", h.server, err)
+	case err != nil:
+		return 0, err
+	case action == nil || action.ID == 0 || action.Status == hcloud.ActionStatusSuccess:
+		return 0, nil
+	case action.Status == hcloud.ActionStatusError:
+		return 0, fmt.Errorf("%w (%s: %s)", ErrActionFailed, action.ErrorCode, action.ErrorMessage)
+	}
+	return action.ID, nil
+}
+
+func (h *Hetzner) actionState(ctx context.Context, _ netip.Addr, id int64) (ActionState, string, error) {
+	var a *hcloud.Action
+	err := h.call(ctx, CallGetAction, func(ctx context.Context) (*hcloud.Response, error) {
+		var resp *hcloud.Response
+		var err error
+		a, resp, err = h.client.Action.GetByID(ctx, id)
+		return resp, err
+	})
+	switch {
+	case err != nil:
+		return ActionRunning, "", err
+	case a == nil:
+		return ActionRunning, "", fmt.Errorf("action %d: %w", id, ErrNotFound)
+	case a.Status == hcloud.ActionStatusSuccess:
+		return ActionDone, "", nil
+	case a.Status == hcloud.ActionStatusError:
+		return ActionFailed, a.ErrorCode + ": " + a.ErrorMessage, nil
+	}
+	return ActionRunning, "", nil
 }
 
 // metadataServerID reads MetadataURL/instance-id with hcloud-go's metadata
