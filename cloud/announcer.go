@@ -56,7 +56,8 @@ type Announcer struct {
 	wg      sync.WaitGroup
 	checker LocalChecker
 
-	linger bool // keep the address after Release until the IP moved
+	linger bool   // keep the address after Release until the IP moved
+	noun   string // "reserved IP", "floating IP": the provider's word in logs and errors
 
 	// bindMu orders a bind by Acquire and a deferred unbind after Release
 	// (each checks gen under mu first), so a late unbind never removes the
@@ -122,6 +123,10 @@ func NewAnnouncer(p Provider, opts AnnouncerOptions) *Announcer {
 		state: map[netip.Addr]*ipState{},
 	}
 	a.checker, _ = p.(LocalChecker)
+	a.noun = "reserved IP"
+	if n, ok := p.(interface{ IPNoun() string }); ok {
+		a.noun = n.IPNoun()
+	}
 	a.linger = opts.Binder != nil && DeliversToAddress(p)
 	return a
 }
@@ -159,14 +164,14 @@ func (a *Announcer) Prime(ctx context.Context, vips []netip.Prefix) error {
 			return err
 		}
 		if err != nil {
-			a.log.Warn("cannot check the reserved IP at start-up; will retry when needed", "ip", ip, "err", err)
+			a.log.Warn("cannot check the "+a.noun+" at start-up; will retry when needed", "ip", ip, "err", err)
 			continue
 		}
 		a.mu.Lock()
 		s := a.st(ip)
 		s.known, s.held, s.checked = true, h.Self, a.now()
 		a.mu.Unlock()
-		a.log.Info("reserved IP checked", "ip", ip, "holder", h.Holder, "held_here", h.Self, "locked", h.Locked)
+		a.log.Info(a.noun+" checked", "ip", ip, "holder", h.Holder, "held_here", h.Self, "locked", h.Locked)
 	}
 	return nil
 }
@@ -196,7 +201,7 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 		a.mu.Unlock()
 		if cool {
 			a.setWanted(ip, false)
-			return fmt.Errorf("reserved IP %s: this node assigned it %v ago; waiting %v between assigns so a flapping election cannot bounce the IP: %w",
+			return fmt.Errorf("%s %s: this node assigned it %v ago; waiting %v between assigns so a flapping election cannot bounce the IP: %w", a.noun,
 				ip, since.Round(time.Millisecond), a.opts.CoolOff, ErrCoolOff)
 		}
 		// Where the provider delivers to the address, configure it before
@@ -211,9 +216,9 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 		if err := a.p.Assign(ctx, ip); err != nil {
 			a.setWanted(ip, false)
 			a.unbindIfCurrent(vip, gen)
-			return fmt.Errorf("assign reserved IP %s to this instance (%s %s): %w", ip, a.p.Name(), a.p.Instance(), err)
+			return fmt.Errorf("assign %s %s to this instance (%s %s): %w", a.noun, ip, a.p.Name(), a.p.Instance(), err)
 		}
-		a.log.Info("reserved IP assigned to this instance", "ip", ip, "took", a.now().Sub(start).Round(time.Millisecond))
+		a.log.Info(a.noun+" assigned to this instance", "ip", ip, "took", a.now().Sub(start).Round(time.Millisecond))
 	}
 	a.mu.Lock()
 	if !heldFresh {
@@ -227,7 +232,7 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 		err := b.Bind(ctx, vip)
 		a.bindMu.Unlock()
 		if err != nil {
-			return fmt.Errorf("bind reserved IP %s locally: %w", vip, err)
+			return fmt.Errorf("bind %s %s locally: %w", a.noun, vip, err)
 		}
 	}
 	return nil
@@ -248,7 +253,7 @@ func (a *Announcer) bindEarly(ctx context.Context, vip netip.Prefix) (int, error
 	a.bindMu.Lock()
 	defer a.bindMu.Unlock()
 	if err := a.opts.Binder.Bind(ctx, vip); err != nil {
-		return 0, fmt.Errorf("bind reserved IP %s locally: %w", vip, err)
+		return 0, fmt.Errorf("bind %s %s locally: %w", a.noun, vip, err)
 	}
 	return gen, nil
 }
@@ -285,10 +290,10 @@ func (a *Announcer) AcquireLone(ctx context.Context, vip netip.Prefix) error {
 	}
 	h, err := a.p.Holder(ctx, ip)
 	if err != nil {
-		return fmt.Errorf("reserved IP %s: cannot tell which instance holds it, and no cluster member vouches for this node: not taking it: %w", ip, err)
+		return fmt.Errorf("%s %s: cannot tell which instance holds it, and no cluster member vouches for this node: not taking it: %w", a.noun, ip, err)
 	}
 	if h.Holder != "" && !h.Self {
-		return fmt.Errorf("reserved IP %s is assigned to instance %s, and no cluster member vouches for this node (it reaches none of VIPD_PEERS): not taking it: %w", ip, h.Holder, ErrHeldElsewhere)
+		return fmt.Errorf("%s %s is assigned to instance %s, and no cluster member vouches for this node (it reaches none of VIPD_PEERS): not taking it: %w", a.noun, ip, h.Holder, ErrHeldElsewhere)
 	}
 	return a.Acquire(ctx, vip)
 }
@@ -337,7 +342,7 @@ func (a *Announcer) Release(ctx context.Context, vip netip.Prefix) error {
 	s.gen++
 	gen := s.gen
 	a.mu.Unlock()
-	a.log.Info("released: the reserved IP stays assigned until another node assigns it to itself", "ip", ip)
+	a.log.Info("released: the "+a.noun+" stays assigned until another node assigns it to itself", "ip", ip)
 	b := a.opts.Binder
 	if b == nil {
 		return nil
@@ -348,7 +353,7 @@ func (a *Announcer) Release(ctx context.Context, vip netip.Prefix) error {
 		return nil
 	}
 	if err := b.Unbind(ctx, vip); err != nil {
-		return fmt.Errorf("unbind reserved IP %s locally: %w", vip, err)
+		return fmt.Errorf("unbind %s %s locally: %w", a.noun, vip, err)
 	}
 	return nil
 }
@@ -454,17 +459,17 @@ func (a *Announcer) refresh(ip netip.Addr, gen int) {
 	s.checked = a.now()
 	if err != nil {
 		if !s.failing {
-			a.log.Warn("cannot refresh the reserved IP's holder; keeping the last known state", "ip", ip, "held_here", s.held, "err", err)
+			a.log.Warn("cannot refresh the "+a.noun+"'s holder; keeping the last known state", "ip", ip, "held_here", s.held, "err", err)
 		}
 		s.failing = true
 		return
 	}
 	if s.failing {
-		a.log.Info("reserved IP holder check works again", "ip", ip)
+		a.log.Info(a.noun+" holder check works again", "ip", ip)
 		s.failing = false
 	}
 	if s.wanted && s.held && !h.Self {
-		a.log.Warn("reserved IP is no longer assigned to this instance", "ip", ip, "holder", h.Holder)
+		a.log.Warn(a.noun+" is no longer assigned to this instance", "ip", ip, "holder", h.Holder)
 	}
 	s.known, s.held = true, h.Self
 }

@@ -273,6 +273,9 @@ func (h *Hetzner) Instance() string { return strconv.FormatInt(h.server, 10) }
 // floating IP to its server addressed to the floating IP itself.
 func (h *Hetzner) DeliversToAddress() bool { return true }
 
+// IPNoun is the provider's word for the IP, in the announcer's logs.
+func (h *Hetzner) IPNoun() string { return "floating IP" }
+
 // ServerID is this server's id.
 func (h *Hetzner) ServerID() int64 { return h.server }
 

@@ -445,7 +445,7 @@ func TestHetznerAnnouncerLoneAndRelease(t *testing.T) {
 	defer a.Close()
 	vip := netip.PrefixFrom(ip10, 32)
 	err := a.AcquireLone(ctxT(t, 2*time.Second), vip)
-	if !errors.Is(err, ErrHeldElsewhere) || !strings.Contains(err.Error(), "instance 4202") {
+	if !errors.Is(err, ErrHeldElsewhere) || !strings.Contains(err.Error(), "floating IP 192.0.2.10 is assigned to instance 4202") {
 		t.Fatalf("lone acquire of an IP held elsewhere: %v", err)
 	}
 	if n := e.fake.Count(http.MethodPost, ""); n != 0 {
