@@ -163,17 +163,51 @@ func (a *Announcer) Prime(ctx context.Context, vips []netip.Prefix) error {
 		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNotFound) {
 			return err
 		}
-		if err != nil {
+		known := err == nil
+		if !known {
 			a.log.Warn("cannot check the "+a.noun+" at start-up; will retry when needed", "ip", ip, "err", err)
-			continue
+		} else {
+			a.mu.Lock()
+			s := a.st(ip)
+			s.known, s.held, s.checked = true, h.Self, a.now()
+			a.mu.Unlock()
+			a.log.Info(a.noun+" checked", "ip", ip, "holder", h.Holder, "held_here", h.Self, "locked", h.Locked)
 		}
-		a.mu.Lock()
-		s := a.st(ip)
-		s.known, s.held, s.checked = true, h.Self, a.now()
-		a.mu.Unlock()
-		a.log.Info(a.noun+" checked", "ip", ip, "holder", h.Holder, "held_here", h.Self, "locked", h.Locked)
+		a.leftover(ctx, v, known && !h.Self)
 	}
 	return nil
+}
+
+// leftover handles a local address found at start-up, left by a previous
+// run that did not stop cleanly (a crash, SIGKILL, a power cut). Nothing
+// wants it yet. If the IP is elsewhere, or the provider does not deliver
+// to the address, it goes at once; if the IP may still route here, it
+// stays until the IP has moved (as after a Release), so a restarting
+// holder drops no traffic.
+func (a *Announcer) leftover(ctx context.Context, vip netip.Prefix, elsewhere bool) {
+	b := a.opts.Binder
+	if b == nil {
+		return
+	}
+	if ok, err := b.Bound(vip); err != nil || !ok {
+		return
+	}
+	if a.linger && !elsewhere && a.ctx.Err() == nil {
+		a.mu.Lock()
+		gen := a.st(vip.Addr()).gen
+		a.mu.Unlock()
+		a.log.Info("local address left from a previous run; kept until the IP is elsewhere", "ip", vip.Addr())
+		a.wg.Add(1)
+		go a.unbindWhenMoved(vip, gen)
+		return
+	}
+	a.bindMu.Lock()
+	defer a.bindMu.Unlock()
+	if err := b.Unbind(ctx, vip); err != nil {
+		a.log.Warn("cannot remove a local address left from a previous run", "ip", vip.Addr(), "err", err)
+		return
+	}
+	a.log.Info("local address left from a previous run removed", "ip", vip.Addr(), "held_elsewhere", elsewhere)
 }
 
 // Acquire implements vip.Announcer: make this instance hold the VIP,

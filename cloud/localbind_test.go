@@ -229,3 +229,75 @@ func TestReleasedAddressStaysUntilTheIPMoved(t *testing.T) {
 		t.Fatal("the address outlived Close")
 	}
 }
+
+// A local address left by a run that did not stop cleanly is found at
+// start-up: removed at once when the IP is elsewhere (or the provider does
+// not deliver to the address), kept until the IP moves when it may still
+// route here. Checked in the kernel.
+func TestLeftoverAddressAtStartUp(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip")
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	name := "vipdcloud-" + hex.EncodeToString(b)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	vip := netip.MustParsePrefix("192.0.2.10/32")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		holder    string
+		deliverer bool
+		kept      bool
+	}{
+		{"IP elsewhere: removed", "other", true, false},
+		{"IP unassigned: removed", "", true, false},
+		{"IP still here, provider delivers to the address: kept until it moves", "me", true, true},
+		{"IP still here, anchor-style provider: removed (re-added if elected)", "me", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			binder, err := NewLinkBinderAt("lo", ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := binder.Bind(ctx, vip); err != nil {
+				t.Fatal(err)
+			}
+			mp := &memProvider{holder: tc.holder}
+			var p Provider = mp
+			if tc.deliverer {
+				p = deliveringProvider{memProvider: mp}
+			}
+			a := NewAnnouncer(p, AnnouncerOptions{Binder: binder, MovedCheck: 20 * time.Millisecond})
+			defer a.Close()
+			if err := a.Prime(ctx, []netip.Prefix{vip}); err != nil {
+				t.Fatal(err)
+			}
+			if ok, _ := binder.Bound(vip); ok != tc.kept {
+				t.Fatalf("bound after start-up = %v, want %v", ok, tc.kept)
+			}
+			if !tc.kept {
+				return
+			}
+			mp.set(func(m *memProvider) { m.holder = "other" })
+			deadline := time.Now().Add(time.Second)
+			for {
+				ok, _ := binder.Bound(vip)
+				if !ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the leftover address outlived the move")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}

@@ -473,6 +473,20 @@ func TestHetznerClusterFailoverAndHandover(t *testing.T) {
 	if n := len(c.assigns(killed)); n != 1 {
 		t.Fatalf("%d assigns after the kill, want 1", n)
 	}
+	// The killed node comes back: the address its crashed run left on the
+	// interface goes (the IP is elsewhere), and it does not take the IP.
+	if !c.bound(ctx, succ) {
+		t.Fatal("the SIGKILLed holder's address is gone: nothing left to clean up")
+	}
+	back := c.start(succ)
+	waitOutput(t, ctx, back, "local address left from a previous run removed")
+	if c.bound(ctx, succ) {
+		t.Fatal("the leftover address is still configured")
+	}
+	time.Sleep(time.Second)
+	if h := c.fake.Holder(floatingIP); h != server(last) || len(c.assigns(killed)) != 1 {
+		t.Fatalf("after the restart: holder %d, %d assigns", h, len(c.assigns(killed)))
+	}
 	for _, r := range c.fake.Requests() {
 		if strings.Contains(r.Path, "unassign") {
 			t.Fatalf("unassign sent: %+v", r)
