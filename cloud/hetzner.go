@@ -85,9 +85,10 @@ type Hetzner struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	mu    sync.Mutex
-	token string
-	ids   map[netip.Addr]int64 // floating IP id per address, learned once
+	mu      sync.Mutex
+	token   string
+	ids     map[netip.Addr]int64 // floating IP id per address, learned once
+	blocked map[netip.Addr]bool  // last seen "blocked" flag (logged on change)
 }
 
 // NewHetzner reads the token, learns this server's id (from the metadata
@@ -130,7 +131,7 @@ func NewHetzner(ctx context.Context, cfg HetznerConfig) (*Hetzner, error) {
 	h := &Hetzner{
 		cfg: cfg, now: cfg.Now, token: token,
 		log: cfg.Logger.With("provider", ProviderHetzner),
-		ids: map[netip.Addr]int64{},
+		ids: map[netip.Addr]int64{}, blocked: map[netip.Addr]bool{},
 	}
 	h.api = &caller{
 		provider: ProviderHetzner, title: "Hetzner Cloud",
@@ -409,8 +410,15 @@ func (h *Hetzner) Holder(ctx context.Context, ip netip.Addr) (Holding, error) {
 		out.Holder = strconv.FormatInt(fip.Server.ID, 10)
 		out.Self = fip.Server.ID == h.server
 	}
-	if fip.Blocked {
+	h.mu.Lock()
+	changed := h.blocked[ip] != fip.Blocked
+	h.blocked[ip] = fip.Blocked
+	h.mu.Unlock()
+	switch {
+	case changed && fip.Blocked:
 		h.log.Warn("floating IP is blocked by Hetzner (abuse or billing); assigning it will fail", "ip", ip, "id", fip.ID)
+	case changed:
+		h.log.Info("floating IP is no longer blocked", "ip", ip, "id", fip.ID)
 	}
 	return out, nil
 }

@@ -466,3 +466,24 @@ func TestHetznerAnnouncerLoneAndRelease(t *testing.T) {
 		t.Fatalf("%d unassigns", n)
 	}
 }
+
+// A floating IP Hetzner blocked is reported once, not at every refresh.
+func TestHetznerBlockedIsLoggedOnce(t *testing.T) {
+	e := newHzEnv(t, 0, fakehcloud.Options{}, nil)
+	e.fake.AddFloatingIP(fakehcloud.FloatingIP{ID: hzFIP, IP: testIP, Blocked: true})
+	for i := 0; i < 3; i++ {
+		if _, err := e.hz.Holder(ctxT(t, 2*time.Second), ip10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(e.logs.String(), "blocked by Hetzner"); n != 1 {
+		t.Fatalf("%d warnings in 3 checks, want 1:\n%s", n, e.logs)
+	}
+	e.fake.AddFloatingIP(fakehcloud.FloatingIP{ID: hzFIP, IP: testIP})
+	if _, err := e.hz.Holder(ctxT(t, 2*time.Second), ip10); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(e.logs.String(), "no longer blocked") {
+		t.Fatalf("unblock not logged:\n%s", e.logs)
+	}
+}
