@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/digitalocean/godo"
@@ -81,9 +79,6 @@ type DigitalOcean struct {
 	assigner *assigner
 	log      *slog.Logger
 	now      func() time.Time
-
-	mu    sync.Mutex
-	token string
 }
 
 // NewDigitalOcean reads the token, learns this droplet's id (from the
@@ -122,25 +117,30 @@ func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
-	token, err := readToken(cfg)
-	if err != nil {
+	token := &tokenSource{
+		token: cfg.Token, file: cfg.TokenFile, envName: "DIGITALOCEAN_ACCESS_TOKEN", fileName: "VIPD_DO_TOKEN_FILE",
+		what:  "a DigitalOcean API token",
+		needs: "scopes reserved_ip:read, reserved_ip:update, droplet:read, actions:read",
+		log:   cfg.Logger.With("provider", ProviderDigitalOcean),
+	}
+	if err := token.load(); err != nil {
 		return nil, err
 	}
 	d := &DigitalOcean{
-		cfg:   cfg,
-		meta:  &http.Client{Transport: cfg.Transport, Timeout: 2 * time.Second},
-		log:   cfg.Logger.With("provider", ProviderDigitalOcean),
-		now:   cfg.Now,
-		token: token,
+		cfg:  cfg,
+		meta: &http.Client{Transport: cfg.Transport, Timeout: 2 * time.Second},
+		log:  cfg.Logger.With("provider", ProviderDigitalOcean),
+		now:  cfg.Now,
 	}
 	d.api = &caller{
 		provider: ProviderDigitalOcean, title: "DigitalOcean",
 		gate: newGate(cfg.Backoff, cfg.Now), metrics: cfg.Metrics, log: d.log, now: cfg.Now,
-		reload: d.reloadToken, describe: describe,
+		reload: token.reload, describe: describe,
 		unauthorizedHint: "check DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE",
 		forbiddenHint:    "the token lacks a scope vipd needs (reserved_ip:read, reserved_ip:update, droplet:read, actions:read)",
 	}
-	httpClient := &http.Client{Transport: &bearer{d: d, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
+	httpClient := &http.Client{Transport: &bearer{src: token, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
+	var err error
 	d.client, err = godo.New(httpClient, godo.SetBaseURL(cfg.APIURL), godo.SetUserAgent(cfg.UserAgent))
 	if err != nil {
 		return nil, &SettingError{Name: "VIPD_DO_API_URL", Value: cfg.APIURL, Accepted: "an http(s) URL such as https://api.digitalocean.com/", Err: err}
@@ -160,61 +160,6 @@ func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
 		poll: cfg.PollInterval, lockWait: cfg.LockWait, log: d.log,
 	}
 	return d, nil
-}
-
-// readToken returns the configured token or the token file's content.
-func readToken(cfg DOConfig) (string, error) {
-	if t := strings.TrimSpace(cfg.Token); t != "" {
-		return t, nil
-	}
-	if cfg.TokenFile == "" {
-		return "", &SettingError{Name: "DIGITALOCEAN_ACCESS_TOKEN", Accepted: "a DigitalOcean API token (scopes reserved_ip:read, reserved_ip:update, droplet:read, actions:read), or VIPD_DO_TOKEN_FILE naming a file that holds one; cloud mode needs one of them"}
-	}
-	b, err := os.ReadFile(cfg.TokenFile)
-	if err != nil {
-		return "", &SettingError{Name: "VIPD_DO_TOKEN_FILE", Value: cfg.TokenFile, Accepted: "a readable file holding a DigitalOcean API token", Err: err}
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" || strings.ContainsAny(t, " \t\n") {
-		return "", &SettingError{Name: "VIPD_DO_TOKEN_FILE", Value: cfg.TokenFile, Accepted: "a file holding exactly one DigitalOcean API token (it is empty or has spaces)"}
-	}
-	return t, nil
-}
-
-// reloadToken re-reads the token file after a 401 and reports whether the
-// token changed.
-func (d *DigitalOcean) reloadToken() bool {
-	if d.cfg.TokenFile == "" || strings.TrimSpace(d.cfg.Token) != "" {
-		return false
-	}
-	t, err := readToken(d.cfg)
-	if err != nil {
-		d.log.Warn("cannot re-read the API token file", "file", d.cfg.TokenFile, "err", err)
-		return false
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if t == d.token {
-		return false
-	}
-	d.token = t
-	d.log.Info("API token file changed; using the new token", "file", d.cfg.TokenFile)
-	return true
-}
-
-// bearer adds the current token to every API request.
-type bearer struct {
-	d    *DigitalOcean
-	next http.RoundTripper
-}
-
-func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	b.d.mu.Lock()
-	tok := b.d.token
-	b.d.mu.Unlock()
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+tok)
-	return b.next.RoundTrip(r)
 }
 
 // Name implements Provider.

@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,7 +85,6 @@ type Hetzner struct {
 	now      func() time.Time
 
 	mu      sync.Mutex
-	token   string
 	ids     map[netip.Addr]int64 // floating IP id per address, learned once
 	blocked map[netip.Addr]bool  // last seen "blocked" flag (logged on change)
 }
@@ -124,22 +122,26 @@ func NewHetzner(ctx context.Context, cfg HetznerConfig) (*Hetzner, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
-	token, err := readHetznerToken(cfg)
-	if err != nil {
+	token := &tokenSource{
+		token: cfg.Token, file: cfg.TokenFile, envName: "HCLOUD_TOKEN", fileName: "VIPD_HCLOUD_TOKEN_FILE",
+		what: hetznerTokenAccepted, needs: "VIPD_CLOUD_PROVIDER=hetzner needs it",
+		log: cfg.Logger.With("provider", ProviderHetzner),
+	}
+	if err := token.load(); err != nil {
 		return nil, err
 	}
 	h := &Hetzner{
-		cfg: cfg, now: cfg.Now, token: token,
+		cfg: cfg, now: cfg.Now,
 		log: cfg.Logger.With("provider", ProviderHetzner),
 		ids: map[netip.Addr]int64{}, blocked: map[netip.Addr]bool{},
 	}
 	h.api = &caller{
 		provider: ProviderHetzner, title: "Hetzner Cloud",
 		gate: newGate(cfg.Backoff, cfg.Now), metrics: cfg.Metrics, log: h.log, now: cfg.Now,
-		reload: h.reloadToken, describe: describeHcloud, rateWait: hetznerRateWait,
+		reload: token.reload, describe: describeHcloud, rateWait: hetznerRateWait,
 		unauthorizedHint: hetznerUnauthorized, forbiddenHint: hetznerForbidden,
 	}
-	httpClient := &http.Client{Transport: &hcloudBearer{h: h, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
+	httpClient := &http.Client{Transport: &bearer{src: token, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
 	app, ver, _ := strings.Cut(cfg.UserAgent, "/")
 	h.client = hcloud.NewClient(
 		hcloud.WithEndpoint(cfg.APIURL),
@@ -151,9 +153,11 @@ func NewHetzner(ctx context.Context, cfg HetznerConfig) (*Hetzner, error) {
 	cfg.Metrics.init(ProviderHetzner, CallListFloatingIPs, CallGetFloatingIP, CallAssign, CallGetAction, CallMetadataInstance)
 	h.server = cfg.ServerID
 	if h.server == 0 {
-		if h.server, err = h.metadataServerID(ctx); err != nil {
+		id, err := h.metadataServerID(ctx)
+		if err != nil {
 			return nil, err
 		}
+		h.server = id
 	}
 	h.log = h.log.With("server", h.server)
 	h.api.log = h.log
@@ -162,59 +166,6 @@ func NewHetzner(ctx context.Context, cfg HetznerConfig) (*Hetzner, error) {
 		poll: cfg.PollInterval, lockWait: cfg.LockWait, log: h.log,
 	}
 	return h, nil
-}
-
-func readHetznerToken(cfg HetznerConfig) (string, error) {
-	if t := strings.TrimSpace(cfg.Token); t != "" {
-		return t, nil
-	}
-	if cfg.TokenFile == "" {
-		return "", &SettingError{Name: "HCLOUD_TOKEN", Accepted: hetznerTokenAccepted + ", or VIPD_HCLOUD_TOKEN_FILE naming a file that holds one; cloud mode with VIPD_CLOUD_PROVIDER=hetzner needs one of them"}
-	}
-	b, err := os.ReadFile(cfg.TokenFile)
-	if err != nil {
-		return "", &SettingError{Name: "VIPD_HCLOUD_TOKEN_FILE", Value: cfg.TokenFile, Accepted: "a readable file holding " + hetznerTokenAccepted, Err: err}
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" || strings.ContainsAny(t, " \t\n") {
-		return "", &SettingError{Name: "VIPD_HCLOUD_TOKEN_FILE", Value: cfg.TokenFile, Accepted: "a file holding exactly one Hetzner Cloud API token (it is empty or has spaces)"}
-	}
-	return t, nil
-}
-
-func (h *Hetzner) reloadToken() bool {
-	if h.cfg.TokenFile == "" || strings.TrimSpace(h.cfg.Token) != "" {
-		return false
-	}
-	t, err := readHetznerToken(h.cfg)
-	if err != nil {
-		h.log.Warn("cannot re-read the API token file", "file", h.cfg.TokenFile, "err", err)
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if t == h.token {
-		return false
-	}
-	h.token = t
-	h.log.Info("API token file changed; using the new token", "file", h.cfg.TokenFile)
-	return true
-}
-
-// hcloudBearer adds the current token (hcloud-go's is fixed at creation,
-// so it is given none and this transport sets it).
-type hcloudBearer struct {
-	h    *Hetzner
-	next http.RoundTripper
-}
-
-func (b *hcloudBearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	b.h.mu.Lock()
-	tok := b.h.token
-	b.h.mu.Unlock()
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+tok)
-	return b.next.RoundTrip(r)
 }
 
 // describeHcloud renders a failed answer: "HTTP 401 unauthorized: unable
