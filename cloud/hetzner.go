@@ -280,7 +280,7 @@ func (h *Hetzner) floatingIP(ctx context.Context, ip netip.Addr) (*hcloud.Floati
 			return resp, err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("list floating IPs: %w", err)
+			return nil, err
 		}
 		for _, f := range fips {
 			if a, ok := fipAddr(f); ok {
@@ -334,10 +334,10 @@ func (h *Hetzner) getFloatingIP(ctx context.Context, want netip.Addr, id int64) 
 		return resp, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("get floating IP %d: %w", id, err)
+		return nil, fmt.Errorf("floating IP id %d: %w", id, err)
 	}
 	if fip == nil {
-		return nil, fmt.Errorf("get floating IP %d: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("floating IP id %d: %w", id, ErrNotFound)
 	}
 	if want.IsValid() {
 		if a, ok := fipAddr(fip); !ok || a != want {
