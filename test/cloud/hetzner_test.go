@@ -230,6 +230,11 @@ func TestHetznerLoneNode(t *testing.T) {
 	if n := len(c.assigns(time.Time{})); n != 0 {
 		t.Fatalf("%d assigns with a wrong token", n)
 	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "vipd: ") {
+			t.Logf("wrong token, exit 1: %s", l)
+		}
+	}
 
 	// The default bind interface is the one of the default route.
 	if _, err := c.Nodes[0].Output(ctx, "ip", "route", "replace", "default", "dev", c.Nodes[0].Link); err != nil {
