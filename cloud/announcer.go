@@ -28,9 +28,15 @@ type AnnouncerOptions struct {
 	// check flaps, like FLIPOP's assignmentCoolOffSeconds.
 	CoolOff time.Duration
 	// Binder, when set, also binds the VIP locally on Acquire and removes
-	// it on Release (opt-in; see docs/cloud.md).
-	Binder LocalBinder
-	Logger *slog.Logger
+	// it on Release (see docs/cloud.md). With a provider that delivers the
+	// IP's packets to the address itself (AddressDeliverer), the address
+	// is removed only once the provider reports another instance holding
+	// the IP (checked every MovedCheck, default 1s, for at most MovedWait,
+	// default 60s) or at Close: until the successor's assign completes the
+	// IP still routes here, and a missing address would drop that traffic.
+	Binder                LocalBinder
+	MovedCheck, MovedWait time.Duration
+	Logger                *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -50,8 +56,30 @@ type Announcer struct {
 	wg      sync.WaitGroup
 	checker LocalChecker
 
-	mu    sync.Mutex
-	state map[netip.Addr]*ipState
+	linger bool   // keep the address after Release until the IP moved
+	noun   string // "reserved IP", "floating IP": the provider's word in logs and errors
+
+	// bindMu orders a bind by Acquire and a deferred unbind after Release
+	// (each checks gen under mu first), so a late unbind never removes the
+	// address of a new acquire.
+	bindMu sync.Mutex
+	mu     sync.Mutex
+	state  map[netip.Addr]*ipState
+}
+
+// AddressDeliverer is implemented by providers whose network delivers the
+// IP's packets addressed to the IP itself (Hetzner floating IPs), so the
+// holder must have the address configured, as opposed to a provider that
+// delivers them to an address the instance has anyway (DigitalOcean's
+// anchor IP).
+type AddressDeliverer interface {
+	DeliversToAddress() bool
+}
+
+// DeliversToAddress reports whether p is an AddressDeliverer that says so.
+func DeliversToAddress(p Provider) bool {
+	d, ok := p.(AddressDeliverer)
+	return ok && d.DeliversToAddress()
 }
 
 type ipState struct {
@@ -82,6 +110,12 @@ func NewAnnouncer(p Provider, opts AnnouncerOptions) *Announcer {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.MovedCheck <= 0 {
+		opts.MovedCheck = time.Second
+	}
+	if opts.MovedWait <= 0 {
+		opts.MovedWait = time.Minute
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Announcer{
 		p: p, opts: opts, now: opts.Now, ctx: ctx, cancel: cancel,
@@ -89,6 +123,11 @@ func NewAnnouncer(p Provider, opts AnnouncerOptions) *Announcer {
 		state: map[netip.Addr]*ipState{},
 	}
 	a.checker, _ = p.(LocalChecker)
+	a.noun = "reserved IP"
+	if n, ok := p.(interface{ IPNoun() string }); ok {
+		a.noun = n.IPNoun()
+	}
+	a.linger = opts.Binder != nil && DeliversToAddress(p)
 	return a
 }
 
@@ -124,17 +163,51 @@ func (a *Announcer) Prime(ctx context.Context, vips []netip.Prefix) error {
 		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNotFound) {
 			return err
 		}
-		if err != nil {
-			a.log.Warn("cannot check the reserved IP at start-up; will retry when needed", "ip", ip, "err", err)
-			continue
+		known := err == nil
+		if !known {
+			a.log.Warn("cannot check the "+a.noun+" at start-up; will retry when needed", "ip", ip, "err", err)
+		} else {
+			a.mu.Lock()
+			s := a.st(ip)
+			s.known, s.held, s.checked = true, h.Self, a.now()
+			a.mu.Unlock()
+			a.log.Info(a.noun+" checked", "ip", ip, "holder", h.Holder, "held_here", h.Self, "locked", h.Locked)
 		}
-		a.mu.Lock()
-		s := a.st(ip)
-		s.known, s.held, s.checked = true, h.Self, a.now()
-		a.mu.Unlock()
-		a.log.Info("reserved IP checked", "ip", ip, "holder", h.Holder, "held_here", h.Self, "locked", h.Locked)
+		a.leftover(ctx, v, known && !h.Self)
 	}
 	return nil
+}
+
+// leftover handles a local address found at start-up, left by a previous
+// run that did not stop cleanly (a crash, SIGKILL, a power cut). Nothing
+// wants it yet. If the IP is elsewhere, or the provider does not deliver
+// to the address, it goes at once; if the IP may still route here, it
+// stays until the IP has moved (as after a Release), so a restarting
+// holder drops no traffic.
+func (a *Announcer) leftover(ctx context.Context, vip netip.Prefix, elsewhere bool) {
+	b := a.opts.Binder
+	if b == nil {
+		return
+	}
+	if ok, err := b.Bound(vip); err != nil || !ok {
+		return
+	}
+	if a.linger && !elsewhere && a.ctx.Err() == nil {
+		a.mu.Lock()
+		gen := a.st(vip.Addr()).gen
+		a.mu.Unlock()
+		a.log.Info("local address left from a previous run; kept until the IP is elsewhere", "ip", vip.Addr())
+		a.wg.Add(1)
+		go a.unbindWhenMoved(vip, gen)
+		return
+	}
+	a.bindMu.Lock()
+	defer a.bindMu.Unlock()
+	if err := b.Unbind(ctx, vip); err != nil {
+		a.log.Warn("cannot remove a local address left from a previous run", "ip", vip.Addr(), "err", err)
+		return
+	}
+	a.log.Info("local address left from a previous run removed", "ip", vip.Addr(), "held_elsewhere", elsewhere)
 }
 
 // Acquire implements vip.Announcer: make this instance hold the VIP,
@@ -162,14 +235,24 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 		a.mu.Unlock()
 		if cool {
 			a.setWanted(ip, false)
-			return fmt.Errorf("reserved IP %s: this node assigned it %v ago; waiting %v between assigns so a flapping election cannot bounce the IP: %w",
+			return fmt.Errorf("%s %s: this node assigned it %v ago; waiting %v between assigns so a flapping election cannot bounce the IP: %w", a.noun,
 				ip, since.Round(time.Millisecond), a.opts.CoolOff, ErrCoolOff)
+		}
+		// Where the provider delivers to the address, configure it before
+		// the assign: the IP routes here the moment the action completes,
+		// which this node learns only at its next poll. Harmless before:
+		// the provider's routing, not the address, picks the instance.
+		gen, err := a.bindEarly(ctx, vip)
+		if err != nil {
+			a.setWanted(ip, false)
+			return err
 		}
 		if err := a.p.Assign(ctx, ip); err != nil {
 			a.setWanted(ip, false)
-			return fmt.Errorf("assign reserved IP %s to this instance (%s %s): %w", ip, a.p.Name(), a.p.Instance(), err)
+			a.unbindIfCurrent(vip, gen)
+			return fmt.Errorf("assign %s %s to this instance (%s %s): %w", a.noun, ip, a.p.Name(), a.p.Instance(), err)
 		}
-		a.log.Info("reserved IP assigned to this instance", "ip", ip, "took", a.now().Sub(start).Round(time.Millisecond))
+		a.log.Info(a.noun+" assigned to this instance", "ip", ip, "took", a.now().Sub(start).Round(time.Millisecond))
 	}
 	a.mu.Lock()
 	if !heldFresh {
@@ -179,11 +262,50 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 	s.known, s.held, s.checked, s.wanted = true, true, a.now(), true
 	a.mu.Unlock()
 	if b := a.opts.Binder; b != nil {
-		if err := b.Bind(ctx, vip); err != nil {
-			return fmt.Errorf("bind reserved IP %s locally: %w", vip, err)
+		a.bindMu.Lock()
+		err := b.Bind(ctx, vip)
+		a.bindMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("bind %s %s locally: %w", a.noun, vip, err)
 		}
 	}
 	return nil
+}
+
+// bindEarly binds vip ahead of an assign when the provider delivers to
+// the address (a no-op otherwise) and returns the generation it bound in;
+// the bump makes any deferred unbind of an earlier release stale.
+func (a *Announcer) bindEarly(ctx context.Context, vip netip.Prefix) (int, error) {
+	if !a.linger {
+		return 0, nil
+	}
+	a.mu.Lock()
+	s := a.st(vip.Addr())
+	s.gen++
+	gen := s.gen
+	a.mu.Unlock()
+	a.bindMu.Lock()
+	defer a.bindMu.Unlock()
+	if err := a.opts.Binder.Bind(ctx, vip); err != nil {
+		return 0, fmt.Errorf("bind %s %s locally: %w", a.noun, vip, err)
+	}
+	return gen, nil
+}
+
+// unbindIfCurrent undoes bindEarly after a failed assign, unless an
+// Acquire or Release came in between.
+func (a *Announcer) unbindIfCurrent(vip netip.Prefix, gen int) {
+	if !a.linger {
+		return
+	}
+	a.bindMu.Lock()
+	defer a.bindMu.Unlock()
+	if a.stale(vip.Addr(), gen) {
+		return
+	}
+	if err := a.opts.Binder.Unbind(context.Background(), vip); err != nil {
+		a.log.Warn("cannot remove the local address after a failed assign", "ip", vip.Addr(), "err", err)
+	}
 }
 
 // ErrHeldElsewhere is returned by AcquireLone when another instance holds
@@ -202,10 +324,10 @@ func (a *Announcer) AcquireLone(ctx context.Context, vip netip.Prefix) error {
 	}
 	h, err := a.p.Holder(ctx, ip)
 	if err != nil {
-		return fmt.Errorf("reserved IP %s: cannot tell which instance holds it, and no cluster member vouches for this node: not taking it: %w", ip, err)
+		return fmt.Errorf("%s %s: cannot tell which instance holds it, and no cluster member vouches for this node: not taking it: %w", a.noun, ip, err)
 	}
 	if h.Holder != "" && !h.Self {
-		return fmt.Errorf("reserved IP %s is assigned to instance %s, and no cluster member vouches for this node (it reaches none of VIPD_PEERS): not taking it: %w", ip, h.Holder, ErrHeldElsewhere)
+		return fmt.Errorf("%s %s is assigned to instance %s, and no cluster member vouches for this node (it reaches none of VIPD_PEERS): not taking it: %w", a.noun, ip, h.Holder, ErrHeldElsewhere)
 	}
 	return a.Acquire(ctx, vip)
 }
@@ -252,14 +374,74 @@ func (a *Announcer) Release(ctx context.Context, vip netip.Prefix) error {
 	// the cached answer so a later Acquire checks again.
 	s.wanted, s.known = false, false
 	s.gen++
+	gen := s.gen
 	a.mu.Unlock()
-	a.log.Info("released: the reserved IP stays assigned until another node assigns it to itself", "ip", ip)
-	if b := a.opts.Binder; b != nil {
-		if err := b.Unbind(ctx, vip); err != nil {
-			return fmt.Errorf("unbind reserved IP %s locally: %w", vip, err)
-		}
+	a.log.Info("released: the "+a.noun+" stays assigned until another node assigns it to itself", "ip", ip)
+	b := a.opts.Binder
+	if b == nil {
+		return nil
+	}
+	if a.linger && a.ctx.Err() == nil {
+		a.wg.Add(1)
+		go a.unbindWhenMoved(vip, gen)
+		return nil
+	}
+	if err := b.Unbind(ctx, vip); err != nil {
+		return fmt.Errorf("unbind %s %s locally: %w", a.noun, vip, err)
 	}
 	return nil
+}
+
+// unbindWhenMoved removes the local address of a released VIP once the
+// provider says another instance holds the IP, after MovedWait, or at
+// Close, unless the VIP was acquired (or released) again meanwhile.
+func (a *Announcer) unbindWhenMoved(vip netip.Prefix, gen int) {
+	defer a.wg.Done()
+	ip := vip.Addr()
+	deadline := time.Now().Add(a.opts.MovedWait)
+	why := "closing"
+	for a.ctx.Err() == nil {
+		t := time.NewTimer(a.opts.MovedCheck)
+		select {
+		case <-a.ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		if a.stale(ip, gen) {
+			return
+		}
+		if a.ctx.Err() != nil {
+			break
+		}
+		ctx, cancel := context.WithTimeout(a.ctx, a.opts.RefreshTimeout)
+		h, err := a.p.Holder(ctx, ip)
+		cancel()
+		if err == nil && !h.Self {
+			why = "another instance holds it now"
+			break
+		}
+		if time.Now().After(deadline) {
+			why = "it did not move within " + a.opts.MovedWait.String()
+			break
+		}
+	}
+	a.bindMu.Lock()
+	defer a.bindMu.Unlock()
+	if a.stale(ip, gen) {
+		return
+	}
+	if err := a.opts.Binder.Unbind(context.Background(), vip); err != nil {
+		a.log.Warn("cannot remove the released IP's local address", "ip", ip, "err", err)
+		return
+	}
+	a.log.Info("released IP's local address removed", "ip", ip, "reason", why)
+}
+
+// stale reports whether an Acquire or Release changed ip since gen.
+func (a *Announcer) stale(ip netip.Addr, gen int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.st(ip).gen != gen
 }
 
 // Announce implements vip.Announcer: there is nothing to repeat.
@@ -311,17 +493,17 @@ func (a *Announcer) refresh(ip netip.Addr, gen int) {
 	s.checked = a.now()
 	if err != nil {
 		if !s.failing {
-			a.log.Warn("cannot refresh the reserved IP's holder; keeping the last known state", "ip", ip, "held_here", s.held, "err", err)
+			a.log.Warn("cannot refresh the "+a.noun+"'s holder; keeping the last known state", "ip", ip, "held_here", s.held, "err", err)
 		}
 		s.failing = true
 		return
 	}
 	if s.failing {
-		a.log.Info("reserved IP holder check works again", "ip", ip)
+		a.log.Info(a.noun+" holder check works again", "ip", ip)
 		s.failing = false
 	}
 	if s.wanted && s.held && !h.Self {
-		a.log.Warn("reserved IP is no longer assigned to this instance", "ip", ip, "holder", h.Holder)
+		a.log.Warn(a.noun+" is no longer assigned to this instance", "ip", ip, "holder", h.Holder)
 	}
 	s.known, s.held = true, h.Self
 }

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/digitalocean/godo"
@@ -74,17 +71,14 @@ type DOConfig struct {
 
 // DigitalOcean is the reserved-IP backend for DigitalOcean droplets.
 type DigitalOcean struct {
-	cfg     DOConfig
-	client  *godo.Client
-	meta    *http.Client
-	droplet int
-	gate    *gate
-	log     *slog.Logger
-	now     func() time.Time
-
-	mu      sync.Mutex
-	token   string
-	pending map[netip.Addr]int // our own in-progress assign action per IP
+	cfg      DOConfig
+	client   *godo.Client
+	meta     *http.Client
+	droplet  int
+	api      *caller
+	assigner *assigner
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 // NewDigitalOcean reads the token, learns this droplet's id (from the
@@ -123,20 +117,30 @@ func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
-	token, err := readToken(cfg)
-	if err != nil {
+	token := &tokenSource{
+		token: cfg.Token, file: cfg.TokenFile, envName: "DIGITALOCEAN_ACCESS_TOKEN", fileName: "VIPD_DO_TOKEN_FILE",
+		what:  "a DigitalOcean API token",
+		needs: "scopes reserved_ip:read, reserved_ip:update, droplet:read, actions:read",
+		log:   cfg.Logger.With("provider", ProviderDigitalOcean),
+	}
+	if err := token.load(); err != nil {
 		return nil, err
 	}
 	d := &DigitalOcean{
-		cfg:     cfg,
-		meta:    &http.Client{Transport: cfg.Transport, Timeout: 2 * time.Second},
-		gate:    newGate(cfg.Backoff, cfg.Now),
-		log:     cfg.Logger.With("provider", ProviderDigitalOcean),
-		now:     cfg.Now,
-		token:   token,
-		pending: map[netip.Addr]int{},
+		cfg:  cfg,
+		meta: &http.Client{Transport: cfg.Transport, Timeout: 2 * time.Second},
+		log:  cfg.Logger.With("provider", ProviderDigitalOcean),
+		now:  cfg.Now,
 	}
-	httpClient := &http.Client{Transport: &bearer{d: d, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
+	d.api = &caller{
+		provider: ProviderDigitalOcean, title: "DigitalOcean",
+		gate: newGate(cfg.Backoff, cfg.Now), metrics: cfg.Metrics, log: d.log, now: cfg.Now,
+		reload: token.reload, describe: describe,
+		unauthorizedHint: "check DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE",
+		forbiddenHint:    "the token lacks a scope vipd needs (reserved_ip:read, reserved_ip:update, droplet:read, actions:read)",
+	}
+	httpClient := &http.Client{Transport: &bearer{src: token, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
+	var err error
 	d.client, err = godo.New(httpClient, godo.SetBaseURL(cfg.APIURL), godo.SetUserAgent(cfg.UserAgent))
 	if err != nil {
 		return nil, &SettingError{Name: "VIPD_DO_API_URL", Value: cfg.APIURL, Accepted: "an http(s) URL such as https://api.digitalocean.com/", Err: err}
@@ -151,62 +155,11 @@ func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
 		d.droplet = id
 	}
 	d.log = d.log.With("droplet", d.droplet)
+	d.assigner = &assigner{
+		title: "DigitalOcean", ipNoun: "reserved IP", instNoun: "droplet", instance: strconv.Itoa(d.droplet),
+		poll: cfg.PollInterval, lockWait: cfg.LockWait, log: d.log,
+	}
 	return d, nil
-}
-
-// readToken returns the configured token or the token file's content.
-func readToken(cfg DOConfig) (string, error) {
-	if t := strings.TrimSpace(cfg.Token); t != "" {
-		return t, nil
-	}
-	if cfg.TokenFile == "" {
-		return "", &SettingError{Name: "DIGITALOCEAN_ACCESS_TOKEN", Accepted: "a DigitalOcean API token (scopes reserved_ip:read, reserved_ip:update, droplet:read, actions:read), or VIPD_DO_TOKEN_FILE naming a file that holds one; cloud mode needs one of them"}
-	}
-	b, err := os.ReadFile(cfg.TokenFile)
-	if err != nil {
-		return "", &SettingError{Name: "VIPD_DO_TOKEN_FILE", Value: cfg.TokenFile, Accepted: "a readable file holding a DigitalOcean API token", Err: err}
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" || strings.ContainsAny(t, " \t\n") {
-		return "", &SettingError{Name: "VIPD_DO_TOKEN_FILE", Value: cfg.TokenFile, Accepted: "a file holding exactly one DigitalOcean API token (it is empty or has spaces)"}
-	}
-	return t, nil
-}
-
-// reloadToken re-reads the token file after a 401 and reports whether the
-// token changed.
-func (d *DigitalOcean) reloadToken() bool {
-	if d.cfg.TokenFile == "" || strings.TrimSpace(d.cfg.Token) != "" {
-		return false
-	}
-	t, err := readToken(d.cfg)
-	if err != nil {
-		d.log.Warn("cannot re-read the API token file", "file", d.cfg.TokenFile, "err", err)
-		return false
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if t == d.token {
-		return false
-	}
-	d.token = t
-	d.log.Info("API token file changed; using the new token", "file", d.cfg.TokenFile)
-	return true
-}
-
-// bearer adds the current token to every API request.
-type bearer struct {
-	d    *DigitalOcean
-	next http.RoundTripper
-}
-
-func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	b.d.mu.Lock()
-	tok := b.d.token
-	b.d.mu.Unlock()
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+tok)
-	return b.next.RoundTrip(r)
 }
 
 // Name implements Provider.
@@ -218,56 +171,15 @@ func (d *DigitalOcean) Instance() string { return strconv.Itoa(d.droplet) }
 // DropletID is this droplet's id.
 func (d *DigitalOcean) DropletID() int { return d.droplet }
 
-// call runs one API operation through the gate, retrying 429, 5xx and
-// transport errors with backoff until it succeeds, fails for good, or ctx
-// would end before the next attempt.
+// call runs one godo operation through the shared retry loop.
 func (d *DigitalOcean) call(ctx context.Context, name string, fn func(context.Context) (*godo.Response, error)) error {
-	reloaded := false
-	for {
-		if err := d.gate.waitGate(ctx); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		start := d.now()
+	return d.api.call(ctx, name, func(ctx context.Context) (int, http.Header, error) {
 		resp, err := fn(ctx)
-		status, header := 0, http.Header(nil)
 		if resp != nil && resp.Response != nil {
-			status, header = resp.StatusCode, resp.Header
+			return resp.StatusCode, resp.Header, err
 		}
-		v := classify(status, header, err, ctx.Err(), d.now())
-		d.cfg.Metrics.observe(ProviderDigitalOcean, name, v.outcome, d.now().Sub(start))
-		switch {
-		case v.outcome == OutcomeSuccess:
-			d.gate.succeeded()
-			return nil
-		case v.outcome == OutcomeCanceled:
-			return fmt.Errorf("%s: %w", name, errors.Join(ctx.Err(), err))
-		case v.retry:
-			kind := ErrUnavailable
-			if v.outcome == OutcomeRateLimited {
-				kind = ErrRateLimited
-			}
-			wrapped := fmt.Errorf("%w: %s", kind, describe(status, err))
-			wait := d.gate.failed(v, wrapped)
-			d.log.Warn("DigitalOcean API call failed; backing off", "call", name, "outcome", v.outcome,
-				"status", status, "retry_in", wait.Round(time.Millisecond), "err", describe(status, err))
-			continue
-		case v.outcome == OutcomeUnauthorized:
-			if !reloaded && d.reloadToken() {
-				reloaded = true
-				continue
-			}
-			if status == http.StatusForbidden {
-				return fmt.Errorf("%s: %w: DigitalOcean answered %s: the token lacks a scope vipd needs (reserved_ip:read, reserved_ip:update, droplet:read, actions:read)", name, ErrUnauthorized, describe(status, err))
-			}
-			return fmt.Errorf("%s: %w: DigitalOcean answered %s: check DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE", name, ErrUnauthorized, describe(status, err))
-		case v.outcome == OutcomeNotFound:
-			return fmt.Errorf("%s: %w (%s)", name, ErrNotFound, describe(status, err))
-		case v.outcome == OutcomeLocked:
-			return fmt.Errorf("%s: %w (%s)", name, ErrRefused, describe(status, err))
-		default:
-			return fmt.Errorf("%s: %s", name, describe(status, err))
-		}
-	}
+		return 0, nil, err
+	})
 }
 
 // describe renders an API failure as "HTTP 429: message" or the transport
@@ -315,136 +227,48 @@ func (d *DigitalOcean) Holder(ctx context.Context, ip netip.Addr) (Holding, erro
 
 // Assign implements Provider: POST /v2/reserved_ips/{ip}/actions with
 // {"type":"assign","droplet_id":N}, then poll the action until it
-// completes. A 422 while another action holds the IP's lock is waited out
-// and retried; an assign of ours still in progress from an earlier,
-// timed-out call is resumed instead of starting another.
+// completes, through the shared assigner: a 422 while another action holds
+// the IP's lock is waited out and retried; an assign of ours still in
+// progress from an earlier, timed-out call is resumed instead of starting
+// another.
 func (d *DigitalOcean) Assign(ctx context.Context, ip netip.Addr) error {
-	for {
-		if id := d.pendingAction(ip); id != 0 {
-			err := d.waitAction(ctx, ip, id)
-			if err == nil {
-				d.setPending(ip, 0)
-				return nil
-			}
-			if !errors.Is(err, ErrActionFailed) && !errors.Is(err, ErrNotFound) {
-				return err // ctx ended or the API is down: resume next time
-			}
-			d.setPending(ip, 0)
-			d.log.Warn("assign action failed; assigning again", "ip", ip, "action", id, "err", err)
-			if err := sleep(ctx, d.cfg.LockWait); err != nil {
-				return fmt.Errorf("reserved IP %s: %w (%w)", ip, err, ErrActionFailed)
-			}
-		}
-
-		var action *godo.Action
-		err := d.call(ctx, CallAssign, func(ctx context.Context) (*godo.Response, error) {
-			var resp *godo.Response
-			var err error
-			action, resp, err = d.client.ReservedIPActions.Assign(ctx, ip.String(), d.droplet)
-			return resp, err
-		})
-		switch {
-		case errors.Is(err, ErrRefused):
-			done, werr := d.waitUnlocked(ctx, ip, err)
-			if werr != nil {
-				return werr
-			}
-			if done {
-				return nil
-			}
-			continue
-		case errors.Is(err, ErrNotFound):
-			return fmt.Errorf("assign reserved IP %s: it is not in this DigitalOcean account, or droplet %d is not: %w", ip, d.droplet, err)
-		case err != nil:
-			return fmt.Errorf("assign reserved IP %s to droplet %d: %w", ip, d.droplet, err)
-		}
-		if action == nil || action.ID == 0 || action.Status == godo.ActionCompleted {
-			return nil
-		}
-		d.log.Info("assign action started", "ip", ip, "action", action.ID, "status", action.Status)
-		d.setPending(ip, action.ID)
-	}
+	return d.assigner.assign(ctx, ip, d)
 }
 
-// waitUnlocked handles a 422 to an assign. If the IP is locked by an action
-// in progress it waits until the lock is gone and reports done when the IP
-// ended up here (no new assign needed). If the action that held the lock
-// moved the IP to another droplet, it does not move it back: that is most
-// likely another node's assign, and the election decides who holds the IP;
-// it returns an error and the driver's next acquire, if this node is still
-// elected then, assigns. Any other 422 is final.
-func (d *DigitalOcean) waitUnlocked(ctx context.Context, ip netip.Addr, refusal error) (bool, error) {
-	logged := false
-	before := ""
-	for {
-		h, err := d.Holder(ctx, ip)
-		if err != nil && ctx.Err() != nil && logged {
-			return false, fmt.Errorf("reserved IP %s is still locked by another action: %w (%w)", ip, ctx.Err(), refusal)
-		}
-		if err != nil {
-			return false, err
-		}
-		if !h.Locked {
-			if h.Self {
-				return true, nil
-			}
-			if logged && h.Holder != before {
-				return false, fmt.Errorf("reserved IP %s was moved to droplet %s by the action that held its lock; not moving it back at once: %w", ip, h.Holder, refusal)
-			}
-			if logged {
-				return false, nil // the lock is gone and nothing moved: assign again
-			}
-			return false, fmt.Errorf("DigitalOcean refused to assign reserved IP %s to droplet %d (held by %q): %w", ip, d.droplet, h.Holder, refusal)
-		}
-		if !logged {
-			d.log.Info("reserved IP locked by another action in progress; waiting to retry the assign", "ip", ip, "holder", h.Holder)
-			logged, before = true, h.Holder
-		}
-		if err := sleep(ctx, d.cfg.LockWait); err != nil {
-			return false, fmt.Errorf("reserved IP %s is still locked by another action: %w (%w)", ip, err, refusal)
-		}
+func (d *DigitalOcean) startAssign(ctx context.Context, ip netip.Addr) (int64, error) {
+	var action *godo.Action
+	err := d.call(ctx, CallAssign, func(ctx context.Context) (*godo.Response, error) {
+		var resp *godo.Response
+		var err error
+		action, resp, err = d.client.ReservedIPActions.Assign(ctx, ip.String(), d.droplet)
+		return resp, err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return 0, fmt.Errorf("it is not in this DigitalOcean account, or droplet %d is not: %w", d.droplet, err)
 	}
+	if err != nil || action == nil || action.ID == 0 || action.Status == godo.ActionCompleted {
+		return 0, err
+	}
+	return int64(action.ID), nil
 }
 
-// waitAction polls one of our actions until it completes.
-func (d *DigitalOcean) waitAction(ctx context.Context, ip netip.Addr, id int) error {
-	for {
-		if err := sleep(ctx, d.cfg.PollInterval); err != nil {
-			return fmt.Errorf("assign action %d for reserved IP %s still in progress: %w", id, ip, err)
-		}
-		var a *godo.Action
-		err := d.call(ctx, CallGetAction, func(ctx context.Context) (*godo.Response, error) {
-			var resp *godo.Response
-			var err error
-			a, resp, err = d.client.ReservedIPActions.Get(ctx, ip.String(), id)
-			return resp, err
-		})
-		if err != nil {
-			return fmt.Errorf("poll assign action %d for reserved IP %s: %w", id, ip, err)
-		}
-		switch a.Status {
-		case godo.ActionCompleted:
-			return nil
-		case "errored":
-			return fmt.Errorf("assign action %d for reserved IP %s: %w (status errored)", id, ip, ErrActionFailed)
-		}
+func (d *DigitalOcean) actionState(ctx context.Context, ip netip.Addr, id int64) (ActionState, string, error) {
+	var a *godo.Action
+	err := d.call(ctx, CallGetAction, func(ctx context.Context) (*godo.Response, error) {
+		var resp *godo.Response
+		var err error
+		a, resp, err = d.client.ReservedIPActions.Get(ctx, ip.String(), int(id))
+		return resp, err
+	})
+	switch {
+	case err != nil:
+		return ActionRunning, "", err
+	case a.Status == godo.ActionCompleted:
+		return ActionDone, "", nil
+	case a.Status == "errored":
+		return ActionFailed, "status errored", nil
 	}
-}
-
-func (d *DigitalOcean) pendingAction(ip netip.Addr) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.pending[ip]
-}
-
-func (d *DigitalOcean) setPending(ip netip.Addr, id int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if id == 0 {
-		delete(d.pending, ip)
-		return
-	}
-	d.pending[ip] = id
+	return ActionRunning, "", nil
 }
 
 // HeldLocally implements LocalChecker with the metadata service:
@@ -494,25 +318,5 @@ func (d *DigitalOcean) metadataDropletID(ctx context.Context) (int, error) {
 
 // metadataGet fetches one metadata path as trimmed text.
 func (d *DigitalOcean) metadataGet(ctx context.Context, call, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.cfg.MetadataURL+path, nil)
-	if err != nil {
-		return "", err
-	}
-	start := d.now()
-	resp, err := d.meta.Do(req)
-	if err != nil {
-		d.cfg.Metrics.observe(ProviderDigitalOcean, call, OutcomeTransport, d.now().Sub(start))
-		return "", fmt.Errorf("metadata %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	v := classify(resp.StatusCode, resp.Header, err, ctx.Err(), d.now())
-	d.cfg.Metrics.observe(ProviderDigitalOcean, call, v.outcome, d.now().Sub(start))
-	if err != nil {
-		return "", fmt.Errorf("metadata %s: %w", path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("metadata %s: HTTP %d", path, resp.StatusCode)
-	}
-	return strings.TrimSpace(string(body)), nil
+	return metadataGet(ctx, d.meta, d.cfg.Metrics, ProviderDigitalOcean, call, d.cfg.MetadataURL+path, d.now)
 }

@@ -1,18 +1,23 @@
 // Package cloud moves a cloud provider's reserved (floating) IP to the node
 // that vipd elected, and exposes that as a vip.Announcer for cloud mode.
 //
-// The provider side is a small interface, Provider, with one backend today:
-// DigitalOcean reserved IPs through github.com/digitalocean/godo
-// (/v2/reserved_ips and its actions; never the deprecated floating_ips
-// endpoints). A move is always an assign by the new holder: vipd never
-// unassigns, so a released IP keeps routing to the old droplet until
-// someone else takes it, exactly like FLIPOP.
+// The Announcer owns the small Provider interface (who holds an IP, assign
+// it here) and the optional LocalChecker and AddressDeliverer traits. Two
+// backends implement it: DigitalOcean reserved IPs through
+// github.com/digitalocean/godo (/v2/reserved_ips and its actions, never the
+// deprecated floating_ips endpoints) and Hetzner Cloud floating IPs through
+// github.com/hetznercloud/hcloud-go/v2. A move is always an assign by the
+// new holder: vipd never unassigns, so a released IP keeps routing to the
+// old instance until someone else takes it, exactly like FLIPOP.
 //
-// Every API call goes through one gate per client that honours
-// RateLimit-Reset / Retry-After after a 429 and backs off exponentially after
-// 5xx answers and transport errors, so a storm of failures cannot turn into
-// a storm of requests. Calls are counted in vipd_cloud_calls_total and timed
-// in vipd_cloud_call_duration_seconds.
+// What the backends share is written once: caller (every HTTP request goes
+// through one gate per client that honours 429 waits and backs off after
+// 5xx and transport errors, counted in vipd_cloud_calls_total and timed in
+// vipd_cloud_call_duration_seconds, with a token-file reload after a 401),
+// assigner (resume our own pending action, send the assign, poll the
+// action, wait out another action's lock by the pure decideLock rule), and
+// metadataGet. A third provider is its SDK calls (Holder, startAssign,
+// actionState), its error words for caller, and a constructor.
 package cloud
 
 import (
@@ -65,6 +70,9 @@ var (
 	// ErrRefused: the API refused the request (422) for a reason other
 	// than a lock, e.g. the droplet already has another reserved IP.
 	ErrRefused = errors.New("request refused")
+	// ErrLocked: the provider refused the action because another action
+	// on the IP is running (Hetzner's 423 "locked").
+	ErrLocked = errors.New("locked by another action")
 	// ErrRateLimited: the call was not sent because the API asked us to
 	// wait (429) until after the caller's deadline.
 	ErrRateLimited = errors.New("rate limited")

@@ -9,23 +9,28 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/vipd/vipd/internal/retryafter"
 )
 
 // Outcomes of one API call, the outcome label of vipd_cloud_calls_total.
 const (
-	OutcomeSuccess      = "success"
-	OutcomeRateLimited  = "rate_limited"
-	OutcomeServerError  = "server_error"
-	OutcomeTransport    = "transport_error"
-	OutcomeUnauthorized = "unauthorized"
-	OutcomeNotFound     = "not_found"
-	OutcomeLocked       = "unprocessable"
-	OutcomeClientError  = "client_error"
-	OutcomeCanceled     = "canceled"
+	OutcomeSuccess       = "success"
+	OutcomeRateLimited   = "rate_limited"
+	OutcomeServerError   = "server_error"
+	OutcomeTransport     = "transport_error"
+	OutcomeUnauthorized  = "unauthorized"
+	OutcomeNotFound      = "not_found"
+	OutcomeUnprocessable = "unprocessable" // 422: DigitalOcean's lock, or a refusal
+	OutcomeLocked        = "locked"        // 423: Hetzner's "another action is running"
+	OutcomeConflict      = "conflict"      // 409: Hetzner's "changed during the request, retry"
+	OutcomeClientError   = "client_error"
+	OutcomeCanceled      = "canceled"
 )
 
 var outcomes = []string{OutcomeSuccess, OutcomeRateLimited, OutcomeServerError, OutcomeTransport,
-	OutcomeUnauthorized, OutcomeNotFound, OutcomeLocked, OutcomeClientError, OutcomeCanceled}
+	OutcomeUnauthorized, OutcomeNotFound, OutcomeUnprocessable, OutcomeLocked, OutcomeConflict,
+	OutcomeClientError, OutcomeCanceled}
 
 // Backoff shapes the waits after failures.
 type Backoff struct {
@@ -90,7 +95,11 @@ func classify(status int, header http.Header, err error, ctxErr error, now time.
 	case status == http.StatusNotFound:
 		return verdict{outcome: OutcomeNotFound}
 	case status == http.StatusUnprocessableEntity:
+		return verdict{outcome: OutcomeUnprocessable}
+	case status == http.StatusLocked:
 		return verdict{outcome: OutcomeLocked}
+	case status == http.StatusConflict:
+		return verdict{outcome: OutcomeConflict, retry: true, wait: retryAfter(header, now)}
 	case status == http.StatusTooManyRequests:
 		return verdict{outcome: OutcomeRateLimited, retry: true, wait: serverWait(header, now)}
 	case status >= 500:
@@ -118,22 +127,14 @@ func serverWait(h http.Header, now time.Time) time.Duration {
 	return w
 }
 
-// retryAfter parses Retry-After (delta seconds or an HTTP date).
+// retryAfter reads Retry-After (delta seconds or an HTTP date); zero when
+// absent, unparsable or in the past.
 func retryAfter(h http.Header, now time.Time) time.Duration {
 	if h == nil {
 		return 0
 	}
-	v := h.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	if sec, err := strconv.Atoi(v); err == nil && sec > 0 {
-		return time.Duration(sec) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
+	d, _ := retryafter.Parse(h.Get("Retry-After"), now)
+	return d
 }
 
 // gate spaces the calls of one API client: after a retryable failure no
@@ -182,6 +183,19 @@ func (g *gate) failed(v verdict, err error) time.Duration {
 		g.last = err
 	}
 	return d
+}
+
+// hold keeps the gate closed for d from now (no failure counted).
+func (g *gate) hold(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t := g.now().Add(d); t.After(g.notBefore) {
+		g.notBefore = t
+		g.last = fmt.Errorf("%w: the API's rate-limit bucket is empty", ErrRateLimited)
+	}
 }
 
 // succeeded resets the failure count.

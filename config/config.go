@@ -89,6 +89,13 @@ type Config struct {
 	DOAPIURL      string
 	DOMetadataURL string
 	DODropletID   int
+	// Hetzner Cloud (VIPD_CLOUD_PROVIDER=hetzner).
+	HcloudToken         string
+	HcloudTokenFile     string
+	HcloudAPIURL        string
+	HcloudMetadataURL   string
+	HcloudServerID      int64
+	HcloudFloatingIPIDs []int64
 	// CloudBindInterface also binds the reserved IP locally (cloud mode).
 	CloudBindInterface string
 
@@ -228,15 +235,18 @@ func (c *Config) check() error {
 			" mode (without one anyone reaching the gossip port can join and vote): make one with `vipd keygen --out /etc/vipd/gossip.key`," +
 			" copy it to every node and set VIPD_GOSSIP_KEY_FILE=/etc/vipd/gossip.key; VIPD_GOSSIP_INSECURE=true opts out (plaintext gossip)"}
 	}
-	if c.Mode == ModeCloud && len(c.Addresses) > 1 {
-		return &Error{Name: "VIPD_ADDRESS", Value: joinPrefixes(c.Addresses), Accepted: "one reserved IPv4 address in cloud mode (a droplet holds one reserved IP)"}
+	if c.Mode == ModeCloud && c.CloudProvider != "hetzner" && len(c.Addresses) > 1 {
+		return &Error{Name: "VIPD_ADDRESS", Value: joinPrefixes(c.Addresses), Accepted: "one reserved IPv4 address in cloud mode with digitalocean (a droplet holds one reserved IP)"}
 	}
 	if c.Mode == ModeCloud && len(c.Addresses) > 0 {
 		for _, p := range c.Addresses {
-			if !p.Addr().Is4() {
-				return &Error{Name: "VIPD_ADDRESS", Value: p.String(), Accepted: "IPv4 addresses only in cloud mode (DigitalOcean reserved IPs are IPv4)"}
+			if !p.Addr().Is4() || p.Bits() != 32 {
+				return &Error{Name: "VIPD_ADDRESS", Value: p.String(), Accepted: "single IPv4 addresses (a.b.c.d/32) in cloud mode (DigitalOcean reserved IPs and the Hetzner floating IPs vipd moves are IPv4)"}
 			}
 		}
+	}
+	if c.Mode == ModeCloud && c.CloudProvider != "hetzner" && len(c.HcloudFloatingIPIDs) > 0 {
+		return &Error{Name: "VIPD_HCLOUD_FLOATING_IP_ID", Value: fmt.Sprint(c.HcloudFloatingIPIDs), Accepted: "empty unless VIPD_CLOUD_PROVIDER=hetzner"}
 	}
 	return nil
 }

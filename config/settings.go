@@ -271,16 +271,9 @@ var table = []Setting{
 		"Lowest TTL accepted on multihop BFD packets (RFC 5883): 255 minus the hops allowed.", 1, 255,
 		func(c *Config) *int { return &c.BFDMultihopMinTTL }),
 
-	{Env: "VIPD_CLOUD_PROVIDER", Flag: "cloud-provider", Default: "digitalocean", Section: SecCloud,
-		Doc:      "Reserved-IP provider in cloud mode.",
-		Accepted: "digitalocean",
-		parse: func(c *Config, v string) error {
-			if v != "digitalocean" {
-				return errInvalid
-			}
-			c.CloudProvider = v
-			return nil
-		}, format: func(c *Config) string { return c.CloudProvider }},
+	enumSetting("VIPD_CLOUD_PROVIDER", "cloud-provider", "digitalocean", SecCloud,
+		"Provider of the IP that cloud mode moves: digitalocean (reserved IPs) or hetzner (Hetzner Cloud floating IPs).",
+		[]string{"digitalocean", "hetzner"}, func(c *Config) *string { return &c.CloudProvider }),
 	{Env: "DIGITALOCEAN_ACCESS_TOKEN", Flag: "do-token", Section: SecCloud, Secret: true,
 		Doc:      "DigitalOcean API token (prefer VIPD_DO_TOKEN_FILE: environment and flags are visible to other root processes).",
 		Accepted: "a token without spaces",
@@ -298,8 +291,10 @@ var table = []Setting{
 	urlSetting("VIPD_DO_METADATA_URL", "do-metadata-url", "http://169.254.169.254/metadata/v1", SecCloud, "Droplet metadata service base URL.",
 		func(c *Config) *string { return &c.DOMetadataURL }),
 	{Env: "VIPD_CLOUD_BIND_INTERFACE", Flag: "cloud-bind-interface", Section: SecCloud,
-		Doc:      "Also bind the reserved IP on this interface (e.g. lo) while holding it, for services that must listen on it. Empty: not bound.",
-		Accepted: "an interface name of at most 15 characters",
+		Doc: "Bind the cloud IP on this interface while holding it (and remove it on release). Empty: the provider's default: " +
+			"not bound with digitalocean (its reserved IPs reach the anchor IP), the interface of the default route with hetzner " +
+			"(a server must have its floating IPs configured). none: never bound (the address is configured by other means).",
+		Accepted: "an interface name of at most 15 characters, or none",
 		parse: func(c *Config, v string) error {
 			if len(v) > 15 || strings.ContainsAny(v, "/ \t") {
 				return errInvalid
@@ -322,6 +317,61 @@ var table = []Setting{
 			c.DODropletID = n
 			return nil
 		}, format: func(c *Config) string { return uintOrEmpty(uint64(c.DODropletID)) }},
+	{Env: "HCLOUD_TOKEN", Flag: "hcloud-token", Section: SecCloud, Secret: true,
+		Doc:      "Hetzner Cloud project API token with Read & Write permission (prefer VIPD_HCLOUD_TOKEN_FILE: environment and flags are visible to other root processes).",
+		Accepted: "a token without spaces",
+		parse: func(c *Config, v string) error {
+			if strings.ContainsAny(v, " \t\n") {
+				return errInvalid
+			}
+			c.HcloudToken = v
+			return nil
+		}, format: func(c *Config) string { return c.HcloudToken }},
+	pathSetting("VIPD_HCLOUD_TOKEN_FILE", "hcloud-token-file", "", SecCloud, "File holding the Hetzner Cloud API token (read again when the API answers 401).",
+		func(c *Config) *string { return &c.HcloudTokenFile }),
+	urlSetting("VIPD_HCLOUD_API_URL", "hcloud-api-url", "https://api.hetzner.cloud/v1", SecCloud, "Hetzner Cloud API base URL.",
+		func(c *Config) *string { return &c.HcloudAPIURL }),
+	urlSetting("VIPD_HCLOUD_METADATA_URL", "hcloud-metadata-url", "http://169.254.169.254/hetzner/v1/metadata", SecCloud, "Hetzner Cloud server metadata service base URL.",
+		func(c *Config) *string { return &c.HcloudMetadataURL }),
+	{Env: "VIPD_HCLOUD_SERVER_ID", Flag: "hcloud-server-id", Section: SecCloud,
+		Doc:      "This node's Hetzner Cloud server ID. Empty: read from the metadata service (instance-id).",
+		Accepted: "a positive server ID",
+		parse: func(c *Config, v string) error {
+			c.HcloudServerID = 0
+			if v == "" {
+				return nil
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return errInvalid
+			}
+			c.HcloudServerID = n
+			return nil
+		}, format: func(c *Config) string { return uintOrEmpty(uint64(c.HcloudServerID)) }},
+	{Env: "VIPD_HCLOUD_FLOATING_IP_ID", Flag: "hcloud-floating-ip-id", Section: SecCloud,
+		Doc:      "IDs of the floating IPs (comma list), so vipd reads them directly instead of finding each VIPD_ADDRESS in the project's list. Empty: found by address.",
+		Accepted: "a comma list of positive floating IP IDs",
+		parse: func(c *Config, v string) error {
+			c.HcloudFloatingIPIDs = nil
+			for _, f := range strings.Split(v, ",") {
+				f = strings.TrimSpace(f)
+				if f == "" {
+					continue
+				}
+				n, err := strconv.ParseInt(f, 10, 64)
+				if err != nil || n <= 0 {
+					return errInvalid
+				}
+				c.HcloudFloatingIPIDs = append(c.HcloudFloatingIPIDs, n)
+			}
+			return nil
+		}, format: func(c *Config) string {
+			var out []string
+			for _, id := range c.HcloudFloatingIPIDs {
+				out = append(out, strconv.FormatInt(id, 10))
+			}
+			return strings.Join(out, ",")
+		}},
 
 	{Env: "VIPD_METRICS_ADDRESS", Flag: "metrics-address", Default: "127.0.0.1:9469", Section: SecOps,
 		Doc:      "Listen address for /metrics, /status and /healthz. Empty: disabled.",

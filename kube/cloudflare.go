@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/vipd/vipd/internal/retryafter"
 )
 
 // cloudflare is a small client for the four Cloudflare v4 DNS record calls
@@ -120,19 +122,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// retryAfter parses a Retry-After header (seconds or an HTTP date).
+// retryAfter parses a Retry-After header (seconds or an HTTP date),
+// capped at cfMaxRetryAfter.
 func retryAfter(h string, now time.Time) (time.Duration, bool) {
-	h = strings.TrimSpace(h)
-	if h == "" {
-		return 0, false
-	}
-	if n, err := strconv.Atoi(h); err == nil && n >= 0 {
-		return min(time.Duration(n)*time.Second, cfMaxRetryAfter), true
-	}
-	if t, err := http.ParseTime(h); err == nil {
-		return min(max(t.Sub(now), 0), cfMaxRetryAfter), true
-	}
-	return 0, false
+	d, ok := retryafter.Parse(h, now)
+	return min(d, cfMaxRetryAfter), ok
 }
 
 type cfEnvelope struct {

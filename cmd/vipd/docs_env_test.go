@@ -12,11 +12,11 @@ import (
 )
 
 // envLine is an assignment of a vipd setting as it appears in an env file.
-var envLine = regexp.MustCompile(`^(VIPD_[A-Z0-9_]+|DIGITALOCEAN_ACCESS_TOKEN|CLOUDFLARE_API_TOKEN)=`)
+var envLine = regexp.MustCompile(`^(VIPD_[A-Z0-9_]+|DIGITALOCEAN_ACCESS_TOKEN|HCLOUD_TOKEN|CLOUDFLARE_API_TOKEN)=`)
 
 // commentedEnvLine is such an assignment commented out ("#VIPD_X=..." or
 // "# VIPD_X=..."): an operator uncomments it, so it must work too.
-var commentedEnvLine = regexp.MustCompile(`^#\s?((VIPD_[A-Z0-9_]+|DIGITALOCEAN_ACCESS_TOKEN|CLOUDFLARE_API_TOKEN)=.*)$`)
+var commentedEnvLine = regexp.MustCompile(`^#\s?((VIPD_[A-Z0-9_]+|DIGITALOCEAN_ACCESS_TOKEN|HCLOUD_TOKEN|CLOUDFLARE_API_TOKEN)=.*)$`)
 
 type docBlock struct {
 	where string // file:line of the opening fence

@@ -76,7 +76,8 @@ Modes (VIPD_MODE):
          gratuitous ARP / unsolicited neighbour advertisements
   bgp    every healthy node advertises the VIP with embedded BGP (ECMP at the
          router), with optional BFD
-  cloud  the elected holder moves a DigitalOcean reserved IP to its droplet
+  cloud  the elected holder moves a DigitalOcean reserved IP or a Hetzner
+         Cloud floating IP to its instance (VIPD_CLOUD_PROVIDER)
 
 Every setting is an environment variable (systemd reads /etc/vipd/vipd.env)
 and a flag of "vipd run"; a flag wins over the environment. See "vipd run --help"

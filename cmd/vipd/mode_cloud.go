@@ -14,34 +14,22 @@ import (
 	"github.com/vipd/vipd/vip"
 )
 
-// cloudPrimeTimeout bounds the start-up check of the reserved IPs. A
-// rejected token or an unknown IP stops start-up; an API that does not
-// answer within this time only delays the check until the IP is needed.
+// cloudPrimeTimeout bounds the start-up check of the cloud IPs. A rejected
+// token or an unknown IP stops start-up; an API that does not answer within
+// this time only delays the check until the IP is needed.
 const cloudPrimeTimeout = 10 * time.Second
 
-// newCloudAnnouncer builds the cloud-mode announcer: the DigitalOcean
-// reserved-IP backend behind cloud.Announcer. A missing or unreadable token
+// newCloudAnnouncer builds the cloud-mode announcer: the configured
+// provider's backend behind cloud.Announcer. A missing or unreadable token
 // is a configuration error (exit 2); a token the API rejects, or a VIP that
-// is not a reserved IP of the account, stops start-up with exit 1.
+// is not an IP of the account, stops start-up with exit 1.
 func newCloudAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, reg prometheus.Registerer, addStatus func(string, func() any)) (vip.Announcer, error) {
-	if c.CloudProvider != "" && c.CloudProvider != cloud.ProviderDigitalOcean {
-		return nil, &config.Error{Name: "VIPD_CLOUD_PROVIDER", Value: c.CloudProvider, Accepted: "digitalocean"}
-	}
 	metrics, err := cloud.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	clog := log.With("component", "cloud")
-	do, err := cloud.NewDigitalOcean(ctx, cloud.DOConfig{
-		Token:       c.DOToken,
-		TokenFile:   c.DOTokenFile,
-		APIURL:      c.DOAPIURL,
-		MetadataURL: c.DOMetadataURL,
-		DropletID:   c.DODropletID,
-		UserAgent:   "vipd/" + version,
-		Logger:      clog,
-		Metrics:     metrics,
-	})
+	p, api, err := newCloudProvider(ctx, c, clog, metrics)
 	var se *cloud.SettingError
 	if errors.As(err, &se) {
 		accepted := se.Accepted
@@ -54,24 +42,65 @@ func newCloudAnnouncer(ctx context.Context, c *config.Config, log *slog.Logger, 
 		return nil, fmt.Errorf("cloud mode: %w", err)
 	}
 	opts := cloud.AnnouncerOptions{Logger: clog}
-	if c.CloudBindInterface != "" {
-		if _, err := net.InterfaceByName(c.CloudBindInterface); err != nil {
-			return nil, &config.Error{Name: "VIPD_CLOUD_BIND_INTERFACE", Value: c.CloudBindInterface, Accepted: "an existing interface (" + err.Error() + ")"}
+	bind := c.CloudBindInterface
+	if bind == "" && cloud.DeliversToAddress(p) {
+		if bind, err = vip.DefaultInterface(); err != nil {
+			return nil, &config.Error{Name: "VIPD_CLOUD_BIND_INTERFACE", Value: "", Accepted: "an interface to configure the " + p.Name() +
+				" IP on (no default route to take it from: " + err.Error() + "), or none if it is configured by other means"}
 		}
-		b, err := cloud.NewLinkBinder(c.CloudBindInterface)
+	}
+	if bind != "" && bind != "none" {
+		if _, err := net.InterfaceByName(bind); err != nil {
+			return nil, &config.Error{Name: "VIPD_CLOUD_BIND_INTERFACE", Value: bind, Accepted: "an existing interface, or none (" + err.Error() + ")"}
+		}
+		b, err := cloud.NewLinkBinder(bind)
 		if err != nil {
 			return nil, fmt.Errorf("VIPD_CLOUD_BIND_INTERFACE: %w", err)
 		}
 		opts.Binder = b
 	}
-	ann := cloud.NewAnnouncer(do, opts)
+	ann := cloud.NewAnnouncer(p, opts)
 	pctx, cancel := context.WithTimeout(ctx, cloudPrimeTimeout)
 	defer cancel()
 	if err := ann.Prime(pctx, c.Addresses); err != nil {
 		_ = ann.Close()
 		return nil, fmt.Errorf("cloud mode start-up check: %w", err)
 	}
-	clog.Info("cloud mode ready", "provider", do.Name(), "droplet", do.DropletID(), "api", c.DOAPIURL)
+	clog.Info("cloud mode ready", "provider", p.Name(), "instance", p.Instance(), "api", api, "bind_interface", bind)
 	addStatus("cloud", ann.Status)
 	return ann, nil
+}
+
+// newCloudProvider builds the backend named by VIPD_CLOUD_PROVIDER and
+// returns it with its API URL. A provider that delivers the IP to the
+// address itself (Hetzner) gets the address configured by default.
+func newCloudProvider(ctx context.Context, c *config.Config, log *slog.Logger, m *cloud.Metrics) (cloud.Provider, string, error) {
+	switch c.CloudProvider {
+	case cloud.ProviderHetzner:
+		h, err := cloud.NewHetzner(ctx, cloud.HetznerConfig{
+			Token:         c.HcloudToken,
+			TokenFile:     c.HcloudTokenFile,
+			APIURL:        c.HcloudAPIURL,
+			MetadataURL:   c.HcloudMetadataURL,
+			ServerID:      c.HcloudServerID,
+			FloatingIPIDs: c.HcloudFloatingIPIDs,
+			UserAgent:     "vipd/" + version,
+			Logger:        log,
+			Metrics:       m,
+		})
+		return h, c.HcloudAPIURL, err
+	case cloud.ProviderDigitalOcean, "":
+		do, err := cloud.NewDigitalOcean(ctx, cloud.DOConfig{
+			Token:       c.DOToken,
+			TokenFile:   c.DOTokenFile,
+			APIURL:      c.DOAPIURL,
+			MetadataURL: c.DOMetadataURL,
+			DropletID:   c.DODropletID,
+			UserAgent:   "vipd/" + version,
+			Logger:      log,
+			Metrics:     m,
+		})
+		return do, c.DOAPIURL, err
+	}
+	return nil, "", &config.Error{Name: "VIPD_CLOUD_PROVIDER", Value: c.CloudProvider, Accepted: "one of digitalocean, hetzner"}
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vipd/vipd/internal/fakehttp"
 )
 
 // Error ids and messages as the real API sends them.
@@ -22,36 +24,13 @@ const (
 	msgServerError  = "Server Error"
 )
 
-// statusWriter records the status code written.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the hijacker.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: remoteIP(r), Body: string(body)}
-	sw := &statusWriter{ResponseWriter: w}
+	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: fakehttp.RemoteIP(r), Body: string(body)}
+	sw := &fakehttp.StatusWriter{ResponseWriter: w}
 	defer func() {
-		entry.Status = sw.status
+		entry.Status = sw.Status
 		s.mu.Lock()
 		s.log = append(s.log, entry)
 		s.mu.Unlock()
@@ -61,7 +40,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	latency := s.latency
 	f := matchFault(&s.faults, r)
 	s.mu.Unlock()
-	sleepCtx(r.Context(), latency)
+	fakehttp.Sleep(r.Context(), latency)
 	if f != nil {
 		s.writeFault(sw, r, f)
 		return
@@ -111,19 +90,11 @@ func matchFault(faults *[]*Fault, r *http.Request) *Fault {
 	return nil
 }
 
-func (s *Server) writeFault(w *statusWriter, r *http.Request, f *Fault) {
-	sleepCtx(r.Context(), f.Delay)
+func (s *Server) writeFault(w *fakehttp.StatusWriter, r *http.Request, f *Fault) {
+	fakehttp.Sleep(r.Context(), f.Delay)
 	if f.Drop || f.Status == 0 {
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			// Half a status line, then close: clients see a broken
-			// answer (not an idle keep-alive close they would retry).
-			_, _ = conn.Write([]byte("HTTP/1.1 5"))
-			_ = conn.Close()
-			w.status = -1
-			return
-		}
-		w.status = -1
-		panic(http.ErrAbortHandler)
+		fakehttp.Drop(w)
+		return
 	}
 	switch {
 	case f.Status == http.StatusTooManyRequests:

@@ -27,16 +27,15 @@
 package fakedo
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/vipd/vipd/internal/fakehttp"
 )
 
 // Options configure a fake.
@@ -145,8 +144,8 @@ type Server struct {
 	opts Options
 	now  func() time.Time
 
-	api  *endpoint
-	meta *endpoint
+	api  *fakehttp.Endpoint
+	meta *fakehttp.Endpoint
 
 	mu           sync.Mutex
 	token        string
@@ -211,50 +210,50 @@ func New(opts Options) (*Server, error) {
 		rateLimit:    5000,
 		rateRemain:   5000,
 	}
-	s.api = &endpoint{listen: opts.Listen, addr: opts.Addr, handler: http.HandlerFunc(s.serveAPI)}
-	s.meta = &endpoint{listen: opts.Listen, addr: opts.MetadataAddr, handler: http.HandlerFunc(s.serveMetadata)}
-	if err := s.api.up(); err != nil {
+	s.api = fakehttp.NewEndpoint(opts.Listen, opts.Addr, http.HandlerFunc(s.serveAPI))
+	s.meta = fakehttp.NewEndpoint(opts.Listen, opts.MetadataAddr, http.HandlerFunc(s.serveMetadata))
+	if err := s.api.Up(); err != nil {
 		return nil, fmt.Errorf("fakedo: api listener: %w", err)
 	}
-	if err := s.meta.up(); err != nil {
-		s.api.down()
+	if err := s.meta.Up(); err != nil {
+		s.api.Down()
 		return nil, fmt.Errorf("fakedo: metadata listener: %w", err)
 	}
 	return s, nil
 }
 
 // URL is the API base URL with a trailing slash, for godo.SetBaseURL.
-func (s *Server) URL() string { return "http://" + s.api.address() + "/" }
+func (s *Server) URL() string { return "http://" + s.api.Address() + "/" }
 
 // Addr is the API listener's host:port.
-func (s *Server) Addr() string { return s.api.address() }
+func (s *Server) Addr() string { return s.api.Address() }
 
 // MetadataURL is the metadata base URL (ending in /metadata/v1) that
 // answers for droplet id, whoever asks. With id 0 the droplet is chosen by
 // the caller's source address (SetMetadataSource) or the default droplet.
 func (s *Server) MetadataURL(id int) string {
 	if id == 0 {
-		return "http://" + s.meta.address() + "/metadata/v1"
+		return "http://" + s.meta.Address() + "/metadata/v1"
 	}
-	return fmt.Sprintf("http://%s/droplet/%d/metadata/v1", s.meta.address(), id)
+	return fmt.Sprintf("http://%s/droplet/%d/metadata/v1", s.meta.Address(), id)
 }
 
 // Close stops both listeners and closes every connection.
 func (s *Server) Close() {
-	s.api.down()
-	s.meta.down()
+	s.api.Down()
+	s.meta.Down()
 }
 
 // Down closes the API listener and all its connections: clients get
 // "connection refused" until Up.
-func (s *Server) Down() { s.api.down() }
+func (s *Server) Down() { s.api.Down() }
 
 // Up reopens the API listener on the same address.
-func (s *Server) Up() error { return s.api.up() }
+func (s *Server) Up() error { return s.api.Up() }
 
 // MetadataDown and MetadataUp do the same for the metadata server.
-func (s *Server) MetadataDown()         { s.meta.down() }
-func (s *Server) MetadataUp() error     { return s.meta.up() }
+func (s *Server) MetadataDown()         { s.meta.Down() }
+func (s *Server) MetadataUp() error     { return s.meta.Up() }
 func (s *Server) SetToken(token string) { s.mu.Lock(); s.token = token; s.mu.Unlock() }
 
 // SetLatency changes the latency added to every API answer.
@@ -441,77 +440,4 @@ func (s *Server) ResetLog() {
 	defer s.mu.Unlock()
 	s.log = nil
 	s.metaLog = nil
-}
-
-// endpoint is one listener that can be taken down and brought back on the
-// same address.
-type endpoint struct {
-	listen  func(network, addr string) (net.Listener, error)
-	handler http.Handler
-
-	mu   sync.Mutex
-	addr string
-	srv  *http.Server
-	done chan struct{}
-}
-
-func (e *endpoint) address() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.addr
-}
-
-func (e *endpoint) up() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.srv != nil {
-		return nil
-	}
-	var ln net.Listener
-	var err error
-	// The port may linger briefly after a Down; retry for a moment.
-	for i := 0; i < 50; i++ {
-		ln, err = e.listen("tcp", e.addr)
-		if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		return err
-	}
-	e.addr = ln.Addr().String()
-	srv := &http.Server{Handler: e.handler, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	e.srv, e.done = srv, done
-	return nil
-}
-
-func (e *endpoint) down() {
-	e.mu.Lock()
-	srv, done := e.srv, e.done
-	e.srv, e.done = nil, nil
-	e.mu.Unlock()
-	if srv == nil {
-		return
-	}
-	_ = srv.Close()
-	<-done
-}
-
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

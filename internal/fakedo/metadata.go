@@ -1,20 +1,21 @@
 package fakedo
 
 import (
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/vipd/vipd/internal/fakehttp"
 )
 
 // serveMetadata answers the droplet metadata API (no token). Paths are
 // /metadata/v1/... (droplet chosen by source address, else the default
 // droplet) or /droplet/{id}/metadata/v1/... (that droplet).
 func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: remoteIP(r)}
-	sw := &statusWriter{ResponseWriter: w}
+	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: fakehttp.RemoteIP(r)}
+	sw := &fakehttp.StatusWriter{ResponseWriter: w}
 	defer func() {
-		entry.Status = sw.status
+		entry.Status = sw.Status
 		s.mu.Lock()
 		s.metaLog = append(s.metaLog, entry)
 		s.mu.Unlock()
@@ -43,7 +44,7 @@ func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
 		}
 		id, path = n, "/"+tail
 	} else {
-		if n, ok := s.metaBySource[remoteIP(r)]; ok {
+		if n, ok := s.metaBySource[fakehttp.RemoteIP(r)]; ok {
 			id = n
 		} else {
 			id = s.metaDefault
@@ -115,13 +116,4 @@ func (s *Server) metadataJSON(d *Droplet, rip string) map[string]any {
 		"floating_ip": map[string]any{"ipv4": ripv4},
 		"features":    map[string]any{"dhcp_enabled": false},
 	}
-}
-
-// remoteIP is the client's address without the port.
-func remoteIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }

@@ -71,7 +71,7 @@ func write(w io.Writer, version, date string) error {
 	p(`Every healthy node advertises the VIP to its BGP peers (ECMP at the router), optionally with BFD.`)
 	p(`.TP`)
 	p(`.B cloud`)
-	p(`The elected holder moves a DigitalOcean reserved IP to its droplet.`)
+	p(`The elected holder moves a DigitalOcean reserved IP or a Hetzner Cloud floating IP (\fBVIPD_CLOUD_PROVIDER\fR) to its instance.`)
 	p(`.PP`)
 	p(`On SIGTERM (\fBsystemctl stop vipd\fR) vipd releases the VIP, leaves the gossip cluster and withdraws its routes within a second, so a planned handover costs well under a second.`)
 	p(`.SH COMMANDS`)

@@ -122,7 +122,8 @@ func (c *cloudLab) startAll(ctx context.Context) []*lab.Proc {
 // node sends an assign); when its apiserver fails, the new holder assigns
 // within detection + API time, and the old holder makes no API call.
 func TestFailoverToNewHolder(t *testing.T) {
-	const action = 500 * time.Millisecond
+	// DigitalOcean reserved-IP assigns complete in about a second.
+	const action = time.Second
 	const latency = 50 * time.Millisecond
 	c := newCloudLab(t, 3, fakedo.Options{ActionDuration: action, Latency: latency})
 	defer c.dumpAPI()
@@ -163,7 +164,7 @@ func TestFailoverToNewHolder(t *testing.T) {
 	next, at := c.waitOther(ctx, old)
 	took := at.Sub(fault)
 	// Detection: 3 x 200 ms plus a probe timeout; then gossip, one POST,
-	// the action (500 ms) and polls, each answer 50 ms late.
+	// the action (1 s) and polls, each answer 50 ms late.
 	t.Logf("failover n%d -> n%d: %v after the apiserver failed (health 200ms x 3, fake action %v, latency %v)",
 		old+1, next+1, took.Round(time.Millisecond), action, latency)
 	if took > 8*time.Second {

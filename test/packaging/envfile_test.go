@@ -154,7 +154,7 @@ func fileMentions(body []byte, name string) bool {
 	return strings.Contains(string(body), name)
 }
 
-var docAssign = regexp.MustCompile(`^#?\s?(VIPD_[A-Z0-9_]+|DIGITALOCEAN_ACCESS_TOKEN|CLOUDFLARE_API_TOKEN)=`)
+var docAssign = regexp.MustCompile(`^#?\s?(VIPD_[A-Z0-9_]+|DIGITALOCEAN_ACCESS_TOKEN|HCLOUD_TOKEN|CLOUDFLARE_API_TOKEN)=`)
 
 // docEnvBlocks returns the fenced blocks of a markdown file that are env
 // files (only blank lines, comments and setting assignments), the same
