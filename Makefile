@@ -51,7 +51,7 @@ endif
 
 ifeq ($(shell id -u),0)
 
-.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver package test-packaging clean simulate image promtool
+.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver helm package test-packaging clean simulate image promtool
 
 all: build
 
@@ -81,10 +81,23 @@ deps:
 go-deps:
 	$(GO) mod download
 	$(GO) mod download -json sigs.k8s.io/cluster-api@$(CAPI_VERSION) >/dev/null
+	$(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) >/dev/null
 
 # Cluster API release whose own IPAM CRDs the ipam tests install (read from
 # the module cache; keep in step with CAPIVersion in ipam/harness_test.go).
 CAPI_VERSION := v1.10.4
+
+# prometheus-operator release whose ServiceMonitor and PrometheusRule CRDs
+# test/helm serves (read from the module cache; keep in step with
+# PrometheusOperatorVersion in test/helm/install_test.go).
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
+
+# helm, built from the Go module proxy into .cache/ (test/helm; about 4
+# minutes cold on 2 cores, then reused). Keep in step with HelmVersion in
+# test/helm/chart_test.go.
+HELM_VERSION := v3.19.5
+helm:
+	HELM_VERSION=$(HELM_VERSION) nice -n 5 hack/helm.sh
 
 # promtool alone, from Debian's prometheus package: installing the package
 # would also start a Prometheus server. Tests find it in .cache/ (or on PATH).
@@ -100,7 +113,7 @@ kube-apiserver:
 	nice -n 5 hack/kube-apiserver.sh
 
 ## test: every test, unit and integration (root)
-test: deps build kube-apiserver lint
+test: deps build kube-apiserver helm lint
 	$(GOTEST) -timeout 20m $$($(GO) list ./... | grep -v -E '/test/|/bfd$$|/lab$$|/kube$$')
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GOTEST) -p 1 -timeout 25m $(INTEGRATION)
 

@@ -533,3 +533,23 @@ func eventually(ctx context.Context, t *testing.T, d time.Duration, what string,
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// The Makefile builds and fetches the versions the tests look for.
+func TestVersionsMatchMakefile(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"HELM_VERSION := " + HelmVersion + "\n", "PROMETHEUS_OPERATOR_VERSION := " + PrometheusOperatorVersion + "\n"} {
+		if !strings.Contains(string(b), line) {
+			t.Errorf("the Makefile has no %q", strings.TrimSpace(line))
+		}
+	}
+	sh, err := os.ReadFile(filepath.Join(repoRoot(t), "hack", "helm.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(sh), `HELM_VERSION="${HELM_VERSION:-`+HelmVersion+`}"`) {
+		t.Errorf("hack/helm.sh's default HELM_VERSION is not %s", HelmVersion)
+	}
+}
