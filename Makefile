@@ -51,7 +51,7 @@ endif
 
 ifeq ($(shell id -u),0)
 
-.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver helm package test-packaging clean simulate image promtool
+.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver helm release-artifacts package test-packaging clean simulate image promtool
 
 all: build
 
@@ -98,6 +98,14 @@ PROMETHEUS_OPERATOR_VERSION := v0.85.0
 HELM_VERSION := v3.19.5
 helm:
 	HELM_VERSION=$(HELM_VERSION) nice -n 5 hack/helm.sh
+
+# release-artifacts: vipd's Cluster API IPAM provider as a clusterctl local
+# repository, out/clusterctl/ipam-vipd/<version>/{ipam-components.yaml,metadata.yaml},
+# rendered from the Helm chart (docs/pools.md: clusterctl init --ipam vipd).
+PROVIDER_VERSION ?= $(shell git describe --tags --abbrev=0 --match 'v[0-9]*.[0-9]*.[0-9]*' 2>/dev/null || echo v0.1.0)
+release-artifacts: helm
+	$(GO) run ./hack/ipam-components -helm $(CACHE)/helm-$(HELM_VERSION) -chart deploy/helm/vipd \
+		-version $(PROVIDER_VERSION) -out out/clusterctl
 
 # promtool alone, from Debian's prometheus package: installing the package
 # would also start a Prometheus server. Tests find it in .cache/ (or on PATH).
