@@ -220,7 +220,9 @@ func TestClusterctlInstall(t *testing.T) {
 	if err := kubetest.Apply(ctx, srv.Config(), pool); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = dyn.Resource(ippools).Delete(context.Background(), "clusterctl-test", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = dyn.Resource(ippools).Delete(context.Background(), "clusterctl-test", metav1.DeleteOptions{})
+	})
 
 	out := runDeployment(t, srv, d)
 	claim := &unstructured.Unstructured{Object: map[string]any{
