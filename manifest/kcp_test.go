@@ -131,6 +131,10 @@ func TestKubeadmControlPlaneVariants(t *testing.T) {
 	if strings.Contains(out, "curl") || strings.Contains(out, "apt-get") {
 		t.Errorf("installs a package without --package-url:\n%s", out)
 	}
+	cmds := dig(t, obj, "spec", "kubeadmConfigSpec", "preKubeadmCommands").([]any)
+	if len(cmds) != 3 || cmds[2] != "systemctl restart vipd" {
+		t.Errorf("vipd in the image: preKubeadmCommands %v, want check-config, enable, restart", cmds)
+	}
 }
 
 // Bad input: one line naming the flag or setting, the value (never a
