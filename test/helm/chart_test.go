@@ -205,6 +205,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"no controller", []string{"--set", "controllers.services=false"}, []string{"no controller is", "controllers.services"}},
 		{"flipop without token", []string{"--set", "controllers.floatingippool=true"}, []string{"controllers.providerSecret.name", "DIGITALOCEAN_ACCESS_TOKEN"}},
 		{"peers without gossip key", []string{"--set", "node.enabled=true,node.peers=192.0.2.11"}, []string{"node.gossipKey.existingSecret", "vipd keygen"}},
+		{"egress without an elected address", []string{"--set", "node.enabled=true,node.egressPolicies=true"}, []string{"node.egressPolicies", "node.address", "VIPD_EGRESS"}},
 		{"node with nothing to do", []string{"--set", "node.enabled=true,node.pools=false"}, []string{"node.pools", "node.egressPolicies"}},
 		{"service monitor without service", []string{"--set", "metrics.serviceMonitor.enabled=true,metrics.service.enabled=false"}, []string{"metrics.service.enabled"}},
 		{"apiServer not a URL", []string{"--set", "node.apiServer=kubernetes.default"}, []string{"/node/apiServer"}},
@@ -409,7 +410,7 @@ func TestTemplateKeepsDeployKube(t *testing.T) {
 	ds := find(t, objs, "DaemonSet", "-node")
 	envs := containerEnv(t, ds)
 	for k, v := range map[string]string{
-		"VIPD_POOLS": "on", "VIPD_EGRESS_POLICIES": "on", "VIPD_MODE": "l2", "VIPD_INTERFACE": "eth0",
+		"VIPD_POOLS": "on", "VIPD_EGRESS_POLICIES": "on", "VIPD_MODE": "l2", "VIPD_INTERFACE": "eth0", "VIPD_ADDRESS": "192.0.2.150/32",
 		"VIPD_PEERS": "192.0.2.11,192.0.2.12,192.0.2.13", "VIPD_GOSSIP_KEY_FILE": "/etc/vipd/gossip/gossip.key",
 		"VIPD_KUBECONFIG": "/etc/vipd/kubeconfig/kubeconfig", "VIPD_PRIORITY": "10",
 		"VIPD_EGRESS_CLUSTER_CIDRS": "10.244.0.0/16,10.96.0.0/12",

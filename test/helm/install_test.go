@@ -397,3 +397,60 @@ func TestInstall(t *testing.T) {
 		t.Errorf("the controllers hit a permission error with the chart's RBAC:\n%s", s)
 	}
 }
+
+// The settings the DaemonSet gives vipd (default node values, and every
+// value set) are a configuration `vipd check-config` accepts, with the
+// mounted files (kubeconfig, gossip key) where the pod would have them.
+func TestNodeSettingsAccepted(t *testing.T) {
+	testenv.Short(t)
+	bin := vipdBinary(t)
+	for name, args := range map[string][]string{
+		"default": {"--set", "node.enabled=true"},
+		"full":    {"-f", fullValues(t)},
+		"bgp":     {"--set", "node.enabled=true,node.mode=bgp", "--set-string", "node.env.VIPD_BGP_LOCAL_AS=65001,node.env.VIPD_BGP_PEERS=192.0.2.1:65000"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, args...)
+			ds := find(t, objs, "DaemonSet", "-node")
+			dir := t.TempDir()
+			// The volumes as the kubelet mounts them.
+			kc := find(t, objs, "ConfigMap", "-node-kubeconfig")
+			content, _, _ := unstructured.NestedString(kc.Object, "data", "kubeconfig")
+			files := map[string]string{"/etc/vipd/kubeconfig/kubeconfig": content}
+			for _, o := range objs {
+				if o.GetKind() == "Secret" {
+					key, _, _ := unstructured.NestedString(o.Object, "stringData", "gossip.key")
+					files["/etc/vipd/gossip/gossip.key"] = key
+				}
+			}
+			mapped := map[string]string{}
+			for p, c := range files {
+				local := filepath.Join(dir, filepath.Base(p))
+				if err := os.WriteFile(local, []byte(c), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				mapped[p] = local
+			}
+			var env []string
+			for k, v := range containerEnv(t, ds) {
+				s, ok := v.(string)
+				switch {
+				case k == "VIPD_NODE_NAME":
+					s = "node-a" // spec.nodeName
+				case !ok:
+					t.Fatalf("env %s: %v not resolved by the test", k, v)
+				case mapped[s] != "":
+					s = mapped[s]
+				case k == "VIPD_STATE_DIR":
+					s = dir
+				}
+				env = append(env, k+"="+s)
+			}
+			cmd := exec.Command(bin, "check-config")
+			cmd.Env = append(baseEnvWithout(), env...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("vipd check-config with the DaemonSet's settings: %v\n%s\nenv %v", err, out, env)
+			}
+		})
+	}
+}
