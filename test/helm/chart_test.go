@@ -554,3 +554,34 @@ func TestVersionsMatchMakefile(t *testing.T) {
 		t.Errorf("hack/helm.sh's default HELM_VERSION is not %s", HelmVersion)
 	}
 }
+
+// Each part switches off on its own.
+func TestTemplateParts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want map[string]int
+	}{
+		{"node form only", []string{"--set", "controllers.enabled=false,node.enabled=true"}, map[string]int{
+			"CustomResourceDefinition": 5, "ServiceAccount": 1, "ConfigMap": 1, "DaemonSet": 1, "ClusterRole": 1, "ClusterRoleBinding": 1}},
+		{"no RBAC, no ServiceAccount", []string{"--set", "rbac.create=false,serviceAccount.create=false,serviceAccount.controllersName=mine"}, map[string]int{
+			"CustomResourceDefinition": 5, "Deployment": 1, "Service": 1}},
+		{"dashboard only", []string{"--set", "metrics.dashboard.enabled=true,metrics.dashboard.namespace=grafana,metrics.service.enabled=false"}, map[string]int{
+			"CustomResourceDefinition": 5, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1, "ConfigMap": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, tc.args...)
+			if got := kinds(objs); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("kinds %v, want %v", got, tc.want)
+			}
+		})
+	}
+	objs := render(t, "--set", "rbac.create=false,serviceAccount.create=false,serviceAccount.controllersName=mine")
+	if sa, _, _ := unstructured.NestedString(find(t, objs, "Deployment", "-controllers").Object, "spec", "template", "spec", "serviceAccountName"); sa != "mine" {
+		t.Errorf("serviceAccountName %q, want mine", sa)
+	}
+	objs = render(t, "--set", "metrics.dashboard.enabled=true,metrics.dashboard.namespace=grafana")
+	if ns := find(t, objs, "ConfigMap", "-dashboard").GetNamespace(); ns != "grafana" {
+		t.Errorf("dashboard in namespace %s, want grafana", ns)
+	}
+}
