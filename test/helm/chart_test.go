@@ -84,7 +84,12 @@ func helm(t testing.TB, args ...string) (string, error) {
 // render runs helm template with the CRDs and returns the objects.
 func render(t testing.TB, args ...string) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := helm(t, append([]string{"template", release, chartDir(t), "--namespace", namespace, "--include-crds"}, args...)...)
+	return renderRelease(t, release, namespace, args...)
+}
+
+func renderRelease(t testing.TB, name, ns string, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := helm(t, append([]string{"template", name, chartDir(t), "--namespace", ns, "--include-crds"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,8 +157,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // runDeployment runs the Deployment's container as the kubelet would, on
-// this host: its args and env (fieldRefs resolved, optional Secrets
-// absent), the state emptyDir as a temporary directory, and the pod's
+// this host: its args and env (fieldRefs and Secrets resolved), the state emptyDir as a temporary directory, and the pod's
 // ServiceAccount as its identity. Only the metrics address moves to a free
 // loopback port. It is stopped (SIGTERM, as the kubelet does) at cleanup.
 func runDeployment(t *testing.T, srv *kubetest.Server, d *unstructured.Unstructured) *testenv.Buffer {
@@ -199,8 +198,22 @@ func runDeployment(t *testing.T, srv *kubetest.Server, d *unstructured.Unstructu
 			}
 			env = append(env, name+"="+d.GetNamespace())
 		case from["secretKeyRef"] != nil:
-			if opt, _ := from["secretKeyRef"].(map[string]any)["optional"].(bool); !opt {
-				t.Fatalf("env %s: a required Secret the test does not provide", name)
+			// As the kubelet: the Secret's key, or nothing when an
+			// optional Secret or key is missing.
+			ref := from["secretKeyRef"].(map[string]any)
+			opt, _ := ref["optional"].(bool)
+			kc, err := kubernetes.NewForConfig(srv.Config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			sec, err := kc.CoreV1().Secrets(d.GetNamespace()).Get(context.Background(), ref["name"].(string), metav1.GetOptions{})
+			if err != nil && !(apierrors.IsNotFound(err) && opt) {
+				t.Fatalf("env %s: Secret %v: %v", name, ref["name"], err)
+			}
+			if v, ok := sec.Data[ref["key"].(string)]; ok {
+				env = append(env, name+"="+string(v))
+			} else if !opt {
+				t.Fatalf("env %s: Secret %v has no key %v", name, ref["name"], ref["key"])
 			}
 		default:
 			t.Fatalf("env %s: valueFrom %v not resolved by the test", name, from)
