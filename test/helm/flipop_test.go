@@ -48,7 +48,9 @@ func TestInstallFLIPOP(t *testing.T) {
 	if _, err := kc.CoreV1().Secrets("flipop").Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = kc.CoreV1().Secrets("flipop").Delete(context.Background(), "flipop", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kc.CoreV1().Secrets("flipop").Delete(context.Background(), "flipop", metav1.DeleteOptions{})
+	})
 
 	objs := renderRelease(t, "flipop", "flipop", "--set", "controllers.services=false",
 		"--set", "controllers.floatingippool=true", "--set", "controllers.nodednsrecordset=true",
