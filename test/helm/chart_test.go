@@ -208,6 +208,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"env name not a variable", []string{"--set", "controllers.env.vipd_log_level=debug"}, []string{"vipd_log_level", "^[A-Z][A-Z0-9_]*$"}},
 		{"controller not a boolean", []string{"--set-string", "controllers.ipam=yes"}, []string{"/controllers/ipam", "boolean"}},
 		{"controllers through env", []string{"--set", "controllers.env.VIPD_CONTROLLERS=ipam"}, []string{"controllers.env.VIPD_CONTROLLERS", "controllers.ipam"}},
+		{"node feature through env", []string{"--set", "node.enabled=true,node.env.VIPD_EGRESS_POLICIES=on"}, []string{"node.env.VIPD_EGRESS_POLICIES", "node.egressPolicies"}},
 		{"no controller", []string{"--set", "controllers.services=false"}, []string{"no controller is", "controllers.services"}},
 		{"flipop without token", []string{"--set", "controllers.floatingippool=true"}, []string{"controllers.providerSecret.name", "DIGITALOCEAN_ACCESS_TOKEN"}},
 		{"peers without gossip key", []string{"--set", "node.enabled=true,node.peers=192.0.2.11"}, []string{"node.gossipKey.existingSecret", "vipd keygen"}},
