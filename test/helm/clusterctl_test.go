@@ -207,9 +207,10 @@ func TestClusterctlInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	sa, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "serviceAccountName")
-	if canI(ctx, t, kc, "vipd-ipam-system", sa, "update", "", "services") {
-		t.Errorf("the IPAM provider's ServiceAccount may update Services")
-	}
+	waitAccess(ctx, t, kc, "vipd-ipam-system", sa,
+		access{"create", "ipam.cluster.x-k8s.io", "ipaddresses", true},
+		access{"update", "", "services", false},
+	)
 
 	pool := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "vipd.io/v1alpha1", "kind": "IPPool",

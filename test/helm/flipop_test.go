@@ -61,9 +61,12 @@ func TestInstallFLIPOP(t *testing.T) {
 	}
 	d := find(t, objs, "Deployment", "-controllers")
 	sa, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "serviceAccountName")
-	if canI(ctx, t, kc, "flipop", sa, "update", "", "services") || canI(ctx, t, kc, "flipop", sa, "create", "vipd.io", "ipallocations") {
-		t.Errorf("the FLIPOP release's ServiceAccount may touch Services or IPAllocations")
-	}
+	waitAccess(ctx, t, kc, "flipop", sa,
+		access{"patch", "", "nodes", true},
+		access{"update", "flipop.digitalocean.com", "nodednsrecordsets/status", true},
+		access{"update", "", "services", false},
+		access{"create", "vipd.io", "ipallocations", false},
+	)
 
 	nodeA := flipopNode(ctx, t, kc, fake, "helm-node-a", 2001, "198.51.100.11")
 	flipopNode(ctx, t, kc, fake, "helm-node-b", 2002, "198.51.100.12")

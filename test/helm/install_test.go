@@ -272,6 +272,36 @@ func canI(ctx context.Context, t *testing.T, kc kubernetes.Interface, ns, name, 
 	return got.Status.Allowed
 }
 
+// access is one permission a ServiceAccount should or should not have.
+type access struct {
+	verb, group, resource string
+	want                  bool
+}
+
+// waitAccess waits until the apiserver's authorizer (whose RBAC view lags
+// an apply by a moment) answers every access as wanted, and reports those
+// that still differ after 15 s.
+func waitAccess(ctx context.Context, t *testing.T, kc kubernetes.Interface, ns, sa string, as ...access) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var wrong []string
+		for _, a := range as {
+			if got := canI(ctx, t, kc, ns, sa, a.verb, a.group, a.resource); got != a.want {
+				wrong = append(wrong, fmt.Sprintf("%s %s/%s: allowed %v, want %v", a.verb, a.group, a.resource, got, a.want))
+			}
+		}
+		if len(wrong) == 0 {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Errorf("ServiceAccount %s/%s: %s", ns, sa, strings.Join(wrong, "; "))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestInstall applies everything the chart renders with every part on to a
 // real apiserver (accepted, including the DaemonSet, the monitoring objects
 // against prometheus-operator's own CRDs and the Deployment), then runs the
@@ -304,21 +334,14 @@ func TestInstall(t *testing.T) {
 			nodeSA, _, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "serviceAccountName")
 			// The node form reads pools and endpoints and writes
 			// EgressPolicy status, nothing else.
-			for _, c := range []struct {
-				verb, group, resource string
-				want                  bool
-			}{
-				{"watch", "discovery.k8s.io", "endpointslices", true},
-				{"list", "vipd.io", "ipallocations", true},
-				{"patch", "vipd.io", "egresspolicies/status", true},
-				{"create", "vipd.io", "ipallocations", false},
-				{"update", "", "services", false},
-				{"list", "", "secrets", false},
-			} {
-				if got := canI(ctx, t, kc, namespace, nodeSA, c.verb, c.group, c.resource); got != c.want {
-					t.Errorf("node ServiceAccount %s %s %s/%s: allowed %v, want %v", nodeSA, c.verb, c.group, c.resource, got, c.want)
-				}
-			}
+			waitAccess(ctx, t, kc, namespace, nodeSA,
+				access{"watch", "discovery.k8s.io", "endpointslices", true},
+				access{"list", "vipd.io", "ipallocations", true},
+				access{"patch", "vipd.io", "egresspolicies/status", true},
+				access{"create", "vipd.io", "ipallocations", false},
+				access{"update", "", "services", false},
+				access{"list", "", "secrets", false},
+			)
 		}
 	}
 
@@ -331,20 +354,13 @@ func TestInstall(t *testing.T) {
 	}
 	d := find(t, objs, "Deployment", "-controllers")
 	sa, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "serviceAccountName")
-	for _, c := range []struct {
-		verb, group, resource string
-		want                  bool
-	}{
-		{"update", "", "services", true},
-		{"create", "ipam.cluster.x-k8s.io", "ipaddresses", true},
-		{"update", "flipop.digitalocean.com", "floatingippools", false}, // not enabled
-		{"patch", "", "nodes", false},
-		{"get", "", "secrets", false},
-	} {
-		if got := canI(ctx, t, kc, namespace, sa, c.verb, c.group, c.resource); got != c.want {
-			t.Errorf("ServiceAccount %s %s %s/%s: allowed %v, want %v", sa, c.verb, c.group, c.resource, got, c.want)
-		}
-	}
+	waitAccess(ctx, t, kc, namespace, sa,
+		access{"update", "", "services", true},
+		access{"create", "ipam.cluster.x-k8s.io", "ipaddresses", true},
+		access{"update", "flipop.digitalocean.com", "floatingippools", false}, // no longer enabled
+		access{"patch", "", "nodes", false},
+		access{"get", "", "secrets", false},
+	)
 
 	pool := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "vipd.io/v1alpha1", "kind": "IPPool",
