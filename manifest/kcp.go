@@ -119,14 +119,18 @@ func KubeadmControlPlane(vars []Var, opts KCPOptions) (map[string]any, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
+	// The Secret's key goes to VIPD_GOSSIP_KEY_FILE, /etc/vipd/gossip.key
+	// unless another path is given.
 	keyPath := ""
 	if opts.GossipKeySecret != "" {
-		keyPath = defaultGossipPath
-		vars = setVar(vars, "VIPD_GOSSIP_KEY_FILE", keyPath, false)
 		for _, v := range vars {
 			if v.Name == "VIPD_GOSSIP_KEY_FILE" {
 				keyPath = v.Value
 			}
+		}
+		if keyPath == "" {
+			keyPath = defaultGossipPath
+			vars = append(vars, Var{Name: "VIPD_GOSSIP_KEY_FILE", Value: keyPath})
 		}
 	}
 	cfg, err := Validate(vars)
@@ -239,19 +243,6 @@ func settingByEnv(name string) (config.Setting, bool) {
 		}
 	}
 	return config.Setting{}, false
-}
-
-// setVar sets name unless it is already given (override=false).
-func setVar(vars []Var, name, value string, override bool) []Var {
-	for i, v := range vars {
-		if v.Name == name {
-			if override {
-				vars[i].Value = value
-			}
-			return vars
-		}
-	}
-	return append(vars, Var{Name: name, Value: value})
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
