@@ -131,6 +131,19 @@ func TestKubeadmControlPlaneVariants(t *testing.T) {
 	if strings.Contains(out, "curl") || strings.Contains(out, "apt-get") {
 		t.Errorf("installs a package without --package-url:\n%s", out)
 	}
+	// A gossip key path of one's own: the Secret is written there.
+	obj, out, err = kcpRun(t, "--address", "192.0.2.100/32", "--peers", "192.0.2.11", "--gossip-key-secret", "k", "--gossip-key-file", "/etc/vipd/keys/gossip")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	files := dig(t, obj, "spec", "kubeadmConfigSpec", "files").([]any)
+	if p := files[1].(map[string]any)["path"]; p != "/etc/vipd/keys/gossip" || !strings.Contains(out, "VIPD_GOSSIP_KEY_FILE=/etc/vipd/keys/gossip\n") {
+		t.Errorf("gossip key written to %v:\n%s", p, out)
+	}
+	obj, out, err = kcpRun(t, "--address", "192.0.2.100/32")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
 	cmds := dig(t, obj, "spec", "kubeadmConfigSpec", "preKubeadmCommands").([]any)
 	if len(cmds) != 3 || cmds[2] != "systemctl restart vipd" {
 		t.Errorf("vipd in the image: preKubeadmCommands %v, want check-config, enable, restart", cmds)
