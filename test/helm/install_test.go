@@ -118,6 +118,12 @@ func ensureNamespace(ctx context.Context, t *testing.T, kc kubernetes.Interface,
 // carries, so every request is authorized by the RBAC bound to it only.
 func saKubeconfig(t *testing.T, srv *kubetest.Server, ns, name string) string {
 	t.Helper()
+	return saKubeconfigVia(t, srv, srv.URL, ns, name)
+}
+
+// saKubeconfigVia is saKubeconfig for the apiserver reached at server.
+func saKubeconfigVia(t *testing.T, srv *kubetest.Server, server, ns, name string) string {
+	t.Helper()
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(ca, srv.CAData, 0o600); err != nil {
@@ -138,7 +144,7 @@ contexts:
 - name: sa
   context: {cluster: kubetest, user: sa, namespace: %q}
 current-context: sa
-`, srv.URL, ca, kubetest.AdminToken, ns, name, ns, ns)
+`, server, ca, kubetest.AdminToken, ns, name, ns, ns)
 	p := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
