@@ -87,7 +87,7 @@ go-deps:
 # the module cache; keep in step with CAPIVersion in ipam/harness_test.go).
 CAPI_VERSION := v1.10.4
 
-# prometheus-operator release whose ServiceMonitor and PrometheusRule CRDs
+# prometheus-operator release whose ServiceMonitor, PodMonitor and PrometheusRule CRDs
 # test/helm serves (read from the module cache; keep in step with
 # PrometheusOperatorVersion in test/helm/install_test.go).
 PROMETHEUS_OPERATOR_VERSION := v0.85.0

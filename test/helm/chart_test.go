@@ -214,6 +214,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"peers without gossip key", []string{"--set", "node.enabled=true,node.peers=192.0.2.11"}, []string{"node.gossipKey.existingSecret", "vipd keygen"}},
 		{"egress without an elected address", []string{"--set", "node.enabled=true,node.egressPolicies=true"}, []string{"node.egressPolicies", "node.address", "VIPD_EGRESS"}},
 		{"node with nothing to do", []string{"--set", "node.enabled=true,node.pools=false"}, []string{"node.pools", "node.egressPolicies"}},
+		{"pod monitor without the node form", []string{"--set", "metrics.podMonitor.enabled=true"}, []string{"metrics.podMonitor.enabled", "node.enabled"}},
 		{"service monitor without service", []string{"--set", "metrics.serviceMonitor.enabled=true,metrics.service.enabled=false"}, []string{"metrics.service.enabled"}},
 		{"apiServer not a URL", []string{"--set", "node.apiServer=kubernetes.default"}, []string{"/node/apiServer"}},
 	} {
@@ -410,6 +411,15 @@ func TestTemplateKeepsDeployKube(t *testing.T) {
 	for k, v := range sel {
 		if svc.GetLabels()[k] != v {
 			t.Errorf("ServiceMonitor selects %s=%s, the metrics Service has %v", k, v, svc.GetLabels())
+		}
+	}
+
+	pm := find(t, objs, "PodMonitor", "-node")
+	pmSel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	dsLabels, _, _ := unstructured.NestedStringMap(find(t, objs, "DaemonSet", "-node").Object, "spec", "template", "metadata", "labels")
+	for k, v := range pmSel {
+		if dsLabels[k] != v {
+			t.Errorf("PodMonitor selects %s=%s, the DaemonSet's pods have %v", k, v, dsLabels)
 		}
 	}
 

@@ -28,7 +28,7 @@ import (
 )
 
 // PrometheusOperatorVersion is the prometheus-operator release whose
-// ServiceMonitor and PrometheusRule CRDs the install test serves (from the
+// ServiceMonitor, PodMonitor and PrometheusRule CRDs the install test serves (from the
 // module cache, as Cluster API's; `make go-deps` fetches it).
 const PrometheusOperatorVersion = "v0.85.0"
 
@@ -84,12 +84,12 @@ func moduleDir(t *testing.T, mod string) string {
 
 // serveForeignCRDs installs the CRDs the chart's objects need besides its
 // own: Cluster API's (ipam controller) and prometheus-operator's
-// ServiceMonitor and PrometheusRule, all from the module cache.
+// ServiceMonitor, PodMonitor and PrometheusRule, all from the module cache.
 func serveForeignCRDs(ctx context.Context, t *testing.T, srv *kubetest.Server) {
 	t.Helper()
 	files := kubetest.ClusterAPICRDs(t)
 	po := moduleDir(t, "github.com/prometheus-operator/prometheus-operator@"+PrometheusOperatorVersion)
-	for _, f := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
+	for _, f := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_podmonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
 		files = append(files, filepath.Join(po, "example", "prometheus-operator-crd", f))
 	}
 	crdsOnce.Do(func() {
