@@ -42,8 +42,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* Extra settings: a map of name -> value, rendered as env entries. */}}
 {{- define "vipd.extraEnv" -}}
-{{- range $k, $v := . }}
+{{- range $k, $v := . -}}
 - name: {{ $k }}
   value: {{ $v | toString | quote }}
-{{- end }}
+{{ end -}}
 {{- end -}}
