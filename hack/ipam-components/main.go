@@ -10,8 +10,9 @@
 //     "manager") and its metrics Service;
 //   - every object labelled cluster.x-k8s.io/provider=ipam-vipd, Helm's
 //     own labels removed;
-//   - variables ${VIPD_IMAGE:=ghcr.io/vipd/vipd:<tag>} and
-//     ${VIPD_LOG_LEVEL:=info}.
+//   - the image ghcr.io/vipd/vipd:<tag> as a plain reference (clusterctl
+//     parses it for its image overrides, so it cannot be a variable);
+//   - variables ${VIPD_LOG_LEVEL:=info} and ${VIPD_LOG_FORMAT:=json}.
 //
 // `make release-artifacts` runs it; test/helm applies its output.
 package main
@@ -128,7 +129,8 @@ func Components(rendered []byte, tag string) ([]byte, error) {
 	}
 	var b bytes.Buffer
 	b.WriteString("# vipd's Cluster API IPAM provider (clusterctl init --ipam vipd), generated from\n" +
-		"# deploy/helm/vipd by `make release-artifacts`. Variables: VIPD_IMAGE, VIPD_LOG_LEVEL.\n")
+		"# deploy/helm/vipd by `make release-artifacts`. Variables: VIPD_LOG_LEVEL, VIPD_LOG_FORMAT;\n" +
+		"# another registry: clusterctl's images: override (ipam-vipd).\n")
 	for _, u := range objs {
 		labels := u.GetLabels()
 		if labels == nil {
@@ -158,11 +160,17 @@ func deployment(u *unstructured.Unstructured, tag string) error {
 	c := cs[0].(map[string]any)
 	c["name"] = "manager"
 	repo, _, _ := strings.Cut(c["image"].(string), ":")
-	c["image"] = fmt.Sprintf("${VIPD_IMAGE:=%s:%s}", repo, tag)
+	c["image"] = repo + ":" + tag
+	vars := map[string]string{"VIPD_LOG_LEVEL": "${VIPD_LOG_LEVEL:=info}", "VIPD_LOG_FORMAT": "${VIPD_LOG_FORMAT:=json}"}
 	for _, e := range c["env"].([]any) {
-		if m := e.(map[string]any); m["name"] == "VIPD_LOG_LEVEL" {
-			m["value"] = "${VIPD_LOG_LEVEL:=info}"
+		m := e.(map[string]any)
+		if v, ok := vars[m["name"].(string)]; ok {
+			m["value"] = v
+			delete(vars, m["name"].(string))
 		}
+	}
+	if len(vars) > 0 {
+		return fmt.Errorf("deployment %s: the chart no longer sets %v", u.GetName(), vars)
 	}
 	if err := unstructured.SetNestedSlice(u.Object, cs, "spec", "template", "spec", "containers"); err != nil {
 		return err

@@ -100,7 +100,7 @@ func TestClusterctlArtifacts(t *testing.T) {
 		vars = append(vars, m[0])
 	}
 	sort.Strings(vars)
-	if want := []string{"${VIPD_IMAGE:=ghcr.io/vipd/vipd:0.4.2}", "${VIPD_LOG_LEVEL:=info}"}; fmt.Sprint(vars) != fmt.Sprint(want) {
+	if want := []string{"${VIPD_LOG_FORMAT:=json}", "${VIPD_LOG_LEVEL:=info}"}; fmt.Sprint(vars) != fmt.Sprint(want) {
 		t.Errorf("variables %v, want %v", vars, want)
 	}
 	objs, err := decode(string(raw))
@@ -144,6 +144,10 @@ func TestClusterctlArtifacts(t *testing.T) {
 	if name := cs[0].(map[string]any)["name"]; name != "manager" {
 		t.Errorf("container %v, the contract names it manager", name)
 	}
+	// clusterctl parses the image for its overrides: a plain reference.
+	if img := cs[0].(map[string]any)["image"]; img != "ghcr.io/vipd/vipd:0.4.2" {
+		t.Errorf("image %v, want ghcr.io/vipd/vipd:0.4.2", img)
+	}
 	if got := containerEnv(t, d)["VIPD_CONTROLLERS"]; got != "ipam" {
 		t.Errorf("VIPD_CONTROLLERS=%v, want ipam", got)
 	}
@@ -177,7 +181,7 @@ func TestClusterctlInstall(t *testing.T) {
 	if _, err := substitute(string(raw), map[string]string{}); err != nil {
 		t.Fatalf("with no variables set: %v", err)
 	}
-	rendered, err := substitute(string(raw), map[string]string{"VIPD_IMAGE": "registry.example/vipd:0.4.2"})
+	rendered, err := substitute(string(raw), map[string]string{"VIPD_LOG_LEVEL": "debug"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,12 +190,8 @@ func TestClusterctlInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := find(t, objs, "Deployment", "-controllers")
-	c, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
-	if img := c[0].(map[string]any)["image"]; img != "registry.example/vipd:0.4.2" {
-		t.Errorf("image %v after substitution", img)
-	}
-	if lvl := containerEnv(t, d)["VIPD_LOG_LEVEL"]; lvl != "info" {
-		t.Errorf("VIPD_LOG_LEVEL %v, want the default info", lvl)
+	if env := containerEnv(t, d); env["VIPD_LOG_LEVEL"] != "debug" || env["VIPD_LOG_FORMAT"] != "json" {
+		t.Errorf("VIPD_LOG_LEVEL %v (set: debug), VIPD_LOG_FORMAT %v (default: json)", env["VIPD_LOG_LEVEL"], env["VIPD_LOG_FORMAT"])
 	}
 
 	serveForeignCRDs(ctx, t, srv)
