@@ -51,7 +51,7 @@ endif
 
 ifeq ($(shell id -u),0)
 
-.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver package test-packaging clean simulate image promtool
+.PHONY: all build test test-unit test-integration lint demo bench deps go-deps kube-apiserver helm release-artifacts package test-packaging clean simulate image promtool
 
 all: build
 
@@ -81,10 +81,31 @@ deps:
 go-deps:
 	$(GO) mod download
 	$(GO) mod download -json sigs.k8s.io/cluster-api@$(CAPI_VERSION) >/dev/null
+	$(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) >/dev/null
 
 # Cluster API release whose own IPAM CRDs the ipam tests install (read from
 # the module cache; keep in step with CAPIVersion in ipam/harness_test.go).
 CAPI_VERSION := v1.10.4
+
+# prometheus-operator release whose ServiceMonitor, PodMonitor and PrometheusRule CRDs
+# test/helm serves (read from the module cache; keep in step with
+# PrometheusOperatorVersion in test/helm/install_test.go).
+PROMETHEUS_OPERATOR_VERSION := v0.85.0
+
+# helm, built from the Go module proxy into .cache/ (test/helm; about 4
+# minutes cold on 2 cores, then reused). Keep in step with HelmVersion in
+# test/helm/chart_test.go.
+HELM_VERSION := v3.19.5
+helm:
+	HELM_VERSION=$(HELM_VERSION) nice -n 5 hack/helm.sh
+
+# release-artifacts: vipd's Cluster API IPAM provider as a clusterctl local
+# repository, out/clusterctl/ipam-vipd/<version>/{ipam-components.yaml,metadata.yaml},
+# rendered from the Helm chart (docs/pools.md: clusterctl init --ipam vipd).
+PROVIDER_VERSION ?= $(shell git describe --tags --abbrev=0 --match 'v[0-9]*.[0-9]*.[0-9]*' 2>/dev/null || echo v0.1.0)
+release-artifacts: helm
+	$(GO) run ./hack/ipam-components -helm $(CACHE)/helm-$(HELM_VERSION) -chart deploy/helm/vipd \
+		-version $(PROVIDER_VERSION) -out out/clusterctl
 
 # promtool alone, from Debian's prometheus package: installing the package
 # would also start a Prometheus server. Tests find it in .cache/ (or on PATH).
@@ -100,7 +121,7 @@ kube-apiserver:
 	nice -n 5 hack/kube-apiserver.sh
 
 ## test: every test, unit and integration (root)
-test: deps build kube-apiserver lint
+test: deps build kube-apiserver helm lint
 	$(GOTEST) -timeout 20m $$($(GO) list ./... | grep -v -E '/test/|/bfd$$|/lab$$|/kube$$')
 	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GOTEST) -p 1 -timeout 25m $(INTEGRATION)
 

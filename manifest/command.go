@@ -22,8 +22,9 @@ func Command(version string, flags SettingsFlags) *cobra.Command {
 		Long: `manifest prints vipd's configuration, given with the same flags (or environment
 variables) as "vipd run", in a deployable form:
 
-  static-pod  a kubelet static Pod for /etc/kubernetes/manifests/vipd.yaml
-  env         a commented env file for /etc/vipd/vipd.env (vipd.service)
+  static-pod             a kubelet static Pod for /etc/kubernetes/manifests/vipd.yaml
+  env                    a commented env file for /etc/vipd/vipd.env (vipd.service)
+  kubeadm-control-plane  a Cluster API KubeadmControlPlane whose machines run vipd
 
 The settings are validated as "vipd run" would validate them.`,
 		Args: cobra.NoArgs,
@@ -77,6 +78,57 @@ are validated as "vipd run" would validate them.`,
 		}
 		return WriteEnv(cmd.OutOrStdout(), vars)
 	}
-	cmd.AddCommand(pod, env)
+	cmd.AddCommand(pod, env, kcpCommand(flags))
 	return cmd
+}
+
+func kcpCommand(flags SettingsFlags) *cobra.Command {
+	var opts KCPOptions
+	kcp := &cobra.Command{
+		Use:   "kubeadm-control-plane",
+		Short: "print a Cluster API KubeadmControlPlane whose machines run vipd",
+		Long: `kubeadm-control-plane prints a KubeadmControlPlane (controlplane.cluster.x-k8s.io/v1beta1)
+that puts vipd on every control-plane machine, under systemd, before kubeadm init or join:
+
+  files               /etc/vipd/vipd.env with the settings given here, and the gossip key
+                      from a Secret (--gossip-key-secret) at /etc/vipd/gossip.key
+  preKubeadmCommands  install the package (--package-url; without it vipd must be in the
+                      machine image), vipd check-config, start vipd.service
+  controlPlaneEndpoint  the VIP (the first IPv4 address of --address), also a certificate SAN
+
+The settings take the same flags as "vipd run" and are validated the same way.
+Secrets given as settings are refused (the object is readable in the management
+cluster): use the *_FILE settings.`,
+		Example: `  vipd keygen --out gossip.key
+  kubectl create secret generic c1-vipd-gossip --from-file=gossip.key
+  vipd manifest kubeadm-control-plane --cluster-name c1 --kubernetes-version v1.34.4 \
+    --infrastructure-api-version infrastructure.cluster.x-k8s.io/v1beta1 \
+    --infrastructure-kind Metal3MachineTemplate --infrastructure-name c1-controlplane \
+    --package-url https://example.com/vipd_1.2.3-1_amd64.deb --gossip-key-secret c1-vipd-gossip \
+    --address 192.0.2.100/32 --peers 192.0.2.11,192.0.2.12,192.0.2.13`,
+		Args: cobra.NoArgs,
+	}
+	src := flags(kcp.Flags())
+	f := kcp.Flags()
+	f.StringVar(&opts.ClusterName, "cluster-name", "", "the Cluster API Cluster's name (required)")
+	f.StringVar(&opts.Name, "name", "", "the KubeadmControlPlane's name (default <cluster-name>-control-plane)")
+	f.StringVar(&opts.Namespace, "namespace", "default", "the namespace of the Cluster and its objects")
+	f.StringVar(&opts.KubernetesVersion, "kubernetes-version", "", "spec.version, v1.Y.Z (required)")
+	f.IntVar(&opts.Replicas, "replicas", 3, "control-plane machines (odd)")
+	f.StringVar(&opts.InfraAPIVersion, "infrastructure-api-version", "", "apiVersion of the machine template (required)")
+	f.StringVar(&opts.InfraKind, "infrastructure-kind", "", "kind of the machine template, e.g. Metal3MachineTemplate (required)")
+	f.StringVar(&opts.InfraName, "infrastructure-name", "", "name of the machine template (required)")
+	f.StringVar(&opts.PackageURL, "package-url", "", "URL of the vipd .deb or .rpm the machines install (empty: vipd is in the image)")
+	f.StringVar(&opts.PackageSHA256, "package-sha256", "", "SHA-256 of the package, checked before installing")
+	f.StringVar(&opts.GossipKeySecret, "gossip-key-secret", "", "Secret (in --namespace) holding the gossip key; required with --peers")
+	f.StringVar(&opts.GossipKeySecretKey, "gossip-key-secret-key", "gossip.key", "key of the gossip key in that Secret")
+	f.IntVar(&opts.APIServerPort, "api-server-port", 6443, "port of the control-plane endpoint")
+	kcp.RunE = func(cmd *cobra.Command, _ []string) error {
+		obj, err := KubeadmControlPlane(Given(src), opts)
+		if err != nil {
+			return err
+		}
+		return WriteKubeadmControlPlane(cmd.OutOrStdout(), obj)
+	}
+	return kcp
 }
