@@ -136,6 +136,54 @@ func (d *daemon) handOverAtStop(ctx context.Context) {
 	}
 }
 
+// drainHandOver makes the planned transfer a drain asked for (the local
+// apiserver reports its graceful shutdown, or stopped listening): every
+// VIP held here goes to the best successor now, while the apiserver still
+// serves, instead of after the fail threshold. The outcome goes back to
+// the checker: once nothing is held here the node reports itself
+// ineligible until the apiserver is back; otherwise the next probe asks
+// again. Without an election (a lone node) there is nobody to hand over
+// to: the VIP stays until the fail threshold. In bgp mode every healthy
+// node announces, so the drain withdraws at once.
+func (d *daemon) drainHandOver(ctx context.Context, s health.Status) {
+	if d.elector == nil {
+		if d.cfg.Mode == config.ModeBGP {
+			d.log.Info("apiserver going away: withdrawing", "reason", s.DrainReason)
+			d.checker.HandedOver(true)
+			return
+		}
+		d.log.Debug("apiserver going away, but no other node to hand over to", "reason", s.DrainReason)
+		d.checker.HandedOver(false)
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, cluster.HandoverWait())
+	defer cancel()
+	start := time.Now()
+	rs, err := d.elector.HandOver(hctx, nil, "", false)
+	if err != nil {
+		d.log.Warn("apiserver going away: handover did not finish", "reason", s.DrainReason, "err", err)
+		d.checker.HandedOver(false)
+		return
+	}
+	done := true
+	for _, r := range rs {
+		switch {
+		case r.OK:
+			d.log.Info("apiserver going away: handed over", "reason", s.DrainReason, "vip", r.VIP, "to", r.To,
+				"took", r.Took, "since_probe", time.Since(s.Checked).Round(time.Millisecond))
+		case r.VIP == "":
+			// Nothing held here: nothing to do.
+			d.log.Debug("apiserver going away: nothing to hand over", "reason", s.DrainReason, "why", r.Reason)
+		default:
+			done = false
+			d.log.Warn("apiserver going away: no handover, retrying after the next probe", "reason", s.DrainReason,
+				"vip", r.VIP, "why", r.Reason)
+		}
+	}
+	d.log.Debug("drain handover finished", "done", done, "took", time.Since(start))
+	d.checker.HandedOver(done)
+}
+
 // handoverSummary is one line per result, for `vipd handover`.
 func handoverSummary(rs []cluster.HandoverResult) (string, bool) {
 	var b strings.Builder
@@ -219,7 +267,7 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		return d, nil // controllers only
 	}
 	checker, err := health.NewChecker(health.Config{
-		URL: c.HealthURL, Interval: c.HealthInterval, Timeout: c.HealthTimeout,
+		URL: c.HealthURL, ReadyzURL: c.HealthReadyzURL, Interval: c.HealthInterval, Timeout: c.HealthTimeout,
 		FailThreshold: c.FailThreshold, RiseThreshold: c.RiseThreshold,
 		TokenPath: c.SATokenPath, CAFile: c.HealthCAFile,
 		ClientCert: c.HealthClientCert, ClientKey: c.HealthClientKey,
@@ -363,12 +411,25 @@ func (d *daemon) run(parent context.Context) error {
 			defer wg.Done()
 			d.checker.Run(ctx, func(s health.Status) {
 				once.Do(func() { notify("READY=1") })
-				if s.Healthy != healthy {
-					healthy = s.Healthy
+				if s.HandOver {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						d.drainHandOver(ctx, s)
+					}()
+				}
+				// Eligible is Healthy, except after a drain handed
+				// the VIPs over: the apiserver is going away.
+				if s.Eligible != healthy {
+					healthy = s.Eligible
 					if d.elector != nil {
 						d.elector.SetHealthy(healthy)
 					}
-					d.driver.Send(vip.HealthChanged{Healthy: s.Healthy, Reason: s.Reason})
+					reason := s.Reason
+					if s.Healthy && !s.Eligible {
+						reason = s.DrainReason
+					}
+					d.driver.Send(vip.HealthChanged{Healthy: healthy, Reason: reason})
 				}
 			})
 		}()
