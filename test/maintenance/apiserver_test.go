@@ -43,11 +43,12 @@ import (
 	"github.com/vipd/vipd/lab"
 )
 
-// Bounds asserted on a loaded 2-core machine. The targets (no
-// failed request with a shutdown delay, at most 100 ms in all; at most
-// 1.5 s without one) are printed next to the measured values. Without the
-// readyz signal a restart with a delay cost 2.3 s (the fail threshold
-// after the listener closed), so 700 ms still tells the two apart.
+// Bounds asserted on a loaded 2-core machine. With a shutdown delay no
+// attempt may fail (the target; the gaps, at most 100 ms there,
+// are printed, and bounded here by 700 ms); without one the gap is at
+// most 1.5 s. With VIPD_HEALTH_READYZ_URL=off (only the refused-listener
+// signal) one run measured 12 and 183 failed attempts and a 940 ms gap
+// for the two delay cases; before this work the fail threshold cost 2.3 s.
 const (
 	delayGapLimit   = 700 * time.Millisecond
 	noDelayGapLimit = 1500 * time.Millisecond
@@ -123,8 +124,8 @@ func TestAPIServerRestarts(t *testing.T) {
 		to := time.Now()
 		gap, failed := pr.outage(from, to)
 		results["restart holder (3s delay)"] = fmt.Sprintf("max gap %v, %d failed attempts", gap.Round(time.Millisecond), failed)
-		if gap > delayGapLimit {
-			t.Errorf("gap %v > %v\n%s", gap, delayGapLimit, pr.timeline(from, to))
+		if gap > delayGapLimit || failed > 0 {
+			t.Errorf("gap %v (limit %v), %d failed attempts (want none)\n%s", gap, delayGapLimit, failed, pr.timeline(from, to))
 		}
 		if now := a.waitHolder(ctx, ""); now == h.Name {
 			t.Errorf("the VIP stayed on %s through its apiserver's restart", h.Name)
@@ -144,8 +145,8 @@ func TestAPIServerRestarts(t *testing.T) {
 		to := time.Now()
 		gap, failed := pr.outage(from, to)
 		results["rolling restart (3s delay)"] = fmt.Sprintf("max gap %v, %d failed attempts", gap.Round(time.Millisecond), failed)
-		if gap > delayGapLimit {
-			t.Errorf("gap %v > %v\n%s", gap, delayGapLimit, pr.timeline(from, to))
+		if gap > delayGapLimit || failed > 0 {
+			t.Errorf("gap %v (limit %v), %d failed attempts (want none)\n%s", gap, delayGapLimit, failed, pr.timeline(from, to))
 		}
 	})
 
