@@ -383,14 +383,14 @@ var table = []Setting{
 	pathSetting("VIPD_KUBECONFIG", "kubeconfig", "", SecKube, "Kubeconfig for the controllers. Empty: in-cluster configuration.",
 		func(c *Config) *string { return &c.Kubeconfig }),
 	{Env: "VIPD_CONTROLLERS", Flag: "controllers", Section: SecKube,
-		Doc:      "Comma list of controllers to run: floatingippool, nodednsrecordset (FLIPOP-compatible), services (LoadBalancer Services from IPPools), ipam (Cluster API IPAddressClaims from IPPools). Empty: none.",
-		Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam",
+		Doc:      "Comma list of controllers to run: floatingippool, nodednsrecordset (FLIPOP-compatible), services (LoadBalancer Services from IPPools), ipam (Cluster API IPAddressClaims from IPPools), cordon (only the cordon watch, which runs with any of them: kubectl cordon or drain of this node hands its VIPs over; l2 and cloud mode with peers). Empty: none.",
+		Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam, cordon",
 		parse: func(c *Config, v string) error {
 			for _, n := range splitList(v) {
 				switch n {
-				case "floatingippool", "nodednsrecordset", "services", "ipam":
+				case "floatingippool", "nodednsrecordset", "services", "ipam", "cordon":
 				default:
-					return &Error{Name: "VIPD_CONTROLLERS", Value: n, Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam"}
+					return &Error{Name: "VIPD_CONTROLLERS", Value: n, Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam, cordon"}
 				}
 			}
 			c.Controllers = v
