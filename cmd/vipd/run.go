@@ -366,6 +366,9 @@ func (d *daemon) onTransition(t vip.Transition) {
 // vipd exits non-zero (1, restarted by systemd; 2 when vipd-controllers
 // rejected the configuration, which a restart cannot fix).
 func (d *daemon) run(parent context.Context) error {
+	// Registered first, so logged last: after the deferred waits below
+	// (VIPs released, cluster left, egress state removed).
+	defer d.log.Info("vipd stopped")
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	if d.cfg.MetricsAddress != "" {
@@ -497,6 +500,5 @@ func (d *daemon) run(parent context.Context) error {
 	// releaseTimeout) in the deferred wait above.
 	cancel()
 	wg.Wait()
-	d.log.Info("vipd stopped")
 	return err
 }
