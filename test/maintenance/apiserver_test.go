@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -73,6 +74,7 @@ type apiLab struct {
 	caKey   *ecdsa.PrivateKey
 	mu      sync.Mutex // apis: apiservers start in parallel
 	apis    map[string]*lab.Proc
+	delays  map[string]time.Duration // each apiserver's --shutdown-delay-duration
 	vipds   map[string]*lab.Proc
 	client  *lab.Host
 }
@@ -92,7 +94,7 @@ func TestAPIServerRestarts(t *testing.T) {
 	}
 	l := lab.New(t, lab.Options{Nodes: 3, Client: true, Extra: []string{"e"}})
 	a := &apiLab{Lab: l, t: t, dir: t.TempDir(), apiBin: apiBin, vip: l.VIP4(70),
-		apis: map[string]*lab.Proc{}, vipds: map[string]*lab.Proc{}, client: l.Client}
+		apis: map[string]*lab.Proc{}, delays: map[string]time.Duration{}, vipds: map[string]*lab.Proc{}, client: l.Client}
 	a.writeCredentials()
 	a.startEtcd(ctx, etcdBin)
 	// The apiservers of the nodes, and one in "e" that is never restarted:
@@ -227,6 +229,14 @@ func TestAPIServerRestarts(t *testing.T) {
 		}
 		patch(`{"spec":{"unschedulable":null}}`)
 	})
+	// keepalived with a /livez track script on the same lab, for the
+	// comparison the issue's closing note wants (opt-in: about 40 s more).
+	if os.Getenv("VIPD_COMPARE_KEEPALIVED") != "" {
+		t.Run("keepalived with a /livez track script", func(t *testing.T) {
+			defer a.sub(t)()
+			a.compareKeepalived(ctx, pr, results)
+		})
+	}
 	keys := make([]string, 0, len(results))
 	for k := range results {
 		keys = append(keys, k)
@@ -355,6 +365,7 @@ func (a *apiLab) startAPIServer(n *lab.Host, delay time.Duration) {
 	}
 	a.mu.Lock()
 	a.apis[n.Name] = p
+	a.delays[n.Name] = delay
 	a.mu.Unlock()
 }
 
@@ -725,4 +736,82 @@ func (p *prober) timeline(from, to time.Time) string {
 		}
 	}
 	return b.String()
+}
+
+// compareKeepalived stops every vipd, runs keepalived (VRRPv3, no
+// preemption, the VIP on eth0, a track script that fetches the local
+// /livez every second and fails after three misses: what operators run
+// today) on the nodes, and measures the same restarts.
+func (a *apiLab) compareKeepalived(ctx context.Context, pr *prober, results map[string]string) {
+	t := a.t
+	bin, err := exec.LookPath("keepalived")
+	if err != nil {
+		testenv.Missing(t, "keepalived (apt-get install keepalived)")
+	}
+	for _, n := range a.Nodes {
+		if p := a.vipds[n.Name]; !p.Exited() {
+			_ = p.Signal(syscall.SIGTERM)
+			_, _ = p.Wait(10 * time.Second)
+		}
+	}
+	for _, n := range a.Nodes {
+		if a.delays[n.Name] != 3*time.Second {
+			a.restart(ctx, n, 3*time.Second, false)
+		}
+	}
+	for _, n := range a.Nodes {
+		dir := filepath.Join(a.dir, "keepalived-"+n.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		conf := fmt.Sprintf(`global_defs {
+    router_id %s
+    vrrp_version 3
+    script_user root
+    enable_script_security
+    vrrp_garp_master_delay 5
+}
+vrrp_script chk_apiserver {
+    script "/usr/bin/curl -sfk -o /dev/null --max-time 1 https://127.0.0.1:6443/livez"
+    interval 1
+    timeout 1
+    rise 1
+    fall 3
+}
+vrrp_instance VI_1 {
+    state BACKUP
+    nopreempt
+    interface %s
+    virtual_router_id 70
+    priority 100
+    advert_int 1
+    virtual_ipaddress {
+        %s/32 dev %s
+    }
+    track_script {
+        chk_apiserver
+    }
+}
+`, n.Name, n.Link, a.vip, n.Link)
+		path := filepath.Join(dir, "keepalived.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Start("keepalived "+n.Name, nil, bin, "--dont-fork", "--log-console", "--no-syslog", "--vrrp", "--dont-respawn",
+			"--use-file", path, "--pid", filepath.Join(dir, "keepalived.pid"), "--vrrp_pid", filepath.Join(dir, "vrrp.pid")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := a.Node(a.waitHolder(ctx, ""))
+	time.Sleep(2 * time.Second) // settled: the other two are BACKUP
+	from := time.Now()
+	a.restart(ctx, h, 3*time.Second, false)
+	time.Sleep(4 * time.Second) // the track script's rise
+	results["keepalived: restart holder (3s delay)"] = pr.outage(from, time.Now()).String()
+	from = time.Now()
+	for _, n := range a.Nodes {
+		a.restart(ctx, n, 3*time.Second, false)
+		time.Sleep(4 * time.Second)
+	}
+	results["keepalived: rolling restart (3s delay)"] = pr.outage(from, time.Now()).String()
 }
