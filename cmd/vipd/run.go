@@ -136,6 +136,37 @@ func (d *daemon) handOverAtStop(ctx context.Context) {
 	}
 }
 
+// eligibility is what this node last told the election and the core
+// about its health: the checker's Eligible (Healthy, except after a drain
+// handed the VIPs over: the apiserver is going away). Both the checker's
+// reports and a finished drain handover set it.
+type eligibility struct {
+	d        *daemon
+	mu       sync.Mutex
+	eligible bool
+}
+
+// sync passes the checker's latest status on when its eligibility
+// changed. It reads the status itself, so a report and a finished
+// handover racing each other cannot pass on a stale value.
+func (e *eligibility) sync() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.d.checker.Status()
+	if st.Eligible == e.eligible {
+		return
+	}
+	e.eligible = st.Eligible
+	if e.d.elector != nil {
+		e.d.elector.SetHealthy(st.Eligible)
+	}
+	reason := st.Reason
+	if st.Healthy && !st.Eligible {
+		reason = st.DrainReason
+	}
+	e.d.driver.Send(vip.HealthChanged{Healthy: st.Eligible, Reason: reason})
+}
+
 // drainHandOver makes the planned transfer a drain asked for (the local
 // apiserver reports its graceful shutdown, or stopped listening): every
 // VIP held here goes to the best successor now, while the apiserver still
@@ -145,11 +176,12 @@ func (d *daemon) handOverAtStop(ctx context.Context) {
 // again. Without an election (a lone node) there is nobody to hand over
 // to: the VIP stays until the fail threshold. In bgp mode every healthy
 // node announces, so the drain withdraws at once.
-func (d *daemon) drainHandOver(ctx context.Context, s health.Status) {
+func (d *daemon) drainHandOver(ctx context.Context, s health.Status, el *eligibility) {
 	if d.elector == nil {
 		if d.cfg.Mode == config.ModeBGP {
 			d.log.Info("apiserver going away: withdrawing", "reason", s.DrainReason)
 			d.checker.HandedOver(true)
+			el.sync()
 			return
 		}
 		d.log.Debug("apiserver going away, but no other node to hand over to", "reason", s.DrainReason)
@@ -181,7 +213,10 @@ func (d *daemon) drainHandOver(ctx context.Context, s health.Status) {
 		}
 	}
 	d.log.Debug("drain handover finished", "done", done, "took", time.Since(start))
+	// At once, not at the next probe: pool addresses (and the election's
+	// view of this node) follow the node's eligibility.
 	d.checker.HandedOver(done)
+	el.sync()
 }
 
 // handoverSummary is one line per result, for `vipd handover`.
@@ -408,7 +443,7 @@ func (d *daemon) run(parent context.Context) error {
 			d.driver.Run(ctx, releaseTimeout)
 		}()
 		var once sync.Once
-		healthy := false
+		el := &eligibility{d: d}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -418,22 +453,10 @@ func (d *daemon) run(parent context.Context) error {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						d.drainHandOver(ctx, s)
+						d.drainHandOver(ctx, s, el)
 					}()
 				}
-				// Eligible is Healthy, except after a drain handed
-				// the VIPs over: the apiserver is going away.
-				if s.Eligible != healthy {
-					healthy = s.Eligible
-					if d.elector != nil {
-						d.elector.SetHealthy(healthy)
-					}
-					reason := s.Reason
-					if s.Healthy && !s.Eligible {
-						reason = s.DrainReason
-					}
-					d.driver.Send(vip.HealthChanged{Healthy: healthy, Reason: reason})
-				}
+				el.sync()
 			})
 		}()
 		// Egress stops after the node left the cluster (a gateway keeps its

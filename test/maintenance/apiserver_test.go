@@ -52,13 +52,14 @@ import (
 
 // Bounds asserted on a loaded 2-core machine. With a shutdown delay every
 // attempt must find an apiserver (outcome.check; the gaps, at most 100 ms
-// in the target, are printed, and bounded here by 700 ms);
+// in the target, are printed, and bounded here by 1 s as every
+// planned handover in test/l2 is: 86-481 ms measured under load);
 // without one the gap is at most 1.5 s. With VIPD_HEALTH_READYZ_URL=off
 // (only the refused-listener signal) one run measured 12 and 183 failed
 // attempts and a 940 ms gap for the two delay cases; before this work the
 // fail threshold cost 2.3 s.
 const (
-	delayGapLimit   = 700 * time.Millisecond
+	delayGapLimit   = time.Second // test/l2's handoverGapLimit: a planned handover on a loaded machine
 	noDelayGapLimit = 1500 * time.Millisecond
 )
 
