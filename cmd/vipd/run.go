@@ -36,6 +36,11 @@ func newRunCmd() *cobra.Command {
 the VIPs in the configured mode. SIGTERM or SIGINT releases every VIP within
 a second and exits 0; a second signal exits at once.
 
+When the local apiserver starts a graceful shutdown (its /readyz fails the
+"shutdown" check while /livez still passes, VIPD_HEALTH_READYZ_URL) or its
+port is refused right after a good probe, the VIPs are handed over to
+another node at once, as with "vipd handover".
+
 An invalid setting stops start-up with exit code 2 and one line naming the
 variable, the value and the accepted form; nothing is bound. So does a state
 directory (VIPD_STATE_DIR) that cannot be written, with exit code 1.
