@@ -72,7 +72,6 @@ type apiLab struct {
 	etcdURL string
 	vip     netip.Addr
 	ca      *x509.Certificate
-	caKey   *ecdsa.PrivateKey
 	mu      sync.Mutex // apis: apiservers start in parallel
 	apis    map[string]*lab.Proc
 	delays  map[string]time.Duration // each apiserver's --shutdown-delay-duration
@@ -82,7 +81,7 @@ type apiLab struct {
 
 func TestAPIServerRestarts(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip")
+	testenv.RequireCommands(t, "ip", "curl")
 	etcdBin, apiBin, err := kubetest.Binaries()
 	if err != nil {
 		testenv.Missing(t, "%v", err)
@@ -196,6 +195,9 @@ func TestAPIServerRestarts(t *testing.T) {
 		if o.gap > noDelayGapLimit {
 			t.Errorf("%v; want a gap of at most %v\n%s", o, noDelayGapLimit, pr.timeline(from, to))
 		}
+		if !strings.Contains(a.vipds[h.Name].Output(), "reason=apiserver_refused") {
+			t.Errorf("%s did not drain on the refused port:\n%s", h.Name, tail(a.vipds[h.Name].Output(), 3000))
+		}
 	})
 	// 4. kubectl cordon (or drain) of the holder's Node moves the VIP
 	// first, by a planned handover the node's vipd-controllers asks for.
@@ -280,7 +282,6 @@ func (a *apiLab) writeCredentials() {
 		t.Fatal(err)
 	}
 	a.ca, _ = x509.ParseCertificate(der)
-	a.caKey = key
 	for i, n := range append([]*lab.Host{a.Extra["e"]}, a.Nodes...) {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
