@@ -34,13 +34,16 @@ type Config struct {
 	Interface string // empty: the interface of the default route
 	NodeName  string
 
-	HealthURL      string
-	HealthInterval time.Duration
-	HealthTimeout  time.Duration
-	FailThreshold  int
-	RiseThreshold  int
-	SATokenPath    string
-	HealthCAFile   string
+	HealthURL string
+	// HealthReadyzURL is probed for the apiserver's graceful shutdown;
+	// "" when off (VIPD_HEALTH_READYZ_URL).
+	HealthReadyzURL string
+	HealthInterval  time.Duration
+	HealthTimeout   time.Duration
+	FailThreshold   int
+	RiseThreshold   int
+	SATokenPath     string
+	HealthCAFile    string
 	// The probe's client certificate and key (may be one file).
 	HealthClientCert, HealthClientKey string
 

@@ -31,7 +31,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{
 		Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.100/32")}, Mode: ModeL2, NodeName: "n1",
-		HealthURL: DefaultHealthURL, HealthInterval: time.Second, HealthTimeout: 3 * time.Second,
+		HealthURL: DefaultHealthURL, HealthReadyzURL: "https://127.0.0.1:6443/readyz", HealthInterval: time.Second, HealthTimeout: 3 * time.Second,
 		FailThreshold: 3, RiseThreshold: 1, SATokenPath: "/var/run/secrets/kubernetes.io/serviceaccount/token",
 		HealthCAFile: "/etc/kubernetes/pki/ca.crt", HealthClientCert: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		HealthClientKey: "/var/lib/kubelet/pki/kubelet-client-current.pem",
@@ -59,6 +59,10 @@ func TestValid(t *testing.T) {
 		{"VIPD_MODE", "cloud", func(c *Config) bool { return c.Mode == ModeCloud }},
 		{"VIPD_INTERFACE", "eth0", func(c *Config) bool { return c.Interface == "eth0" }},
 		{"VIPD_HEALTH_INTERVAL", "100ms", func(c *Config) bool { return c.HealthInterval == 100*time.Millisecond }},
+		{"VIPD_HEALTH_READYZ_URL", "off", func(c *Config) bool { return c.HealthReadyzURL == "" }},
+		{"VIPD_HEALTH_READYZ_URL", "https://127.0.0.1:6443/readyz?exclude=etcd", func(c *Config) bool {
+			return c.HealthReadyzURL == "https://127.0.0.1:6443/readyz?exclude=etcd"
+		}},
 		{"VIPD_HEALTH_TIMEOUT", "2s", func(c *Config) bool { return c.HealthTimeout == 2*time.Second }},
 		{"VIPD_FAIL_THRESHOLD", "5", func(c *Config) bool { return c.FailThreshold == 5 }},
 		{"VIPD_RISE_THRESHOLD", "2", func(c *Config) bool { return c.RiseThreshold == 2 }},
@@ -103,6 +107,8 @@ func TestInvalid(t *testing.T) {
 		{"VIPD_INTERFACE", "this-name-is-far-too-long", "this-name-is-far-too-long", "15 characters"},
 		{"VIPD_NODE_NAME", "a b", "a b", "without spaces"},
 		{"VIPD_HEALTH_URL", "ftp://x/livez", "ftp://x/livez", "https URL"},
+		{"VIPD_HEALTH_READYZ_URL", "readyz", "readyz", "same scheme, host and port"},
+		{"VIPD_HEALTH_READYZ_URL", "https://10.0.0.1:6443/readyz", "https://10.0.0.1:6443/readyz", "same scheme, host and port"},
 		{"VIPD_HEALTH_INTERVAL", "1", "1", "duration"},
 		{"VIPD_HEALTH_INTERVAL", "1ms", "1ms", "duration from 10ms"},
 		{"VIPD_HEALTH_TIMEOUT", "-1s", "-1s", "duration"},
@@ -274,5 +280,25 @@ func TestCloudflareTokenFLIPOPName(t *testing.T) {
 	}
 	if c.CloudflareToken != "api-cf" {
 		t.Fatalf("token %q, want CLOUDFLARE_API_TOKEN's", c.CloudflareToken)
+	}
+}
+
+// TestReadyzURLDerived: without VIPD_HEALTH_READYZ_URL the readiness URL
+// follows VIPD_HEALTH_URL.
+func TestReadyzURLDerived(t *testing.T) {
+	for _, tc := range []struct{ health, want string }{
+		{"https://127.0.0.1:6443/livez", "https://127.0.0.1:6443/readyz"},
+		{"https://[::1]:16443/livez?verbose", "https://[::1]:16443/readyz"},
+		{"https://127.0.0.1:6443/prefix/livez", "https://127.0.0.1:6443/prefix/readyz"},
+		{"https://127.0.0.1:6443/healthz", ""},
+		{"http://127.0.0.1:8080/", ""},
+	} {
+		c, err := load(t, "VIPD_HEALTH_URL", tc.health)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.health, err)
+		}
+		if c.HealthReadyzURL != tc.want {
+			t.Errorf("VIPD_HEALTH_URL=%s: readyz URL %q, want %q", tc.health, c.HealthReadyzURL, tc.want)
+		}
 	}
 }

@@ -38,6 +38,19 @@ const (
 // DefaultHealthURL is the local kube-apiserver's liveness endpoint.
 const DefaultHealthURL = "https://127.0.0.1:6443/livez"
 
+// ReadyzURL is the default of VIPD_HEALTH_READYZ_URL for a health URL:
+// the same URL with its final /livez replaced by /readyz (a query is
+// dropped), or "" (not probed) when the path does not end in /livez.
+func ReadyzURL(healthURL string) string {
+	u, err := url.Parse(healthURL)
+	if err != nil || !strings.HasSuffix(u.Path, "/livez") {
+		return ""
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/livez") + "/readyz"
+	u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+	return u.String()
+}
+
 var table = []Setting{
 	{Env: "VIPD_ADDRESS", Flag: "address", Section: SecVIP,
 		Doc:      "Comma list of virtual IPs in CIDR form (/32 for IPv4, /128 for IPv6). Required, except when only controllers run.",
@@ -93,6 +106,33 @@ var table = []Setting{
 			c.HealthURL = v
 			return nil
 		}, format: func(c *Config) string { return c.HealthURL }},
+	{Env: "VIPD_HEALTH_READYZ_URL", Flag: "health-readyz-url", Section: SecHealth,
+		Doc:      "The local kube-apiserver readiness URL, probed after every good liveness probe: when its shutdown check fails (the apiserver got SIGTERM and serves out its --shutdown-delay-duration) this node hands its VIPs over at once. Empty: VIPD_HEALTH_URL with /livez replaced by /readyz (off when it does not end in /livez); off: not probed.",
+		Accepted: "off, or an http or https URL on the same scheme, host and port as VIPD_HEALTH_URL, such as https://127.0.0.1:6443/readyz",
+		parse: func(c *Config, v string) error {
+			switch {
+			case v == "off":
+				c.HealthReadyzURL = ""
+				return nil
+			case v == "":
+				c.HealthReadyzURL = ReadyzURL(c.HealthURL)
+				return nil
+			}
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				return errInvalid
+			}
+			if h, err := url.Parse(c.HealthURL); err != nil || h.Scheme != u.Scheme || h.Host != u.Host {
+				return errInvalid
+			}
+			c.HealthReadyzURL = v
+			return nil
+		}, format: func(c *Config) string {
+			if c.HealthReadyzURL == "" {
+				return "off"
+			}
+			return c.HealthReadyzURL
+		}},
 	durationSetting("VIPD_HEALTH_INTERVAL", "health-interval", "1s", SecHealth, "Time between health probes.", 10*time.Millisecond, time.Hour,
 		func(c *Config) *time.Duration { return &c.HealthInterval }),
 	durationSetting("VIPD_HEALTH_TIMEOUT", "health-timeout", "3s", SecHealth, "Time a health probe may take before it counts as failed.", 10*time.Millisecond, time.Minute,
@@ -393,14 +433,14 @@ var table = []Setting{
 	pathSetting("VIPD_KUBECONFIG", "kubeconfig", "", SecKube, "Kubeconfig for the controllers. Empty: in-cluster configuration.",
 		func(c *Config) *string { return &c.Kubeconfig }),
 	{Env: "VIPD_CONTROLLERS", Flag: "controllers", Section: SecKube,
-		Doc:      "Comma list of controllers to run: floatingippool, nodednsrecordset (FLIPOP-compatible), services (LoadBalancer Services from IPPools), ipam (Cluster API IPAddressClaims from IPPools). Empty: none.",
-		Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam",
+		Doc:      "Comma list of controllers to run: floatingippool, nodednsrecordset (FLIPOP-compatible), services (LoadBalancer Services from IPPools), ipam (Cluster API IPAddressClaims from IPPools), cordon (only the cordon watch, which runs with any of them: kubectl cordon or drain of this node hands its VIPs over; l2 and cloud mode with peers). Empty: none.",
+		Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam, cordon",
 		parse: func(c *Config, v string) error {
 			for _, n := range splitList(v) {
 				switch n {
-				case "floatingippool", "nodednsrecordset", "services", "ipam":
+				case "floatingippool", "nodednsrecordset", "services", "ipam", "cordon":
 				default:
-					return &Error{Name: "VIPD_CONTROLLERS", Value: n, Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam"}
+					return &Error{Name: "VIPD_CONTROLLERS", Value: n, Accepted: "a comma list of floatingippool, nodednsrecordset, services, ipam, cordon"}
 				}
 			}
 			c.Controllers = v

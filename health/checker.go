@@ -67,7 +67,11 @@ var reasons = []string{
 // empty CAFile "skip verification, loopback hosts only". Files that do not
 // exist yet are waited for (see the package comment).
 type Config struct {
-	URL           string        // VIPD_HEALTH_URL
+	URL string // VIPD_HEALTH_URL
+	// ReadyzURL is probed after every good probe of URL to see the
+	// apiserver's graceful shutdown early (VIPD_HEALTH_READYZ_URL);
+	// empty: not probed.
+	ReadyzURL     string
 	Interval      time.Duration // VIPD_HEALTH_INTERVAL
 	Timeout       time.Duration // VIPD_HEALTH_TIMEOUT
 	FailThreshold int           // VIPD_FAIL_THRESHOLD
@@ -114,6 +118,20 @@ type Status struct {
 	Since       time.Time  // when Healthy last changed (creation time at first)
 	Consecutive int        // probes in a row with the last probe's outcome
 	Credential  Credential // what the probes authenticate with, and since when
+	// Readyz is what the last probe of the readyz URL said about the
+	// apiserver's shutdown check ("serving", "shutdown", "unknown").
+	Readyz string
+	// Draining: the apiserver is going away (see Drain); DrainReason and
+	// DrainSince tell why and since when.
+	Draining    bool
+	DrainReason string
+	DrainSince  time.Time
+	// HandOver asks the caller to hand every VIP held here over now and
+	// to report the outcome with HandedOver.
+	HandOver bool
+	// Eligible is what to tell the election: Healthy, but false once the
+	// VIPs were handed over in a drain, until the apiserver is back.
+	Eligible bool
 }
 
 // Checker probes the apiserver. Probe, Status and Run are safe for
@@ -128,6 +146,7 @@ type Checker struct {
 
 	mu      sync.Mutex
 	tracker *Tracker
+	drain   Drain
 	status  Status
 
 	connMu sync.Mutex // the kept probe connection (conn)
@@ -203,6 +222,15 @@ func validate(cfg Config) error {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" {
 		return fmt.Errorf("VIPD_HEALTH_URL=%q: want an http:// or https:// URL with a host, such as %s", cfg.URL, DefaultURL)
+	}
+	if cfg.ReadyzURL != "" {
+		r, err := url.Parse(cfg.ReadyzURL)
+		if err != nil || (r.Scheme != "https" && r.Scheme != "http") || r.Hostname() == "" {
+			return fmt.Errorf("VIPD_HEALTH_READYZ_URL=%q: want an http:// or https:// URL with a host, such as https://127.0.0.1:6443/readyz, or off", cfg.ReadyzURL)
+		}
+		if r.Scheme != u.Scheme || r.Host != u.Host {
+			return fmt.Errorf("VIPD_HEALTH_READYZ_URL=%q: want the same scheme, host and port as VIPD_HEALTH_URL (%q): both probe the local apiserver with the same credentials", cfg.ReadyzURL, cfg.URL)
+		}
 	}
 	if (cfg.ClientCert == "") != (cfg.ClientKey == "") {
 		return fmt.Errorf("VIPD_HEALTH_CLIENT_CERT=%q and VIPD_HEALTH_CLIENT_KEY=%q: set both (they may name the same file, such as %s) or neither", cfg.ClientCert, cfg.ClientKey, DefaultClientCert)
@@ -477,10 +505,14 @@ func (c *Checker) Run(ctx context.Context, report func(Status)) {
 	due := time.Now()
 	for {
 		r := c.Probe(ctx)
+		rz := ReadyzUnknown
+		if r.OK && c.cfg.ReadyzURL != "" {
+			rz = c.ProbeReadyz(ctx)
+		}
 		if ctx.Err() != nil {
 			return
 		}
-		st := c.record(r)
+		st := c.record(r, rz)
 		if report != nil {
 			report(st)
 		}
@@ -497,12 +529,20 @@ func (c *Checker) Run(ctx context.Context, report func(Status)) {
 	}
 }
 
-// record applies one probe result to the thresholds.
-func (c *Checker) record(r Result) Status {
+// record applies one probe result (and what the readyz URL said) to the
+// thresholds and the drain decision.
+func (c *Checker) record(r Result, rz Readyz) Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	changed := c.tracker.Observe(r.OK, r.Checked)
+	dec := c.drain.Observe(r, rz, r.Checked)
 	st := Status{
+		Readyz:      rz.String(),
+		Draining:    dec.Draining,
+		DrainReason: dec.Reason,
+		DrainSince:  dec.Since,
+		HandOver:    dec.HandOver,
+		Eligible:    c.drain.Eligible(c.tracker.Healthy()),
 		Healthy:     c.tracker.Healthy(),
 		Reason:      r.Reason,
 		Code:        r.Code,
@@ -516,6 +556,13 @@ func (c *Checker) record(r Result) Status {
 	}
 	c.status = st
 	c.metrics.setUp(st.Healthy)
+	c.metrics.setDraining(st.Draining)
+	if dec.Changed && dec.Draining {
+		c.logger.Warn("health: the apiserver is going away: handing over", "reason", dec.Reason,
+			"readyz", st.Readyz, "livez", r.Reason, "err", st.Error)
+	} else if dec.Changed {
+		c.logger.Info("health: the apiserver is back after a drain", "readyz", st.Readyz)
+	}
 	if changed {
 		level := slog.LevelInfo
 		if !st.Healthy {
@@ -526,6 +573,51 @@ func (c *Checker) record(r Result) Status {
 			"consecutive", st.Consecutive, "err", st.Error)
 	}
 	return st
+}
+
+// HandedOver reports the outcome of the handover a Status with HandOver
+// asked for: done is true when this node holds no VIP any more. It
+// returns the node's eligibility for the election from now on (see
+// Status.Eligible).
+func (c *Checker) HandedOver(done bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drain.HandedOver(done)
+	c.status.HandOver = false
+	c.status.Eligible = c.drain.Eligible(c.tracker.Healthy())
+	return c.status.Eligible
+}
+
+// ProbeReadyz sends one request to the readyz URL and tells what it says
+// about the apiserver's shutdown check, within the configured timeout.
+// It shares the probe connection and credentials of Probe.
+func (c *Checker) ProbeReadyz(ctx context.Context) Readyz {
+	if c.cfg.ReadyzURL == "" {
+		return ReadyzUnknown
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(pctx, http.MethodGet, c.cfg.ReadyzURL, nil)
+	if err != nil {
+		return ReadyzUnknown
+	}
+	req.Header.Set("User-Agent", "vipd-health")
+	pc := c.creds.refresh(c.clock.Now())
+	if pc.token != "" {
+		req.Header.Set("Authorization", "Bearer "+pc.token)
+	}
+	client, tr := c.conn(pc)
+	resp, err := client.Do(req)
+	if err != nil {
+		tr.CloseIdleConnections()
+		c.logger.Debug("health: readyz probe", "url", c.cfg.ReadyzURL, "err", err)
+		return ReadyzUnknown
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
+	_ = resp.Body.Close()
+	rz := JudgeReadyz(resp.StatusCode, body)
+	c.logger.Debug("health: readyz probe", "url", c.cfg.ReadyzURL, "code", resp.StatusCode, "shutdown", rz.String())
+	return rz
 }
 
 // Status returns the latest status.

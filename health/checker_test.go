@@ -307,6 +307,10 @@ func TestNewCheckerConfig(t *testing.T) {
 		{"negative timeout", Config{Timeout: -time.Second}, "VIPD_HEALTH_TIMEOUT"},
 		{"negative fail threshold", Config{FailThreshold: -1}, "VIPD_FAIL_THRESHOLD"},
 		{"negative rise threshold", Config{RiseThreshold: -1}, "VIPD_RISE_THRESHOLD"},
+		{"readyz next to livez", Config{ReadyzURL: "https://127.0.0.1:6443/readyz"}, ""},
+		{"readyz on another port", Config{ReadyzURL: "https://127.0.0.1:6444/readyz"}, "VIPD_HEALTH_READYZ_URL"},
+		{"readyz over http", Config{ReadyzURL: "http://127.0.0.1:6443/readyz"}, "VIPD_HEALTH_READYZ_URL"},
+		{"readyz not a URL", Config{ReadyzURL: "readyz"}, "VIPD_HEALTH_READYZ_URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -711,5 +715,90 @@ func TestRunGridAndOverrun(t *testing.T) {
 	// each would take 5 x 200 ms.
 	if el := time.Since(start); el > 850*time.Millisecond {
 		t.Errorf("5 probes of 120 ms at a 100 ms interval took %v, want them back to back (about 600 ms)", el)
+	}
+}
+
+// TestRunDrain runs a checker against a server that answers /livez and
+// /readyz as kube-apiserver does through a graceful stop with
+// --shutdown-delay-duration: /readyz fails its shutdown check while /livez
+// passes, then the listener goes. The report after the first probe that
+// sees the shutdown asks for a handover, the node stays healthy (the
+// apiserver still serves) but is no longer eligible once handed over, and
+// the drain gauge follows.
+func TestRunDrain(t *testing.T) {
+	var shutdown atomic.Bool
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/readyz" && shutdown.Load():
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte("[+]ping ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n"))
+		default:
+			_, _ = w.Write([]byte("ok"))
+		}
+	})
+	reg := prometheus.NewRegistry()
+	c := newChecker(t, Config{URL: ts.URL + "/livez", ReadyzURL: ts.URL + "/readyz", Interval: 5 * time.Millisecond}, reg)
+	reports, stop := runChecker(t, c)
+	defer stop()
+	if s := nextReport(t, reports); !s.Healthy || !s.Eligible || s.Draining || s.HandOver || s.Readyz != "serving" {
+		t.Fatalf("first report = %+v, want healthy, eligible, serving", s)
+	}
+	shutdown.Store(true)
+	s := nextReport(t, reports)
+	for !s.Draining {
+		s = nextReport(t, reports)
+	}
+	if !s.HandOver || s.DrainReason != DrainShutdown || !s.Healthy || !s.Eligible || s.Readyz != "shutdown" {
+		t.Fatalf("first draining report = %+v, want a handover asked, still healthy and eligible", s)
+	}
+	if got := testutil.ToFloat64(c.metrics.draining); got != 1 {
+		t.Fatalf("vipd_health_draining = %v, want 1", got)
+	}
+	if s := nextReport(t, reports); s.HandOver || !s.Draining {
+		t.Fatalf("asked again while the first handover runs: %+v", s)
+	}
+	handed := time.Now()
+	if c.HandedOver(true) {
+		t.Fatal("HandedOver(true) while draining left the node eligible")
+	}
+	s = nextReport(t, reports)
+	for !s.Checked.After(handed) {
+		s = nextReport(t, reports)
+	}
+	if !s.Healthy || s.Eligible || s.HandOver {
+		t.Fatalf("after the handover: %+v, want healthy, not eligible, no new handover", s)
+	}
+	// Restarted: /readyz passes its shutdown check again.
+	shutdown.Store(false)
+	s = nextReport(t, reports)
+	for s.Draining {
+		s = nextReport(t, reports)
+	}
+	if !s.Eligible || s.HandOver {
+		t.Fatalf("after the restart: %+v, want eligible", s)
+	}
+	if got := testutil.ToFloat64(c.metrics.draining); got != 0 {
+		t.Fatalf("vipd_health_draining = %v, want 0", got)
+	}
+}
+
+// TestRunDrainRefused: without a shutdown delay the listener goes at
+// once; the first refused probe after a good one asks for the handover,
+// while the fail threshold has not yet made the node unhealthy.
+func TestRunDrainRefused(t *testing.T) {
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	c := newChecker(t, Config{URL: ts.URL + "/livez", ReadyzURL: ts.URL + "/readyz", Interval: 5 * time.Millisecond, FailThreshold: 3}, nil)
+	reports, stop := runChecker(t, c)
+	defer stop()
+	if s := nextReport(t, reports); !s.Healthy || s.Draining {
+		t.Fatalf("first report = %+v, want healthy", s)
+	}
+	ts.Close()
+	s := nextReport(t, reports)
+	for s.Reason == ReasonOK {
+		s = nextReport(t, reports)
+	}
+	if s.Reason != ReasonRefused || !s.Draining || !s.HandOver || s.DrainReason != DrainRefused || !s.Healthy {
+		t.Fatalf("first refused probe: %+v, want a handover asked while still healthy", s)
 	}
 }

@@ -10,6 +10,7 @@ import (
 // nothing.
 type metrics struct {
 	up       prometheus.Gauge
+	draining prometheus.Gauge
 	checks   *prometheus.CounterVec
 	duration prometheus.Histogram
 }
@@ -23,6 +24,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "vipd_health_up",
 			Help: "1 when the apiserver health check considers this node healthy (after thresholds), else 0.",
 		}),
+		draining: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vipd_health_draining",
+			Help: "1 while the apiserver is going away (its /readyz reports the shutdown, or its port was refused right after a good probe): this node hands its VIPs over, else 0.",
+		}),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_health_checks_total",
 			Help: "Apiserver health probes by result (ok or the failure reason).",
@@ -33,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
 	}
-	cs := []prometheus.Collector{m.up, m.checks, m.duration}
+	cs := []prometheus.Collector{m.up, m.draining, m.checks, m.duration}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {
@@ -66,4 +71,15 @@ func (m *metrics) setUp(healthy bool) {
 		v = 1
 	}
 	m.up.Set(v)
+}
+
+func (m *metrics) setDraining(draining bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if draining {
+		v = 1
+	}
+	m.draining.Set(v)
 }

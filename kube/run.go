@@ -86,11 +86,15 @@ const (
 	ControllerServices = "services"
 	// ControllerIPAM answers Cluster API IPAddressClaims from IPPools.
 	ControllerIPAM = "ipam"
+	// ControllerCordon names no controller of Run: the cordon watch
+	// (WatchCordon) runs in every vipd-controllers of a node that elects
+	// holders; "cordon" alone starts vipd-controllers for it.
+	ControllerCordon = "cordon"
 )
 
 // acceptedControllers is the accepted form of VIPD_CONTROLLERS.
 const acceptedControllers = "a comma list of " + ControllerFloatingIPPool + ", " + ControllerNodeDNSRecordSet + ", " +
-	ControllerServices + " and " + ControllerIPAM + " (or empty)"
+	ControllerServices + ", " + ControllerIPAM + " and " + ControllerCordon + " (or empty)"
 
 // ParseControllers parses VIPD_CONTROLLERS: a comma list of
 // "floatingippool", "nodednsrecordset", "services" and "ipam"
@@ -104,7 +108,7 @@ func ParseControllers(s string) ([]string, error) {
 	for _, part := range strings.Split(s, ",") {
 		name := strings.ToLower(strings.TrimSpace(part))
 		switch name {
-		case ControllerFloatingIPPool, ControllerNodeDNSRecordSet, ControllerServices, ControllerIPAM:
+		case ControllerFloatingIPPool, ControllerNodeDNSRecordSet, ControllerServices, ControllerIPAM, ControllerCordon:
 			if !slices.Contains(out, name) {
 				out = append(out, name)
 			}
@@ -215,6 +219,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, reg prometheus.Re
 	for _, c := range cfg.Controllers {
 		switch c {
 		case ControllerFloatingIPPool, ControllerNodeDNSRecordSet, ControllerServices, ControllerIPAM:
+		case ControllerCordon:
+			continue // not Run's (WatchCordon)
 		default:
 			return fmt.Errorf("VIPD_CONTROLLERS: unknown controller %q; accepted: %s", c, acceptedControllers)
 		}

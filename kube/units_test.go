@@ -109,6 +109,8 @@ func TestParseControllers(t *testing.T) {
 		{"services,ipam", []string{"services", "ipam"}, false},
 		{"nodednsrecordset, services", []string{"nodednsrecordset", "services"}, false},
 		{"service", nil, true},
+		{"cordon", []string{"cordon"}, false},
+		{"services,cordon", []string{"services", "cordon"}, false},
 	}
 	for _, tt := range tests {
 		got, err := ParseControllers(tt.in)

@@ -100,6 +100,32 @@ func run() error {
 		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
 			Accepted: "a provider token for the controllers: DIGITALOCEAN_ACCESS_TOKEN (or VIPD_DO_TOKEN_FILE) and/or CLOUDFLARE_API_TOKEN (or CLOUDFLARE_TOKEN)"}
 	}
+	if cordonWatched(c) {
+		// Every node, not only the leader: kubectl cordon or drain of
+		// this node hands its VIPs over (docs/kubeadm.md).
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := runCordonWatch(ctx, c, log); err != nil {
+				log.Error("the cordon watch stopped", "err", err)
+			}
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+	}
+	// "cordon" names the cordon watch above, not a controller of kube.Run.
+	names = slices.DeleteFunc(names, func(n string) bool { return n == kube.ControllerCordon })
+	if len(names) == 0 {
+		// VIPD_CONTROLLERS=cordon: the cordon watch alone (or nothing,
+		// on a node that does not elect: logged).
+		if !cordonWatched(c) {
+			log.Warn("VIPD_CONTROLLERS=cordon, but this node elects no holder (l2 or cloud mode with VIPD_PEERS and VIPD_ADDRESS): nothing to do")
+		}
+		<-ctx.Done()
+		return nil
+	}
 	err = kube.Run(ctx, kube.Config{
 		Kubeconfig: c.Kubeconfig, Controllers: names, ServicesDefaultClass: c.ServicesDefaultClass,
 		DOToken: token, DOAPIURL: c.DOAPIURL,

@@ -36,6 +36,11 @@ func newRunCmd() *cobra.Command {
 the VIPs in the configured mode. SIGTERM or SIGINT releases every VIP within
 a second and exits 0; a second signal exits at once.
 
+When the local apiserver starts a graceful shutdown (its /readyz fails the
+"shutdown" check while /livez still passes, VIPD_HEALTH_READYZ_URL) or its
+port is refused right after a good probe, the VIPs are handed over to
+another node at once, as with "vipd handover".
+
 An invalid setting stops start-up with exit code 2 and one line naming the
 variable, the value and the accepted form; nothing is bound. So does a state
 directory (VIPD_STATE_DIR) that cannot be written, with exit code 1.
@@ -136,6 +141,89 @@ func (d *daemon) handOverAtStop(ctx context.Context) {
 	}
 }
 
+// eligibility is what this node last told the election and the core
+// about its health: the checker's Eligible (Healthy, except after a drain
+// handed the VIPs over: the apiserver is going away). Both the checker's
+// reports and a finished drain handover set it.
+type eligibility struct {
+	d        *daemon
+	mu       sync.Mutex
+	eligible bool
+}
+
+// sync passes the checker's latest status on when its eligibility
+// changed. It reads the status itself, so a report and a finished
+// handover racing each other cannot pass on a stale value.
+func (e *eligibility) sync() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.d.checker.Status()
+	if st.Eligible == e.eligible {
+		return
+	}
+	e.eligible = st.Eligible
+	if e.d.elector != nil {
+		e.d.elector.SetHealthy(st.Eligible)
+	}
+	reason := st.Reason
+	if st.Healthy && !st.Eligible {
+		reason = st.DrainReason
+	}
+	e.d.driver.Send(vip.HealthChanged{Healthy: st.Eligible, Reason: reason})
+}
+
+// drainHandOver makes the planned transfer a drain asked for (the local
+// apiserver reports its graceful shutdown, or stopped listening): every
+// VIP held here goes to the best successor now, while the apiserver still
+// serves, instead of after the fail threshold. The outcome goes back to
+// the checker: once nothing is held here the node reports itself
+// ineligible until the apiserver is back; otherwise the next probe asks
+// again. Without an election (a lone node) there is nobody to hand over
+// to: the VIP stays until the fail threshold. In bgp mode every healthy
+// node announces, so the drain withdraws at once.
+func (d *daemon) drainHandOver(ctx context.Context, s health.Status, el *eligibility) {
+	if d.elector == nil {
+		if d.cfg.Mode == config.ModeBGP {
+			d.log.Info("apiserver going away: withdrawing", "reason", s.DrainReason)
+			d.checker.HandedOver(true)
+			el.sync()
+			return
+		}
+		d.log.Debug("apiserver going away, but no other node to hand over to", "reason", s.DrainReason)
+		d.checker.HandedOver(false)
+		return
+	}
+	hctx, cancel := context.WithTimeout(ctx, cluster.HandoverWait())
+	defer cancel()
+	start := time.Now()
+	rs, err := d.elector.HandOver(hctx, nil, "", false)
+	if err != nil {
+		d.log.Warn("apiserver going away: handover did not finish", "reason", s.DrainReason, "err", err)
+		d.checker.HandedOver(false)
+		return
+	}
+	done := true
+	for _, r := range rs {
+		switch {
+		case r.OK:
+			d.log.Info("apiserver going away: handed over", "reason", s.DrainReason, "vip", r.VIP, "to", r.To,
+				"took", r.Took, "since_probe", time.Since(s.Checked).Round(time.Millisecond))
+		case r.VIP == "":
+			// Nothing held here: nothing to do.
+			d.log.Debug("apiserver going away: nothing to hand over", "reason", s.DrainReason, "why", r.Reason)
+		default:
+			done = false
+			d.log.Warn("apiserver going away: no handover, retrying after the next probe", "reason", s.DrainReason,
+				"vip", r.VIP, "why", r.Reason)
+		}
+	}
+	d.log.Debug("drain handover finished", "done", done, "took", time.Since(start))
+	// At once, not at the next probe: pool addresses (and the election's
+	// view of this node) follow the node's eligibility.
+	d.checker.HandedOver(done)
+	el.sync()
+}
+
 // handoverSummary is one line per result, for `vipd handover`.
 func handoverSummary(rs []cluster.HandoverResult) (string, bool) {
 	var b strings.Builder
@@ -219,7 +307,7 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		return d, nil // controllers only
 	}
 	checker, err := health.NewChecker(health.Config{
-		URL: c.HealthURL, Interval: c.HealthInterval, Timeout: c.HealthTimeout,
+		URL: c.HealthURL, ReadyzURL: c.HealthReadyzURL, Interval: c.HealthInterval, Timeout: c.HealthTimeout,
 		FailThreshold: c.FailThreshold, RiseThreshold: c.RiseThreshold,
 		TokenPath: c.SATokenPath, CAFile: c.HealthCAFile,
 		ClientCert: c.HealthClientCert, ClientKey: c.HealthClientKey,
@@ -318,6 +406,9 @@ func (d *daemon) onTransition(t vip.Transition) {
 // vipd exits non-zero (1, restarted by systemd; 2 when vipd-controllers
 // rejected the configuration, which a restart cannot fix).
 func (d *daemon) run(parent context.Context) error {
+	// Registered first, so logged last: after the deferred waits below
+	// (VIPs released, cluster left, egress state removed).
+	defer d.log.Info("vipd stopped")
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	if d.cfg.MetricsAddress != "" {
@@ -357,19 +448,20 @@ func (d *daemon) run(parent context.Context) error {
 			d.driver.Run(ctx, releaseTimeout)
 		}()
 		var once sync.Once
-		healthy := false
+		el := &eligibility{d: d}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			d.checker.Run(ctx, func(s health.Status) {
 				once.Do(func() { notify("READY=1") })
-				if s.Healthy != healthy {
-					healthy = s.Healthy
-					if d.elector != nil {
-						d.elector.SetHealthy(healthy)
-					}
-					d.driver.Send(vip.HealthChanged{Healthy: s.Healthy, Reason: s.Reason})
+				if s.HandOver {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						d.drainHandOver(ctx, s, el)
+					}()
 				}
+				el.sync()
 			})
 		}()
 		// Egress stops after the node left the cluster (a gateway keeps its
@@ -436,6 +528,5 @@ func (d *daemon) run(parent context.Context) error {
 	// releaseTimeout) in the deferred wait above.
 	cancel()
 	wg.Wait()
-	d.log.Info("vipd stopped")
 	return err
 }

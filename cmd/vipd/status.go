@@ -47,6 +47,20 @@ type HealthStatus struct {
 	Consecutive int       `json:"consecutive"`
 	// Credential is what the probe authenticates with, and since when.
 	Credential *CredentialStatus `json:"credential,omitempty"`
+	// ReadyzURL is probed for the apiserver's graceful shutdown ("" when
+	// off); Readyz is what it said last: serving, shutdown or unknown.
+	ReadyzURL string `json:"readyz_url,omitempty"`
+	Readyz    string `json:"readyz,omitempty"`
+	// Drain is set while the apiserver is going away: this node hands
+	// its VIPs over and is not eligible until it is back.
+	Drain *DrainStatus `json:"drain,omitempty"`
+}
+
+// DrainStatus is a drain under way (health.Drain).
+type DrainStatus struct {
+	Reason   string    `json:"reason"` // apiserver_shutdown or apiserver_refused
+	Since    time.Time `json:"since"`
+	Eligible bool      `json:"eligible"` // false once the VIPs were handed over
 }
 
 // CredentialStatus names the probe's credential (never its secret).
@@ -87,6 +101,12 @@ func (d *daemon) statusDoc() Status {
 		s.Health = &HealthStatus{URL: d.cfg.HealthURL, Healthy: h.Healthy, Reason: h.Reason, Code: h.Code, Error: h.Error,
 			Checked: h.Checked, Since: h.Since, Consecutive: h.Consecutive}
 		s.Health.Credential = credentialStatus(h.Credential)
+		if d.cfg.HealthReadyzURL != "" {
+			s.Health.ReadyzURL, s.Health.Readyz = d.cfg.HealthReadyzURL, h.Readyz
+		}
+		if h.Draining {
+			s.Health.Drain = &DrainStatus{Reason: h.DrainReason, Since: h.DrainSince, Eligible: h.Eligible}
+		}
 	}
 	if d.driver != nil {
 		for _, v := range d.driver.State() {
@@ -227,6 +247,13 @@ func printStatus(w io.Writer, s Status, now time.Time) error {
 			fmt.Fprintf(tw, ", %s", h.Error)
 		}
 		fmt.Fprintf(tw, ")\n")
+		if dr := h.Drain; dr != nil {
+			what := "handing the VIPs over"
+			if !dr.Eligible {
+				what = "handed over, not eligible until the apiserver is back"
+			}
+			fmt.Fprintf(tw, "drain:\t%s since %s (%s)\n", dr.Reason, ago(now, dr.Since), what)
+		}
 		if c := h.Credential; c != nil {
 			fmt.Fprintf(tw, "credential:\t%s\n", describeCredential(c, now))
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,7 +79,8 @@ func TestUnitFileVerifies(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Type=notify", "Restart=always", "RestartSec=1", "RestartPreventExitStatus=2",
-		"After=network-online.target", "Wants=network-online.target", "Before=kubelet.service",
+		"After=network-online.target", "Wants=network-online.target",
+		"After=kubelet.service containerd.service crio.service docker.service",
 		"EnvironmentFile=/etc/vipd/vipd.env", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE",
 		"AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE", "NoNewPrivileges=yes", "ProtectSystem=strict",
 		"StateDirectory=vipd", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
@@ -101,5 +103,75 @@ func TestMaintainerScriptsParse(t *testing.T) {
 		if out, err := exec.Command("sh", "-n", s).CombinedOutput(); err != nil {
 			t.Errorf("%s: %v\n%s", s, err, out)
 		}
+	}
+}
+
+// unitList returns every value of key in the [Unit] section, split on
+// white space (After= and Before= accumulate).
+func unitList(unit, key string) []string {
+	var out []string
+	section := ""
+	for _, line := range strings.Split(unit, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "["):
+			section = line
+		case section == "[Unit]" && strings.HasPrefix(line, key+"="):
+			out = append(out, strings.Fields(strings.TrimPrefix(line, key+"="))...)
+		}
+	}
+	return out
+}
+
+// TestUnitStopsBeforeKubelet: on reboot or shutdown systemd stops units in
+// the reverse of their start order, so vipd must be ordered after the
+// kubelet and the container runtimes (and never before them) to stop, and
+// hand its VIPs over, while the local apiserver still runs (issue 28).
+// The unit is verified next to a kubelet.service as kubeadm's package
+// installs it: no ordering cycle, no warning.
+func TestUnitStopsBeforeKubelet(t *testing.T) {
+	unit, err := os.ReadFile(filepath.Join(repoRoot(t), "packaging", "vipd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, before := unitList(string(unit), "After"), unitList(string(unit), "Before")
+	for _, u := range []string{"kubelet.service", "containerd.service", "crio.service", "docker.service", "network-online.target"} {
+		if !slices.Contains(after, u) {
+			t.Errorf("vipd.service is not After=%s (After: %v): it would stop after it", u, after)
+		}
+		if slices.Contains(before, u) {
+			t.Errorf("vipd.service is Before=%s: it would stop after it", u)
+		}
+	}
+	for _, key := range []string{"Requires", "Wants", "BindsTo", "Requisite"} {
+		if l := unitList(string(unit), key); slices.Contains(l, "kubelet.service") {
+			t.Errorf("vipd.service %s=kubelet.service: vipd must not pull in or depend on the kubelet", key)
+		}
+	}
+	if _, err := exec.LookPath("systemd-analyze"); err != nil {
+		testenv.Missing(t, "systemd-analyze (package systemd)")
+	}
+	dir := t.TempDir()
+	stub := filepath.Join(dir, "vipd")
+	if err := os.WriteFile(stub, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := "[Unit]\nDescription=kubelet\nWants=network-online.target\nAfter=network-online.target\n\n" +
+		"[Service]\nExecStart=" + stub + "\nRestart=always\n\n[Install]\nWantedBy=multi-user.target\n"
+	files := map[string]string{
+		"vipd.service":    strings.ReplaceAll(string(unit), "/usr/bin/vipd", stub),
+		"kubelet.service": kubelet,
+	}
+	var paths []string
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	out, err := exec.CommandContext(t.Context(), "systemd-analyze", append([]string{"verify", "--man=no"}, paths...)...).CombinedOutput()
+	if err != nil || len(out) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
 }
