@@ -67,6 +67,9 @@ type L2 struct {
 	// index is the interface's index when last found by name, to find its
 	// addresses after a rename.
 	index atomic.Int32
+	// macs is every MAC of this host: answers from them are never another
+	// holder's.
+	macs *hostMACs
 	// watchRcvBuf is the receive buffer of the watch's netlink sockets;
 	// zero: the system default (tests make it tiny to overflow it).
 	watchRcvBuf int
@@ -114,7 +117,7 @@ func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, er
 		label = opts.Interface
 	}
 	l := &L2{
-		ifname: opts.Interface, label: label, probeTimeout: opts.ProbeTimeout, log: log,
+		ifname: opts.Interface, label: label, probeTimeout: opts.ProbeTimeout, log: log, macs: newHostMACs(),
 		announced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_announcements_total", Help: "Gratuitous ARP and unsolicited neighbour advertisements sent, by VIP and kind.",
 		}, []string{"vip", "kind"}),
@@ -661,9 +664,26 @@ func (l *L2) arpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (n
 			return nil, fmt.Errorf("ARP probe for %s: %w", vip, err)
 		}
 		if mac := arpClaim(r, eth, vip, ifi.HardwareAddr); mac != nil {
+			if own, err := l.ownMAC(mac, vip); own || err != nil {
+				if err != nil {
+					return nil, fmt.Errorf("ARP probe for %s: %w", vip, err)
+				}
+				continue
+			}
 			return mac, nil
 		}
 	}
+}
+
+// ownMAC reports whether mac, which claimed vip, is one of this host's
+// own interfaces (a second NIC on the segment answering for a local
+// address): never another holder.
+func (l *L2) ownMAC(mac net.HardwareAddr, vip netip.Addr) (bool, error) {
+	own, err := l.macs.own(mac, time.Now())
+	if own {
+		l.log.Debug("an answer for the VIP came from another interface of this host; not a conflict (see arp_ignore in docs/l2.md)", "vip", vip, "mac", mac.String())
+	}
+	return own, err
 }
 
 // arpClaim returns the MAC of another host claiming vip in an ARP packet
@@ -725,6 +745,12 @@ func (l *L2) ndpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (n
 			return nil, fmt.Errorf("neighbour probe for %s: %w", vip, err)
 		}
 		if mac := naClaim(buf[:n], vip, ifi.HardwareAddr); mac != nil {
+			if own, err := l.ownMAC(mac, vip); own || err != nil {
+				if err != nil {
+					return nil, fmt.Errorf("neighbour probe for %s: %w", vip, err)
+				}
+				continue
+			}
 			return mac, nil
 		}
 	}

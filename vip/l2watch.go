@@ -158,6 +158,8 @@ func (l *L2) watchOnce(ctx context.Context, out chan WatchEvent, up func()) (err
 	if link, _ := l.lookup(); link != nil {
 		seen[link.Attrs().Index] = linkKey{link.Attrs().Name, linkDownReason(link.Attrs())}
 	}
+	// Changes before the subscription were not seen.
+	l.macs.invalidate()
 	up()
 	lost := func(what string) error {
 		if err := lastErr(); err != nil {
@@ -174,6 +176,9 @@ func (l *L2) watchOnce(ctx context.Context, out chan WatchEvent, up func()) (err
 				linkOn = false
 				return lost("link")
 			}
+			// Any link's MAC may have changed (a NIC added, a bond's
+			// address moved): the set of this host's MACs is read again.
+			l.macs.invalidate()
 			if l.linkChanged(u, seen) {
 				notify(out, WatchEvent{Live: true})
 			}
