@@ -68,8 +68,9 @@ func (l *Lab) BridgeNft(ctx context.Context, ruleset string) error {
 }
 
 // Announce makes the host claim addr on eth0 the way a foreign host that
-// took the address does: a gratuitous ARP Reply (IPv4) or an unsolicited
+// took the address does: gratuitous ARP (IPv4) or an unsolicited
 // neighbour advertisement with the Override flag (IPv6), from its own MAC.
+// IPv4 sends a gratuitous Request and Reply, as arping -U and vipd do.
 // Bind the address first (ip addr add) for the host to answer requests too.
 func (h *Host) Announce(addr netip.Addr) error {
 	return h.Run(func() error {
@@ -83,11 +84,16 @@ func (h *Host) Announce(addr netip.Addr) error {
 				return fmt.Errorf("lab: ARP socket in %s: %w", h.NS, err)
 			}
 			defer c.Close()
-			p, err := arp.NewPacket(arp.OperationReply, ifi.HardwareAddr, addr, ethernet.Broadcast, addr)
-			if err != nil {
-				return err
+			for _, op := range []arp.Operation{arp.OperationRequest, arp.OperationReply} {
+				p, err := arp.NewPacket(op, ifi.HardwareAddr, addr, ethernet.Broadcast, addr)
+				if err != nil {
+					return err
+				}
+				if err := c.WriteTo(p, ethernet.Broadcast); err != nil {
+					return err
+				}
 			}
-			return c.WriteTo(p, ethernet.Broadcast)
+			return nil
 		}
 		c, _, err := ndp.Listen(ifi, ndp.LinkLocal)
 		if err != nil {

@@ -26,6 +26,8 @@ import (
 	"golang.org/x/net/bpf"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
+
+	"github.com/vipd/vipd/vip/conflict"
 )
 
 // ErrConflict means another host answered for the VIP before we bound it.
@@ -73,6 +75,14 @@ type L2 struct {
 	// watchRcvBuf is the receive buffer of the watch's netlink sockets;
 	// zero: the system default (tests make it tiny to overflow it).
 	watchRcvBuf int
+
+	// The conflict guard (l2guard.go): the addresses bound, the foreign
+	// claims seen; guardKick wakes its timer loop for guardNext.
+	gmu           sync.Mutex
+	guard         *conflict.Guard
+	guardNext     time.Time
+	guardKick     chan struct{}
+	addrConflicts *prometheus.CounterVec
 
 	mu    sync.Mutex
 	ready map[netip.Addr]*readySocket // opened by Prepare for the first announcement
@@ -124,6 +134,11 @@ func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, er
 		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_conflicts_total", Help: "Times another host answered the conflict probe for a VIP, before binding it or while holding it.",
 		}, []string{"vip"}),
+		addrConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vipd_address_conflicts_total", Help: "Conflicts seen on the wire: another host's MAC (not this host's) claimed, by ARP or neighbour advertisement, an address this node holds; one per foreign MAC and episode (it ends after 10 s without a claim).",
+		}, []string{"vip"}),
+		guard:     conflict.New(0, 0),
+		guardKick: make(chan struct{}, 1),
 	}
 	l.index.Store(int32(ifi.Index))
 	if reg != nil {
@@ -131,6 +146,9 @@ func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, er
 			return nil, err
 		}
 		if err := reg.Register(l.conflicts); err != nil {
+			return nil, err
+		}
+		if err := reg.Register(l.addrConflicts); err != nil {
 			return nil, err
 		}
 	}
@@ -392,6 +410,7 @@ func (l *L2) acquire(ctx context.Context, vip netip.Prefix, probe bool) error {
 		l.unbindAfter(link, vip, err)
 		return err
 	}
+	l.guardStep(ctx, conflict.Bound{Addr: vip.Addr()})
 	return nil
 }
 
@@ -409,7 +428,9 @@ func (l *L2) unbindAfter(link netlink.Link, vip netip.Prefix, cause error) {
 
 // Release removes every address equal to the VIP from the interface,
 // whatever its prefix length or label, and checks that none is left.
-func (l *L2) Release(_ context.Context, vip netip.Prefix) error {
+func (l *L2) Release(ctx context.Context, vip netip.Prefix) error {
+	// Not defended any more from now on, whatever happens below.
+	l.guardStep(ctx, conflict.Unbound{Addr: vip.Addr()})
 	link, err := l.lookup()
 	if link == nil {
 		if errors.Is(err, ErrLinkDown) {
@@ -783,21 +804,31 @@ func mustAssemble(p []bpf.Instruction) []bpf.RawInstruction {
 // MAC returned is the advertised target link-layer address, or the frame's
 // source when the advertisement carries none; never empty.
 func naClaim(frame []byte, vip netip.Addr, own net.HardwareAddr) net.HardwareAddr {
+	target, mac := naParse(frame, own)
+	if target != vip {
+		return nil
+	}
+	return mac
+}
+
+// naParse returns the target of a neighbour advertisement in an Ethernet
+// frame and the MAC that claims it (as naClaim), or a nil MAC.
+func naParse(frame []byte, own net.HardwareAddr) (netip.Addr, net.HardwareAddr) {
 	const eth, ip6 = 14, 40
 	if len(frame) < eth+ip6+4 || binary.BigEndian.Uint16(frame[12:14]) != unix.ETH_P_IPV6 || frame[eth+6] != unix.IPPROTO_ICMPV6 {
-		return nil
+		return netip.Addr{}, nil
 	}
 	src := net.HardwareAddr(frame[6:12])
 	if bytes.Equal(src, own) {
-		return nil
+		return netip.Addr{}, nil
 	}
 	m, err := ndp.ParseMessage(frame[eth+ip6:])
 	if err != nil {
-		return nil
+		return netip.Addr{}, nil
 	}
 	na, ok := m.(*ndp.NeighborAdvertisement)
-	if !ok || na.TargetAddress != vip {
-		return nil
+	if !ok {
+		return netip.Addr{}, nil
 	}
 	mac := slices.Clone(src)
 	for _, o := range na.Options {
@@ -806,9 +837,9 @@ func naClaim(frame []byte, vip netip.Addr, own net.HardwareAddr) net.HardwareAdd
 		}
 	}
 	if bytes.Equal(mac, own) || isZeroMAC(mac) {
-		return nil
+		return netip.Addr{}, nil
 	}
-	return mac
+	return na.TargetAddress, mac
 }
 
 func isZeroMAC(m net.HardwareAddr) bool {

@@ -29,13 +29,20 @@ var _ Watcher = (*L2)(nil)
 //
 // When a subscription fails or its socket errs (ENOBUFS: notifications
 // were dropped), the watch reports Live false, logs it once and subscribes
-// again with back-off; Live true again once it is back. Every goroutine
+// again with back-off; Live true again once it is back. The conflict guard
+// (l2guard.go) reads the wire for as long as the watch runs. Every goroutine
 // stops, and the channel is closed, after ctx is done.
 func (l *L2) Watch(ctx context.Context) <-chan WatchEvent {
 	out := make(chan WatchEvent, 1)
+	guard := make(chan struct{})
+	go func() {
+		defer close(guard)
+		l.runGuard(ctx)
+	}()
 	go func() {
 		defer close(out)
 		l.watch(ctx, out)
+		<-guard
 	}()
 	return out
 }

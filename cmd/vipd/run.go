@@ -243,6 +243,10 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		if err != nil {
 			return nil, usageError{err}
 		}
+		l2 := d.ann.(*vip.L2)
+		// Foreign hosts claiming an address this node holds (the
+		// conflict guard), now and recently.
+		d.addStatus("conflicts", func() any { return l2.Conflicts() })
 		elect = len(c.Peers) > 0
 	case config.ModeBGP:
 		d.ann, err = newBGPAnnouncer(ctx, c, log, d.reg, d.addStatus)

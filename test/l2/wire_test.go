@@ -102,3 +102,179 @@ func waitFor(ctx context.Context, every time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// newWireLab is a cluster lab with extra hosts on the segment (a foreign
+// host "x"), holding one IPv4 and one IPv6 VIP.
+func newWireLab(t *testing.T, nodes int, extra []string, env ...string) (*clusterLab, netip.Addr) {
+	t.Helper()
+	bin := prerequisites(t)
+	l := lab.New(t, lab.Options{Nodes: nodes, Client: true, Extra: extra})
+	c := &clusterLab{Lab: l, t: t, bin: bin, vip: l.VIP4(50), apis: map[string]*lab.APIServer{}, vipd: map[string]*lab.Proc{}}
+	v6 := l.VIP6(50)
+	c.env = append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32," + v6.String() + "/128"}, env...)
+	for _, n := range l.Nodes {
+		api, err := n.StartAPIServer("[::]:6443", lab.OK)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.apis[n.Name] = api
+	}
+	mon, err := l.Monitor(c.vip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mon = mon
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("holder timeline:\n%s", c.mon)
+			for name, p := range c.vipd {
+				t.Logf("--- vipd %s:\n%s", name, tail(p.Output(), 80))
+			}
+		}
+	})
+	return c, v6
+}
+
+// hostPort is addr:port with IPv6 in brackets.
+func hostPort(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
+
+// logLine waits for a line of p's log holding every one of parts.
+func logLine(ctx context.Context, p *lab.Proc, parts ...string) bool {
+	return waitFor(ctx, 20*time.Millisecond, func() bool {
+		for _, line := range strings.Split(p.Output(), "\n") {
+			all := true
+			for _, s := range parts {
+				all = all && strings.Contains(line, s)
+			}
+			if all {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestForeignHostClaimsVIP (issue 27, Found 2): a foreign host on the
+// segment binds the VIP and announces it, again and again for 2 s (a
+// misconfigured server, a leftover kube-vip). The holder reports it within
+// 2 s with the foreign MAC (log, metric, /status), defends the address at
+// most once a second, and clients are served by the holder again within
+// 2 s after the foreign host lets the address go. IPv4 and IPv6 in one lab.
+func TestForeignHostClaimsVIP(t *testing.T) {
+	c, v6 := newWireLab(t, 2, []string{"x"})
+	x := c.Extra["x"]
+	ctx := ctxT(t, 90*time.Second)
+	c.start()
+	c.holder(ctx)
+	for _, v := range []netip.Addr{c.vip, v6} {
+		holders, err := c.Holders(ctx, v)
+		for err == nil && len(holders) != 1 {
+			time.Sleep(50 * time.Millisecond)
+			holders, err = c.Holders(ctx, v)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := holders[0]
+		p := c.vipd[h]
+		bits := "/32"
+		if v.Is6() {
+			bits = "/128"
+		}
+		prober := c.Client.StartProber(hostPort(v, 6443), 20*time.Millisecond, 200*time.Millisecond)
+		if !waitFor(ctx, 20*time.Millisecond, func() bool {
+			a := prober.Answers()
+			return len(a) > 0 && a[len(a)-1].Node == h
+		}) {
+			t.Fatalf("%s: client never served by %s", v, h)
+		}
+		// The foreign host takes the address and claims it every 400 ms.
+		add := []string{"addr", "add", v.String() + bits, "dev", x.Link}
+		if v.Is6() {
+			add = []string{"-6", "addr", "add", v.String() + bits, "dev", x.Link, "nodad"}
+		}
+		if _, err := x.Output(ctx, "ip", add...); err != nil {
+			t.Fatal(err)
+		}
+		claimed := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		stopClaims := make(chan struct{})
+		claimsDone := make(chan struct{})
+		go func() {
+			defer close(claimsDone)
+			for {
+				if err := x.Announce(v); err != nil {
+					t.Errorf("foreign announce: %v", err)
+				}
+				select {
+				case <-stopClaims:
+					return
+				case <-time.After(400 * time.Millisecond):
+				}
+			}
+		}()
+		if !logLine(rctx, p, "VIP conflict: another host claims", "vip="+v.String(), "mac="+x.MAC.String()) {
+			cancel()
+			close(stopClaims)
+			t.Fatalf("%s: the holder %s did not report the foreign host %s within 2 s", v, h, x.MAC)
+		}
+		cancel()
+		t.Logf("%s: the holder reported the foreign MAC %s %v after its first claim", v, x.MAC, time.Since(claimed).Round(time.Millisecond))
+		if !metric(ctx, t, c.node(h), `vipd_address_conflicts_total{vip="`+v.String()+bits+`"} 1`) {
+			t.Errorf("%s: vipd_address_conflicts_total is not 1 on %s", v, h)
+		}
+		st, err := c.node(h).Output(ctx, c.bin, "status", "--json")
+		if err != nil || !strings.Contains(strings.ReplaceAll(string(st), " ", ""), `"mac":"`+x.MAC.String()+`"`) {
+			t.Errorf("%s: /status of %s does not name the foreign MAC %s: %v\n%s", v, h, x.MAC, err, st)
+		}
+		time.Sleep(2 * time.Second)
+		close(stopClaims)
+		<-claimsDone
+		// A last claim right before letting the address go: the clients
+		// follow it, and only the holder's defence brings them back.
+		if err := x.Announce(v); err != nil {
+			t.Fatal(err)
+		}
+		if mac, err := c.Client.Neigh(ctx, v); err == nil {
+			t.Logf("%s: after the last foreign claim the client's neighbour entry is %s (foreign %s)", v, mac, x.MAC)
+		}
+		del := append([]string{}, add...)
+		del[slicesIndex(del, "add")] = "del"
+		if v.Is6() {
+			del = del[:len(del)-1] // no nodad
+		}
+		if _, err := x.Output(ctx, "ip", del...); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		time.Sleep(2500 * time.Millisecond)
+		prober.Stop()
+		ans := prober.Answers()
+		var back time.Time
+		for _, a := range ans {
+			if a.Sent.Before(stopped) {
+				continue
+			}
+			if a.Node != h {
+				back = time.Time{}
+				continue
+			}
+			if back.IsZero() {
+				back = a.Sent
+			}
+		}
+		if back.IsZero() || back.Sub(stopped) > 2*time.Second {
+			t.Fatalf("%s: clients not served by %s within 2 s after the foreign host stopped (back %v after)", v, h, back.Sub(stopped))
+		}
+		t.Logf("%s: clients served by the holder %v after the foreign host stopped", v, max(back.Sub(stopped), 0).Round(time.Millisecond))
+	}
+}
+
+func slicesIndex(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
