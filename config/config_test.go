@@ -35,7 +35,7 @@ func TestDefaults(t *testing.T) {
 		FailThreshold: 3, RiseThreshold: 1, SATokenPath: "/var/run/secrets/kubernetes.io/serviceaccount/token",
 		HealthCAFile: "/etc/kubernetes/pki/ca.crt", HealthClientCert: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		HealthClientKey: "/var/lib/kubelet/pki/kubelet-client-current.pem",
-		GossipBind:      netip.MustParseAddrPort("0.0.0.0:7950"), StateDir: "/var/lib/vipd", MemberExpiry: 10 * time.Minute, Profile: ProfileDefault,
+		GossipBind:      netip.MustParseAddrPort("0.0.0.0:7950"), StateDir: "/var/lib/vipd", MemberExpiry: 10 * time.Minute, Profile: ProfileDefault, VerifyInterval: time.Second,
 		BFDDetectMult: 3, BFDTxInterval: 300 * time.Millisecond, BFDRxInterval: 300 * time.Millisecond,
 		BGPRestartTime: 10 * time.Second, BFDMultihopMinTTL: 254,
 		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",

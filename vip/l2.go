@@ -84,6 +84,12 @@ type L2 struct {
 	guardKick     chan struct{}
 	addrConflicts *prometheus.CounterVec
 
+	// The verification by the other nodes (l2verify.go), nil when off;
+	// poke asks the watch to have the held VIPs checked at once.
+	vmu    sync.Mutex
+	verify *verification
+	poke   chan struct{}
+
 	mu    sync.Mutex
 	ready map[netip.Addr]*readySocket // opened by Prepare for the first announcement
 }
@@ -139,6 +145,7 @@ func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, er
 		}, []string{"vip"}),
 		guard:     conflict.New(0, 0),
 		guardKick: make(chan struct{}, 1),
+		poke:      make(chan struct{}, 1),
 	}
 	l.index.Store(int32(ifi.Index))
 	if reg != nil {
@@ -431,6 +438,7 @@ func (l *L2) unbindAfter(link netlink.Link, vip netip.Prefix, cause error) {
 func (l *L2) Release(ctx context.Context, vip netip.Prefix) error {
 	// Not defended any more from now on, whatever happens below.
 	l.guardStep(ctx, conflict.Unbound{Addr: vip.Addr()})
+	l.forgetUnverified(vip.Addr())
 	link, err := l.lookup()
 	if link == nil {
 		if errors.Is(err, ErrLinkDown) {
@@ -545,7 +553,9 @@ func usable(match []netlink.Addr) bool {
 
 // Check reports whether a VIP this node holds still works: nil while it
 // does, an error wrapping ErrLinkDown when the interface is down or gone,
-// and with probe a *ConflictError when another MAC answers for the VIP.
+// one wrapping ErrUnverified when most other nodes report they cannot reach
+// the VIP through this node (l2verify.go), and with probe a *ConflictError
+// when another MAC answers for the VIP.
 //
 // The probe works while we hold the VIP ourselves: an RFC 5227 ARP probe
 // (sender IP 0.0.0.0) or a neighbour solicitation sent from a socket is
@@ -554,8 +564,14 @@ func usable(match []netlink.Addr) bool {
 // usual case); with a zero ProbeTimeout no probe is sent.
 func (l *L2) Check(ctx context.Context, vip netip.Prefix, probe bool) error {
 	_, ifi, err := l.upLink()
-	if err != nil || !probe || l.probeTimeout <= 0 {
+	if err != nil {
 		return err
+	}
+	if why := l.unverified(vip.Addr()); why != "" {
+		return fmt.Errorf("%s: %w", why, ErrUnverified)
+	}
+	if !probe || l.probeTimeout <= 0 {
+		return nil
 	}
 	if err := l.probe(ctx, ifi, vip.Addr()); err != nil {
 		var ce *ConflictError

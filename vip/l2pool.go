@@ -29,8 +29,16 @@ import (
 // the MAC of another host answering, by address; addresses absent from the
 // map got no answer. Answers from our own MAC never count.
 func (l *L2) ProbeMany(ctx context.Context, addrs []netip.Addr) (map[netip.Addr]string, error) {
+	if l.probeTimeout <= 0 {
+		return map[netip.Addr]string{}, nil
+	}
+	return l.probeMany(ctx, addrs, l.probeTimeout)
+}
+
+// probeMany is ProbeMany waiting wait for the answers.
+func (l *L2) probeMany(ctx context.Context, addrs []netip.Addr, wait time.Duration) (map[netip.Addr]string, error) {
 	out := map[netip.Addr]string{}
-	if len(addrs) == 0 || l.probeTimeout <= 0 {
+	if len(addrs) == 0 {
 		return out, nil
 	}
 	_, ifi, err := l.upLink()
@@ -45,7 +53,7 @@ func (l *L2) ProbeMany(ctx context.Context, addrs []netip.Addr) (map[netip.Addr]
 			v6 = append(v6, a)
 		}
 	}
-	deadline := time.Now().Add(l.probeTimeout)
+	deadline := time.Now().Add(wait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}

@@ -2,6 +2,7 @@ package l2
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -277,4 +278,75 @@ func slicesIndex(s []string, v string) int {
 		}
 	}
 	return -1
+}
+
+// TestFilteredAnnouncementMoves (issue 27, Found 3): the switch stops
+// forwarding the holder's ARP answers and announcements for the VIP (an
+// nftables bridge filter on its port) while gossip still flows. The other
+// nodes find they cannot resolve the VIP, report it, and the holder gives
+// it up to a node whose announcements arrive: a client that resolves the
+// VIP afresh is served again within 5 s. IPv4, then IPv6 (neighbour
+// advertisements), in one lab.
+func TestFilteredAnnouncementMoves(t *testing.T) {
+	c, v6 := newWireLab(t, 3, nil)
+	ctx := ctxT(t, 120*time.Second)
+	c.start()
+	c.holder(ctx)
+	for i, v := range []netip.Addr{c.vip, v6} {
+		var holders []string
+		var err error
+		for holders, err = c.Holders(ctx, v); err == nil && len(holders) != 1; holders, err = c.Holders(ctx, v) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := c.node(holders[0])
+		bits := "/32"
+		if v.Is6() {
+			bits = "/128"
+		}
+		// The holder's port drops its answers for the VIP: ARP with the VIP
+		// as sender (replies, gratuitous), or every neighbour advertisement.
+		rule := fmt.Sprintf(`iifname "%s" arp saddr ip %s drop`, h.Peer, v)
+		if v.Is6() {
+			rule = fmt.Sprintf(`iifname "%s" icmpv6 type nd-neighbor-advert drop`, h.Peer)
+		}
+		table := fmt.Sprintf("vipdlab%d", i)
+		if err := c.BridgeNft(ctx, fmt.Sprintf("table bridge %s {\n chain port {\n  type filter hook forward priority 0; policy accept;\n  %s\n }\n}\n", table, rule)); err != nil {
+			t.Fatal(err)
+		}
+		filtered := time.Now()
+		// A client that resolves the VIP afresh.
+		if _, err := c.Client.Output(ctx, "ip", "neigh", "flush", "dev", c.Client.Link); err != nil {
+			t.Fatal(err)
+		}
+		prober := c.Client.StartProber(hostPort(v, 6443), 50*time.Millisecond, 300*time.Millisecond)
+		var served lab.Answer
+		if !waitFor(ctxT(t, 8*time.Second), 50*time.Millisecond, func() bool {
+			for _, a := range prober.Answers() {
+				if a.Node != "" && a.Node != h.Name && a.Sent.After(filtered) {
+					served = a
+					return true
+				}
+			}
+			return false
+		}) {
+			prober.Stop()
+			t.Fatalf("%s: no other node serves the client 8 s after %s's announcements were filtered (answers %v)", v, h.Name, prober.Answers())
+		}
+		prober.Stop()
+		took := served.Sent.Add(served.RTT).Sub(filtered)
+		t.Logf("%s: %s's announcements filtered; the client was served by %s %v later", v, h.Name, served.Node, took.Round(time.Millisecond))
+		if took > 5*time.Second {
+			t.Errorf("%s: the client was served again %v after the filter, want within 5 s", v, took)
+		}
+		p := c.vipd[h.Name]
+		if !logLine(ctx, p, "the other nodes cannot reach a VIP this node holds", "vip="+v.String()) {
+			t.Errorf("%s: %s did not log that the others cannot reach the VIP", v, h.Name)
+		}
+		if !metric(ctx, t, h, `vipd_vip_unverified_total{vip="`+v.String()+bits+`"} 1`) {
+			t.Errorf("%s: vipd_vip_unverified_total is not 1 on %s", v, h.Name)
+		}
+	}
 }
