@@ -417,6 +417,9 @@ func (l *L2) acquire(ctx context.Context, vip netip.Prefix, probe bool) error {
 		l.unbindAfter(link, vip, err)
 		return err
 	}
+	// A VIP's conflict count is exported from its first acquire on (pool
+	// addresses only once they have one: there may be thousands).
+	l.addrConflicts.WithLabelValues(hostPrefix(vip.Addr()).String()).Add(0)
 	l.guardStep(ctx, conflict.Bound{Addr: vip.Addr()})
 	return nil
 }

@@ -113,6 +113,13 @@ func (l *L2) SetHolder(vip netip.Prefix, holder string, self bool) {
 		l.vmu.Unlock()
 		return
 	}
+	if _, seen := vf.prefix[vip.Addr()]; !seen {
+		// Exported from the first decision on, for the configured VIPs.
+		v := vip.String()
+		vf.unreach.WithLabelValues(v).Set(0)
+		vf.unverify.WithLabelValues(v).Set(0)
+		vf.gaveUp.WithLabelValues(v).Add(0)
+	}
 	vf.prefix[vip.Addr()] = vip
 	vf.queue[vip.Addr()] = conflict.Holder{Addr: vip.Addr(), Name: holder, Self: self}
 	l.vmu.Unlock()

@@ -244,6 +244,9 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		if err != nil {
 			return nil, usageError{err}
 		}
+		for _, w := range l2HostWarnings(c) {
+			log.Warn(w)
+		}
 		l2 := d.ann.(*vip.L2)
 		// Foreign hosts claiming an address this node holds (the
 		// conflict guard), now and recently.
