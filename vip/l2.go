@@ -83,6 +83,7 @@ type L2 struct {
 	guardNext     time.Time
 	guardKick     chan struct{}
 	addrConflicts *prometheus.CounterVec
+	wire          *wireConn // the guard's ARP socket while it is open
 
 	// The verification by the other nodes (l2verify.go), nil when off;
 	// poke asks the watch to have the held VIPs checked at once.

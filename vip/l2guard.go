@@ -156,6 +156,11 @@ func (l *L2) readClaimsOnce(ctx context.Context, proto int, cfg *packet.Config, 
 	if err != nil {
 		return err
 	}
+	if proto == unix.ETH_P_ARP {
+		// The verification rounds send their ARP probes on it.
+		l.setWire(&wireConn{c: c, ifi: ifi})
+		defer l.setWire(nil)
+	}
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 	defer func() {
 		if stop() {
@@ -183,8 +188,28 @@ func (l *L2) readClaimsOnce(ctx context.Context, proto int, cfg *packet.Config, 
 	}
 }
 
-// arpFrame turns an ARP frame claiming an address this node binds, from a
-// MAC that is not this host's, into a guard Claim.
+// wireConn is the guard's ARP socket, shared with the verification
+// rounds for sending their probes (packet sockets are safe for concurrent
+// writes), with the interface it was opened on.
+type wireConn struct {
+	c   *packet.Conn
+	ifi *net.Interface
+}
+
+func (l *L2) setWire(w *wireConn) {
+	l.gmu.Lock()
+	l.wire = w
+	l.gmu.Unlock()
+}
+
+func (l *L2) wireConn() *wireConn {
+	l.gmu.Lock()
+	defer l.gmu.Unlock()
+	return l.wire
+}
+
+// arpFrame hands an ARP frame that claims an address, from a MAC that is
+// not this interface's, to foreignClaim.
 func (l *L2) arpFrame(ctx context.Context, b []byte, own net.HardwareAddr) {
 	var f ethernet.Frame
 	if err := f.UnmarshalBinary(b); err != nil || f.EtherType != ethernet.EtherTypeARP {
@@ -194,7 +219,7 @@ func (l *L2) arpFrame(ctx context.Context, b []byte, own net.HardwareAddr) {
 	if err := p.UnmarshalBinary(f.Payload); err != nil {
 		return
 	}
-	if !p.SenderIP.IsValid() || !l.guarded(p.SenderIP) {
+	if !p.SenderIP.IsValid() || p.SenderIP.IsUnspecified() {
 		return
 	}
 	if mac := arpClaim(&p, &f, p.SenderIP, own); mac != nil {
@@ -205,18 +230,31 @@ func (l *L2) arpFrame(ctx context.Context, b []byte, own net.HardwareAddr) {
 // naFrame does the same for a neighbour advertisement.
 func (l *L2) naFrame(ctx context.Context, b []byte, own net.HardwareAddr) {
 	target, mac := naParse(b, own)
-	if mac == nil || !l.guarded(target) {
+	if mac == nil {
 		return
 	}
 	l.foreignClaim(ctx, target, mac)
 }
 
+// foreignClaim: another host's MAC claimed addr. For an address this node
+// binds it is a conflict (the guard); for one the verification round is
+// waiting for, the holder answered. Anything else is ignored, before the
+// (cached) look-up of this host's MACs.
 func (l *L2) foreignClaim(ctx context.Context, addr netip.Addr, mac net.HardwareAddr) {
+	guarded, awaited := l.guarded(addr), l.awaited(addr)
+	if !guarded && !awaited {
+		return
+	}
 	if own, err := l.ownMAC(mac, addr); own || err != nil {
 		if err != nil {
 			l.log.Warn("conflict guard: cannot tell whether a MAC is this host's", "vip", addr, "mac", mac.String(), "err", err)
 		}
 		return
 	}
-	l.guardStep(ctx, conflict.Claim{Addr: addr, MAC: mac})
+	if awaited {
+		l.answered(addr)
+	}
+	if guarded {
+		l.guardStep(ctx, conflict.Claim{Addr: addr, MAC: mac})
+	}
 }

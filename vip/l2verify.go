@@ -10,7 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
+	"github.com/mdlayher/packet"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/ipv6"
 
 	"github.com/vipd/vipd/vip/conflict"
 )
@@ -54,13 +59,20 @@ const verifyWait = 300 * time.Millisecond
 
 // verification is the state of the verification on one L2.
 type verification struct {
-	opts     VerifyOptions
-	v        *conflict.Verifier
-	next     time.Time
-	queue    map[netip.Addr]conflict.Holder // holder changes not yet fed, the latest per address
-	prefix   map[netip.Addr]netip.Prefix
-	denied   map[netip.Addr]string // VIPs this node holds that the others cannot reach, with why
-	kick     chan struct{}
+	opts   VerifyOptions
+	v      *conflict.Verifier
+	next   time.Time
+	queue  map[netip.Addr]conflict.Holder // holder changes not yet fed, the latest per address
+	prefix map[netip.Addr]netip.Prefix
+	denied map[netip.Addr]string // VIPs this node holds that the others cannot reach, with why
+	kick   chan struct{}
+	// round holds the addresses the current round waits for, true once
+	// answered (the guard's readers see the answers); nil between rounds.
+	round map[netip.Addr]bool
+	// ndp sends the rounds' neighbour solicitations (opened on first use,
+	// again when the interface changes; it receives nothing).
+	ndp      *ndp.Conn
+	ndpIndex int
 	unreach  *prometheus.GaugeVec
 	unverify *prometheus.GaugeVec
 	gaveUp   *prometheus.CounterVec
@@ -170,6 +182,12 @@ func (l *L2) runVerify(ctx context.Context) {
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	defer func() {
+		if vf.ndp != nil {
+			_ = vf.ndp.Close()
+			vf.ndp = nil
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -207,8 +225,14 @@ func (l *L2) verifyStep(ctx context.Context, vf *verification, ev conflict.Event
 	}
 	if len(out.Probe) > 0 {
 		vf.rounds.Inc()
-		answered := l.verifyRound(ctx, vf, out.Probe)
-		l.verifyStep(ctx, vf, conflict.Probed{Addrs: out.Probe, Answered: answered})
+		probed := out.Probe
+		answered, err := l.verifyRound(ctx, vf, probed)
+		if err != nil {
+			// This node cannot verify anything (its interface is down):
+			// that says nothing about the holder. No verdict changes.
+			probed = nil
+		}
+		l.verifyStep(ctx, vf, conflict.Probed{Addrs: probed, Answered: answered})
 	}
 	for _, a := range out.ReadReports {
 		reporters, others := vf.opts.Peers.UnverifiedBy(l.prefixOf(vf, a).String())
@@ -225,35 +249,145 @@ func (l *L2) prefixOf(vf *verification, a netip.Addr) netip.Prefix {
 	return hostPrefix(a)
 }
 
-// verifyRound resolves the addresses (one batched round of RFC 5227
-// probes: answered by the holder's kernel, and never changing a
-// neighbour's cache) and, with a port, connects to each address that
-// answered. It returns the addresses that passed. A round that cannot be
-// sent (the interface is down) answers nothing and says so in the log once
-// per failure streak: this node then cannot verify anything, and reports it.
-func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Addr) map[netip.Addr]bool {
-	ok := map[netip.Addr]bool{}
-	answers, err := l.probeMany(ctx, addrs, vf.opts.Wait)
-	if err != nil {
-		l.log.Debug("verification round failed", "interface", l.ifname, "err", err)
-		return ok
+// verifyRound resolves the addresses as one batched round of RFC 5227
+// probes (ARP probes from 0.0.0.0 and neighbour solicitations: answered by
+// the holder's kernel, never changing a neighbour's cache), sent on
+// sockets that stay open; the guard's readers, which see every ARP frame
+// and neighbour advertisement anyway, note the answers. With a port it then
+// connects to each address that answered. It returns the addresses that
+// passed, or an error when the round could not be sent (the guard's socket
+// is not open: this node's interface is down or gone): then nothing is
+// known about the holders.
+func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Addr) (map[netip.Addr]bool, error) {
+	w := l.wireConn()
+	if w == nil {
+		return nil, errors.New("the ARP socket of the conflict guard is not open")
 	}
+	l.vmu.Lock()
+	vf.round = make(map[netip.Addr]bool, len(addrs))
 	for _, a := range addrs {
-		if _, answered := answers[a]; !answered {
+		vf.round[a] = false
+	}
+	l.vmu.Unlock()
+	defer func() {
+		l.vmu.Lock()
+		vf.round = nil
+		l.vmu.Unlock()
+	}()
+	for _, a := range addrs {
+		if err := l.sendProbe(vf, w, a); err != nil {
+			l.log.Debug("verification round failed", "interface", l.ifname, "err", err)
+			return nil, err
+		}
+	}
+	t := time.NewTimer(vf.opts.Wait)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return nil, ctx.Err()
+	case <-t.C:
+	}
+	ok := map[netip.Addr]bool{}
+	l.vmu.Lock()
+	for a, answered := range vf.round {
+		if answered {
+			ok[a] = true
+		}
+	}
+	l.vmu.Unlock()
+	if vf.opts.Port == 0 {
+		return ok, nil
+	}
+	for a := range ok {
+		d := net.Dialer{Timeout: vf.opts.Wait}
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), strconv.Itoa(int(vf.opts.Port))))
+		if err != nil {
+			l.log.Debug("verification: cannot connect through the VIP", "vip", a, "port", vf.opts.Port, "err", err)
+			delete(ok, a)
 			continue
 		}
-		if vf.opts.Port != 0 {
-			d := net.Dialer{Timeout: vf.opts.Wait}
-			c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), strconv.Itoa(int(vf.opts.Port))))
-			if err != nil {
-				l.log.Debug("verification: cannot connect through the VIP", "vip", a, "port", vf.opts.Port, "err", err)
-				continue
-			}
-			_ = c.Close()
-		}
-		ok[a] = true
+		_ = c.Close()
 	}
+	return ok, nil
+}
+
+// sendProbe sends one probe for a: an ARP probe on the guard's socket, or a
+// neighbour solicitation to its solicited-node group.
+func (l *L2) sendProbe(vf *verification, w *wireConn, a netip.Addr) error {
+	if a.Is4() {
+		p, err := arp.NewPacket(arp.OperationRequest, w.ifi.HardwareAddr, netip.IPv4Unspecified(), make(net.HardwareAddr, 6), a)
+		if err != nil {
+			return err
+		}
+		pb, err := p.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		f := ethernet.Frame{Destination: ethernet.Broadcast, Source: w.ifi.HardwareAddr, EtherType: ethernet.EtherTypeARP, Payload: pb}
+		fb, err := f.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		if _, err := w.c.WriteTo(fb, &packet.Addr{HardwareAddr: ethernet.Broadcast}); err != nil {
+			return fmt.Errorf("ARP probe for %s: %w", a, err)
+		}
+		return nil
+	}
+	if vf.ndp == nil || vf.ndpIndex != w.ifi.Index {
+		if vf.ndp != nil {
+			_ = vf.ndp.Close()
+		}
+		c, _, err := ndp.Listen(ndpInterface(w.ifi), ndp.LinkLocal)
+		if err != nil {
+			c, _, err = ndp.Listen(ndpInterface(w.ifi), ndp.Unspecified)
+		}
+		if err != nil {
+			vf.ndp = nil
+			return fmt.Errorf("neighbour probe on %s: %w", w.ifi.Name, err)
+		}
+		// It only sends: nothing is queued on it.
+		var none ipv6.ICMPFilter
+		none.SetAll(true)
+		if err := c.SetICMPFilter(&none); err != nil {
+			_ = c.Close()
+			return fmt.Errorf("neighbour probe on %s: %w", w.ifi.Name, err)
+		}
+		vf.ndp, vf.ndpIndex = c, w.ifi.Index
+	}
+	snm, err := ndp.SolicitedNodeMulticast(a)
+	if err != nil {
+		return err
+	}
+	ns := &ndp.NeighborSolicitation{TargetAddress: a,
+		Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: w.ifi.HardwareAddr}}}
+	if err := vf.ndp.WriteTo(ns, nil, snm); err != nil {
+		_ = vf.ndp.Close()
+		vf.ndp = nil
+		return fmt.Errorf("neighbour probe for %s: %w", a, err)
+	}
+	return nil
+}
+
+// awaited reports whether the current round waits for an answer for a.
+func (l *L2) awaited(a netip.Addr) bool {
+	l.vmu.Lock()
+	defer l.vmu.Unlock()
+	if l.verify == nil || l.verify.round == nil {
+		return false
+	}
+	_, ok := l.verify.round[a]
 	return ok
+}
+
+// answered notes that another host answered for a in the current round.
+func (l *L2) answered(a netip.Addr) {
+	l.vmu.Lock()
+	defer l.vmu.Unlock()
+	if l.verify != nil && l.verify.round != nil {
+		if _, ok := l.verify.round[a]; ok {
+			l.verify.round[a] = true
+		}
+	}
 }
 
 // verdict acts on one change of a verdict.

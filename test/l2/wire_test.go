@@ -189,6 +189,23 @@ func TestForeignHostClaimsVIP(t *testing.T) {
 		}) {
 			t.Fatalf("%s: client never served by %s", v, h)
 		}
+		if v.Is6() {
+			// DAD: a host that adds the address the usual way (duplicate
+			// address detection on) finds the holder answering and
+			// leaves it dadfailed: it never answers for it.
+			if _, err := x.Output(ctx, "ip", "-6", "addr", "add", v.String()+bits, "dev", x.Link); err != nil {
+				t.Fatal(err)
+			}
+			if !waitFor(ctxT(t, 5*time.Second), 50*time.Millisecond, func() bool {
+				out, err := x.Output(ctx, "ip", "-6", "addr", "show", "dev", x.Link, "dadfailed")
+				return err == nil && strings.Contains(string(out), v.String())
+			}) {
+				t.Fatalf("%s: the foreign host's duplicate address detection did not fail while %s holds it", v, h)
+			}
+			if _, err := x.Output(ctx, "ip", "-6", "addr", "del", v.String()+bits, "dev", x.Link); err != nil {
+				t.Fatal(err)
+			}
+		}
 		// The foreign host takes the address and claims it every 400 ms.
 		add := []string{"addr", "add", v.String() + bits, "dev", x.Link}
 		if v.Is6() {

@@ -68,6 +68,14 @@ func TestVerifier(t *testing.T) {
 			{at: 2 * s, ev: Tick{}, probe: []netip.Addr{vip}},
 			{at: 2 * s, ev: Probed{Addrs: []netip.Addr{vip}}},
 		}},
+		{"rounds that could not be sent (this node's interface down) say nothing about the holder", []vstep{
+			{ev: Holder{Addr: vip, Name: "n2"}, probe: []netip.Addr{vip}},
+			{ev: Probed{}},
+			{at: s, ev: Tick{}, probe: []netip.Addr{vip}},
+			{at: s, ev: Probed{}},
+			{at: 2 * s, ev: Tick{}, probe: []netip.Addr{vip}},
+			{at: 2 * s, ev: Probed{}},
+		}},
 		{"a new holder withdraws the verdict on the previous one", []vstep{
 			{ev: Holder{Addr: vip, Name: "n1"}, probe: []netip.Addr{vip}},
 			{ev: Probed{Addrs: []netip.Addr{vip}}},
