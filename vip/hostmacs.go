@@ -12,8 +12,10 @@ import (
 // hostMACsMaxAge is how old the set of this host's MACs may be when a MAC
 // not in it is looked up: older, the links are listed again first. The
 // netlink watch marks the set stale on every link change, so this only
-// matters while that watch is down.
-const hostMACsMaxAge = time.Second
+// matters while that watch is down; it bounds the netlink dumps that the
+// holder's answers to the verification rounds (a foreign MAC every
+// second) and a host flooding claims can cause.
+const hostMACsMaxAge = 10 * time.Second
 
 // hostMACs is the set of this host's own link-layer addresses: every
 // interface of the network namespace (bonds, their slaves' permanent

@@ -45,16 +45,17 @@ func TestHostMACs(t *testing.T) {
 			links = append(links, &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "eth1", HardwareAddr: eth1}})
 			h.invalidate()
 		}, mac: eth1, at: 700 * time.Millisecond, own: true, lists: 2},
-		{name: "older than max age: listed again on a miss", mac: other, at: 2 * time.Second, lists: 3},
-		{name: "a hit needs no listing", mac: eth1, at: 5 * time.Second, own: true, lists: 3},
+		{name: "a foreign MAC again just within max age: no listing", mac: other, at: 700*time.Millisecond + hostMACsMaxAge - time.Millisecond, lists: 2},
+		{name: "older than max age: listed again on a miss", mac: other, at: 700*time.Millisecond + hostMACsMaxAge, lists: 3},
+		{name: "a hit needs no listing", mac: eth1, at: 3 * hostMACsMaxAge, own: true, lists: 3},
 		{name: "a NIC removed and the set stale: no longer ours", do: func() {
 			links = links[:len(links)-1]
 			h.invalidate()
-		}, mac: eth1, at: 5100 * time.Millisecond, lists: 4},
+		}, mac: eth1, at: 3*hostMACsMaxAge + time.Millisecond, lists: 4},
 		{name: "listing fails: an error, never a verdict", do: func() {
 			fail = errors.New("netlink: boom")
 			h.invalidate()
-		}, mac: other, at: 6 * time.Second, err: true, lists: 5},
+		}, mac: other, at: 3*hostMACsMaxAge + 2*time.Millisecond, err: true, lists: 5},
 	}
 	for _, s := range steps {
 		if s.do != nil {
