@@ -19,7 +19,7 @@ const (
 	// VerifyMisses unanswered rounds in a row make an address unreachable.
 	VerifyMisses = 2
 	// ReportsEvery is how often the holder reads the others' reports.
-	ReportsEvery = 250 * time.Millisecond
+	ReportsEvery = 500 * time.Millisecond
 	// VerifyMaxRound bounds one round: with more addresses than this to
 	// verify, rounds take turns (1,000 pool addresses never cost 1,000
 	// probes a second).

@@ -94,7 +94,7 @@ func TestVerifier(t *testing.T) {
 			{ev: Holder{Addr: vip, Name: "n1", Self: true}, read: []netip.Addr{vip}},
 			// Reports about the previous holder right after taking over.
 			{at: 100 * time.Millisecond, ev: Reports{Addr: vip, Reporters: []string{"n2", "n3"}, Others: 2}},
-			{at: 250 * time.Millisecond, ev: Tick{}, read: []netip.Addr{vip}},
+			{at: ReportsEvery, ev: Tick{}, read: []netip.Addr{vip}},
 			{at: 3 * s, ev: Reports{Addr: vip, Reporters: []string{"n2"}, Others: 2}, read: []netip.Addr{vip}},
 			{at: 3100 * time.Millisecond, ev: Reports{Addr: vip, Reporters: []string{"n2", "n3"}, Others: 2}, verdicts: "self unreachable 10.0.0.100@n1"},
 			{at: 3200 * time.Millisecond, ev: Reports{Addr: vip, Reporters: []string{"n2", "n3"}, Others: 2}},
