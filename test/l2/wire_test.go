@@ -167,6 +167,9 @@ func TestForeignHostClaimsVIP(t *testing.T) {
 	ctx := ctxT(t, 90*time.Second)
 	c.start()
 	c.holder(ctx)
+	// Past the holders' announcement burst (5 x 1.1 s): from then on only
+	// the defence can bring a client back before the 30 s refresh.
+	time.Sleep(5 * time.Second)
 	for _, v := range []netip.Addr{c.vip, v6} {
 		holders, err := c.Holders(ctx, v)
 		for err == nil && len(holders) != 1 {
@@ -182,7 +185,7 @@ func TestForeignHostClaimsVIP(t *testing.T) {
 		if v.Is6() {
 			bits = "/128"
 		}
-		prober := c.Client.StartProber(hostPort(v, 6443), 20*time.Millisecond, 200*time.Millisecond)
+		prober := c.Client.StartProber(hostPort(v, 6443), 50*time.Millisecond, 500*time.Millisecond)
 		if !waitFor(ctx, 20*time.Millisecond, func() bool {
 			a := prober.Answers()
 			return len(a) > 0 && a[len(a)-1].Node == h
@@ -268,21 +271,30 @@ func TestForeignHostClaimsVIP(t *testing.T) {
 		time.Sleep(2500 * time.Millisecond)
 		prober.Stop()
 		ans := prober.Answers()
+		// Back: the first probe after the stop that the holder answered;
+		// from then on the holder answers (a probe lost to a loaded
+		// machine now and then is not the foreign host).
 		var back time.Time
+		after, served := 0, 0
 		for _, a := range ans {
 			if a.Sent.Before(stopped) {
 				continue
 			}
-			if a.Node != h {
-				back = time.Time{}
-				continue
-			}
-			if back.IsZero() {
+			if back.IsZero() && a.Node == h {
 				back = a.Sent
+			}
+			if !back.IsZero() {
+				after++
+				if a.Node == h {
+					served++
+				}
 			}
 		}
 		if back.IsZero() || back.Sub(stopped) > 2*time.Second {
-			t.Fatalf("%s: clients not served by %s within 2 s after the foreign host stopped (back %v after)", v, h, back.Sub(stopped))
+			t.Fatalf("%s: clients not served by %s within 2 s after the foreign host stopped (answers %v)", v, h, ans)
+		}
+		if served*10 < after*8 {
+			t.Fatalf("%s: after the holder served the client again, it answered only %d of %d probes", v, served, after)
 		}
 		t.Logf("%s: clients served by the holder %v after the foreign host stopped", v, max(back.Sub(stopped), 0).Round(time.Millisecond))
 	}
