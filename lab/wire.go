@@ -108,3 +108,25 @@ func (h *Host) Announce(addr netip.Addr) error {
 		return c.WriteTo(na, nil, netip.IPv6LinkLocalAllNodes())
 	})
 }
+
+// ReplaceLink deletes the host's eth0 and creates it again under the same
+// name, MAC and addresses, attached to the bridge again (a bond or VLAN
+// re-created by the network configuration): a new interface index.
+func (h *Host) ReplaceLink(ctx context.Context) error {
+	cmds := [][]string{
+		{"-n", h.lab.BridgeNS, "link", "del", h.Peer},
+		{"-n", h.lab.BridgeNS, "link", "add", h.Peer, "type", "veth", "peer", "name", h.Link, "netns", h.NS},
+		{"-n", h.lab.BridgeNS, "link", "set", h.Peer, "master", "br0"},
+		{"-n", h.lab.BridgeNS, "link", "set", h.Peer, "up"},
+		{"-n", h.NS, "link", "set", h.Link, "address", h.MAC.String()},
+		{"-n", h.NS, "addr", "add", netip.PrefixFrom(h.IPv4, 24).String(), "dev", h.Link},
+		{"-n", h.NS, "-6", "addr", "add", netip.PrefixFrom(h.IPv6, 64).String(), "dev", h.Link, "nodad"},
+		{"-n", h.NS, "link", "set", h.Link, "up"},
+	}
+	for _, c := range cmds {
+		if err := ip(ctx, c...); err != nil {
+			return err
+		}
+	}
+	return sysctl(ctx, h.NS, "net.ipv6.neigh."+h.Link+".retrans_time_ms", "100")
+}

@@ -87,11 +87,11 @@ func (l *L2) runGuard(ctx context.Context) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		l.readClaims(ctx, unix.ETH_P_ARP, nil, l.arpFrame)
+		l.readClaims(ctx, "arp", unix.ETH_P_ARP, nil, l.arpFrame)
 	}()
 	go func() {
 		defer wg.Done()
-		l.readClaims(ctx, unix.ETH_P_IPV6, &packet.Config{Filter: naFilter}, l.naFrame)
+		l.readClaims(ctx, "neighbour advertisements", unix.ETH_P_IPV6, &packet.Config{Filter: naFilter}, l.naFrame)
 	}()
 	defer wg.Wait()
 	timer := time.NewTimer(time.Hour)
@@ -128,15 +128,20 @@ func arm(timer *time.Timer, next time.Time) {
 // readClaims reads frames of one EtherType on the VIP interface and hands
 // each to frame, opening the socket again when the interface is replaced
 // or the socket fails, until ctx is done.
-func (l *L2) readClaims(ctx context.Context, proto int, cfg *packet.Config, frame func(context.Context, []byte, net.HardwareAddr)) {
+func (l *L2) readClaims(ctx context.Context, what string, proto int, cfg *packet.Config, frame func(context.Context, []byte, net.HardwareAddr)) {
 	failing := false
 	for ctx.Err() == nil {
-		err := l.readClaimsOnce(ctx, proto, cfg, frame)
+		err := l.readClaimsOnce(ctx, proto, cfg, frame, func() {
+			if failing {
+				l.log.Info("conflict guard: reading the VIP interface again", "interface", l.ifname, "socket", what)
+				failing = false
+			}
+		})
 		if ctx.Err() != nil {
 			return
 		}
 		if !failing {
-			l.log.Warn("conflict guard: cannot read the VIP interface; trying again every second", "interface", l.ifname, "err", err)
+			l.log.Warn("conflict guard: cannot read the VIP interface; trying again every second", "interface", l.ifname, "socket", what, "err", err)
 			failing = true
 		}
 		select {
@@ -147,7 +152,7 @@ func (l *L2) readClaims(ctx context.Context, proto int, cfg *packet.Config, fram
 	}
 }
 
-func (l *L2) readClaimsOnce(ctx context.Context, proto int, cfg *packet.Config, frame func(context.Context, []byte, net.HardwareAddr)) error {
+func (l *L2) readClaimsOnce(ctx context.Context, proto int, cfg *packet.Config, frame func(context.Context, []byte, net.HardwareAddr), opened func()) error {
 	ifi, err := net.InterfaceByIndex(int(l.index.Load()))
 	if err != nil {
 		return err
@@ -156,6 +161,7 @@ func (l *L2) readClaimsOnce(ctx context.Context, proto int, cfg *packet.Config, 
 	if err != nil {
 		return err
 	}
+	opened()
 	if proto == unix.ETH_P_ARP {
 		// The verification rounds send their ARP probes on it.
 		l.setWire(&wireConn{c: c, ifi: ifi})

@@ -379,3 +379,62 @@ func TestFilteredAnnouncementMoves(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardAfterInterfaceReplaced: the VIP interface is deleted and
+// created again under its name (a re-created bond or VLAN: a new index).
+// The VIP is bound on the new interface, and the conflict guard reads the
+// new one: a foreign claim is still reported.
+func TestGuardAfterInterfaceReplaced(t *testing.T) {
+	bin := prerequisites(t)
+	l := lab.New(t, lab.Options{Nodes: 1, Extra: []string{"x"}})
+	n, x := l.Nodes[0], l.Extra["x"]
+	if _, err := n.StartAPIServer("0.0.0.0:6443", lab.OK); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 60*time.Second)
+	v := l.VIP4(7)
+	p, err := n.StartVipd(bin, "VIPD_ADDRESS="+v.String()+"/32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("vipd output:\n%s", tail(p.Output(), 80))
+		}
+	})
+	if err := n.WaitAddr(ctx, v, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ReplaceLink(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitAddr(ctx, v, true); err != nil {
+		t.Fatalf("VIP not bound again on the re-created interface: %v", err)
+	}
+	// The foreign host claims the VIP now and then (it does not bind it:
+	// the lone holder's probe would give the VIP up to it).
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		logLine(wctx, p, "VIP conflict: another host claims", "vip="+v.String(), "mac="+x.MAC.String())
+	}()
+	for done := false; !done; {
+		if err := x.Announce(v); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-reported:
+			done = true
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if wctx.Err() != nil {
+		t.Fatalf("no conflict reported on the re-created interface within 15 s")
+	}
+	if !strings.Contains(p.Output(), "conflict guard: reading the VIP interface again") {
+		t.Errorf("the guard did not say it reads the re-created interface")
+	}
+	t.Logf("guard after the replacement:\n%s", grepLines(p.Output(), "conflict guard"))
+}
