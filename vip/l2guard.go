@@ -258,7 +258,7 @@ func (l *L2) foreignClaim(ctx context.Context, addr netip.Addr, mac net.Hardware
 		return
 	}
 	if awaited {
-		l.answered(addr)
+		l.answered(addr, mac)
 	}
 	if guarded {
 		l.guardStep(ctx, conflict.Claim{Addr: addr, MAC: mac})

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,9 +68,14 @@ type verification struct {
 	prefix map[netip.Addr]netip.Prefix
 	denied map[netip.Addr]string // VIPs this node holds that the others cannot reach, with why
 	kick   chan struct{}
-	// round holds the addresses the current round waits for, true once
-	// answered (the guard's readers see the answers); nil between rounds.
-	round map[netip.Addr]bool
+	// round holds the addresses the current round waits for, with the
+	// MACs that answered (the guard's readers see the answers); nil
+	// between rounds.
+	round map[netip.Addr]map[string]bool
+	// dups: addresses two or more MACs answered for in one round (two
+	// holders), with when the episode began and was last seen.
+	dups     map[netip.Addr]*Duplicate
+	dupCount *prometheus.CounterVec
 	// ndp sends the rounds' neighbour solicitations (opened on first use,
 	// again when the interface changes; it receives nothing).
 	ndp      *ndp.Conn
@@ -88,6 +95,10 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 	vf := &verification{
 		opts: opts, v: conflict.NewVerifier(opts.Every),
 		queue: map[netip.Addr]conflict.Holder{}, prefix: map[netip.Addr]netip.Prefix{}, denied: map[netip.Addr]string{},
+		dups: map[netip.Addr]*Duplicate{},
+		dupCount: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vipd_duplicate_answers_total", Help: "Verification rounds (on a node that does not hold the VIP) in which more than one host answered for the VIP: one per set of MACs and episode (it ends after 10 s without).",
+		}, []string{"vip"}),
 		kick: make(chan struct{}, 1),
 		unreach: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_vip_unreachable", Help: "1 while this node cannot reach the VIP through the node that holds it (its ARP / neighbour probes, and the VIPD_VERIFY_PORT connection, go unanswered).",
@@ -103,7 +114,7 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{vf.unreach, vf.unverify, vf.gaveUp, vf.rounds} {
+		for _, c := range []prometheus.Collector{vf.unreach, vf.unverify, vf.gaveUp, vf.rounds, vf.dupCount} {
 			if err := reg.Register(c); err != nil {
 				return err
 			}
@@ -131,6 +142,7 @@ func (l *L2) SetHolder(vip netip.Prefix, holder string, self bool) {
 		vf.unreach.WithLabelValues(v).Set(0)
 		vf.unverify.WithLabelValues(v).Set(0)
 		vf.gaveUp.WithLabelValues(v).Add(0)
+		vf.dupCount.WithLabelValues(v).Add(0)
 	}
 	vf.prefix[vip.Addr()] = vip
 	vf.queue[vip.Addr()] = conflict.Holder{Addr: vip.Addr(), Name: holder, Self: self}
@@ -141,15 +153,31 @@ func (l *L2) SetHolder(vip netip.Prefix, holder string, self bool) {
 	}
 }
 
-// Verification lists what this node knows about the announcements of the
-// VIPs, for /status (nil when the verification is off).
-func (l *L2) Verification() []conflict.VerifyStatus {
+// VerifyStatus is the verification's section of /status.
+type VerifyStatus struct {
+	// Addresses: what this node knows of each VIP's announcements.
+	Addresses []conflict.VerifyStatus `json:"addresses"`
+	// Duplicates: VIPs more than one host answered for in one round,
+	// seen in the last minute.
+	Duplicates []Duplicate `json:"duplicates,omitempty"`
+}
+
+// Verification reports what this node knows about the announcements of
+// the VIPs, for /status (nil when the verification is off).
+func (l *L2) Verification() *VerifyStatus {
 	l.vmu.Lock()
 	defer l.vmu.Unlock()
 	if l.verify == nil {
 		return nil
 	}
-	return l.verify.v.Status()
+	st := &VerifyStatus{Addresses: l.verify.v.Status()}
+	for _, d := range l.verify.dups {
+		if time.Since(d.Last) < time.Minute {
+			st.Duplicates = append(st.Duplicates, *d)
+		}
+	}
+	slices.SortFunc(st.Duplicates, func(a, b Duplicate) int { return a.Addr.Compare(b.Addr) })
+	return st
 }
 
 // unverified returns why the others cannot reach vip through this node, or "".
@@ -264,9 +292,9 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 		return nil, errors.New("the ARP socket of the conflict guard is not open")
 	}
 	l.vmu.Lock()
-	vf.round = make(map[netip.Addr]bool, len(addrs))
+	vf.round = make(map[netip.Addr]map[string]bool, len(addrs))
 	for _, a := range addrs {
-		vf.round[a] = false
+		vf.round[a] = map[string]bool{}
 	}
 	l.vmu.Unlock()
 	defer func() {
@@ -288,13 +316,20 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 	case <-t.C:
 	}
 	ok := map[netip.Addr]bool{}
+	dups := map[netip.Addr][]string{}
 	l.vmu.Lock()
-	for a, answered := range vf.round {
-		if answered {
+	for a, macs := range vf.round {
+		if len(macs) > 0 {
 			ok[a] = true
+		}
+		if len(macs) > 1 {
+			dups[a] = slices.Sorted(maps.Keys(macs))
 		}
 	}
 	l.vmu.Unlock()
+	for a, macs := range dups {
+		l.duplicate(vf, a, macs)
+	}
 	if vf.opts.Port == 0 {
 		return ok, nil
 	}
@@ -379,15 +414,50 @@ func (l *L2) awaited(a netip.Addr) bool {
 	return ok
 }
 
-// answered notes that another host answered for a in the current round.
-func (l *L2) answered(a netip.Addr) {
+// answered notes that mac, another host's, answered for a in the current
+// round.
+func (l *L2) answered(a netip.Addr, mac net.HardwareAddr) {
 	l.vmu.Lock()
 	defer l.vmu.Unlock()
 	if l.verify != nil && l.verify.round != nil {
-		if _, ok := l.verify.round[a]; ok {
-			l.verify.round[a] = true
+		if macs, ok := l.verify.round[a]; ok {
+			macs[mac.String()] = true
 		}
 	}
+}
+
+// Duplicate is two or more hosts answering one verification round for a
+// VIP that another node holds: seen from a node that does not hold it.
+type Duplicate struct {
+	Addr  netip.Addr `json:"address"`
+	MACs  []string   `json:"macs"`
+	First time.Time  `json:"first"`
+	Last  time.Time  `json:"last"`
+}
+
+// dupQuiet ends a duplicate episode: not seen for this long.
+const dupQuiet = 10 * time.Second
+
+// duplicate records that several MACs answered one round for a: a
+// conflict seen from a node that does not hold the VIP (RFC 5227 on every
+// node): counted and logged once per episode (new MACs, or after
+// dupQuiet), shown in /status.
+func (l *L2) duplicate(vf *verification, a netip.Addr, macs []string) {
+	now := time.Now()
+	l.vmu.Lock()
+	d := vf.dups[a]
+	fresh := d == nil || !slices.Equal(d.MACs, macs) || now.Sub(d.Last) >= dupQuiet
+	if fresh {
+		d = &Duplicate{Addr: a, MACs: macs, First: now}
+		vf.dups[a] = d
+	}
+	d.Last = now
+	l.vmu.Unlock()
+	if !fresh {
+		return
+	}
+	vf.dupCount.WithLabelValues(l.prefixOf(vf, a).String()).Inc()
+	l.log.Warn("VIP conflict: more than one host answers for a VIP another node holds", "vip", a, "macs", strings.Join(macs, ","), "interface", l.ifname)
 }
 
 // verdict acts on one change of a verdict.

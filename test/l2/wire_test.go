@@ -244,6 +244,21 @@ func TestForeignHostClaimsVIP(t *testing.T) {
 		if !metric(ctx, t, c.node(h), `vipd_address_conflicts_total{vip="`+v.String()+bits+`"} 1`) {
 			t.Errorf("%s: vipd_address_conflicts_total is not 1 on %s", v, h)
 		}
+		// Every node: the other node's verification round is answered by
+		// both the holder and the foreign host (which bound the address).
+		for name, op := range c.vipd {
+			if name == h {
+				continue
+			}
+			dctx, dcancel := context.WithTimeout(ctx, 3*time.Second)
+			if !logLine(dctx, op, "VIP conflict: more than one host answers", "vip="+v.String(), x.MAC.String()) {
+				t.Errorf("%s: the non-holder %s did not report two hosts answering within 3 s", v, name)
+			}
+			dcancel()
+			if !metric(ctx, t, c.node(name), `vipd_duplicate_answers_total{vip="`+v.String()+bits+`"} 1`) {
+				t.Errorf("%s: vipd_duplicate_answers_total is not 1 on %s", v, name)
+			}
+		}
 		st, err := c.node(h).Output(ctx, c.bin, "status", "--json")
 		if err != nil || !strings.Contains(strings.ReplaceAll(string(st), " ", ""), `"mac":"`+x.MAC.String()+`"`) {
 			t.Errorf("%s: /status of %s does not name the foreign MAC %s: %v\n%s", v, h, x.MAC, err, st)
