@@ -330,6 +330,22 @@ func (n *Node) SetUnverified(vip string, unreachable bool) {
 	n.send(Unverified{VIP: vip, Unreachable: unreachable})
 }
 
+// MemberAddr returns the gossip IP address of the named member, if it is
+// in view.
+func (n *Node) MemberAddr(name string) (netip.Addr, bool) {
+	for _, m := range n.members() {
+		if m.Name != name {
+			continue
+		}
+		ap, err := netip.ParseAddrPort(m.Addr)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
 // UnverifiedBy returns the alive members other than this node that report
 // they cannot reach vip (Meta.Unverified), and how many alive members
 // other than this node there are.

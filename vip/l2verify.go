@@ -43,6 +43,9 @@ type VerifyPeers interface {
 	// UnverifiedBy returns the other alive members that report they
 	// cannot reach vip, and how many other alive members there are.
 	UnverifiedBy(vip string) (reporters []string, others int)
+	// MemberAddr returns a member's own (gossip) address: the MACs that
+	// answer for it are that node's NICs.
+	MemberAddr(name string) (netip.Addr, bool)
 }
 
 // VerifyOptions turn the verification on (EnableVerify).
@@ -76,6 +79,7 @@ type verification struct {
 	// holders), with when the episode began and was last seen.
 	dups     map[netip.Addr]*Duplicate
 	dupCount *prometheus.CounterVec
+	holder   map[netip.Addr]string // who holds each VIP, by name
 	// ndp sends the rounds' neighbour solicitations (opened on first use,
 	// again when the interface changes; it receives nothing).
 	ndp      *ndp.Conn
@@ -95,7 +99,7 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 	vf := &verification{
 		opts: opts, v: conflict.NewVerifier(opts.Every),
 		queue: map[netip.Addr]conflict.Holder{}, prefix: map[netip.Addr]netip.Prefix{}, denied: map[netip.Addr]string{},
-		dups: map[netip.Addr]*Duplicate{},
+		dups: map[netip.Addr]*Duplicate{}, holder: map[netip.Addr]string{},
 		dupCount: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_duplicate_answers_total", Help: "Verification rounds (on a node that does not hold the VIP) in which more than one host answered for the VIP: one per set of MACs and episode (it ends after 10 s without).",
 		}, []string{"vip"}),
@@ -145,6 +149,7 @@ func (l *L2) SetHolder(vip netip.Prefix, holder string, self bool) {
 		vf.dupCount.WithLabelValues(v).Add(0)
 	}
 	vf.prefix[vip.Addr()] = vip
+	vf.holder[vip.Addr()] = holder
 	vf.queue[vip.Addr()] = conflict.Holder{Addr: vip.Addr(), Name: holder, Self: self}
 	l.vmu.Unlock()
 	select {
@@ -291,10 +296,30 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 	if w == nil {
 		return nil, errors.New("the ARP socket of the conflict guard is not open")
 	}
+	// The IPv4 address of each IPv4 VIP's holder is probed too: with
+	// arp_ignore 0 every NIC of the holder answers for the VIP and for its
+	// own address alike, so MACs that answer both are the holder's, not a
+	// second holder (IPv6 answers only on the VIP's interface).
 	l.vmu.Lock()
-	vf.round = make(map[netip.Addr]map[string]bool, len(addrs))
+	holderOf := map[netip.Addr]netip.Addr{}
+	for _, a := range addrs {
+		if !a.Is4() {
+			continue
+		}
+		if ip, ok := vf.opts.Peers.MemberAddr(vf.holder[a]); ok && ip.Is4() {
+			holderOf[a] = ip
+		}
+	}
+	probe := slices.Clone(addrs)
+	vf.round = make(map[netip.Addr]map[string]bool, len(addrs)+len(holderOf))
 	for _, a := range addrs {
 		vf.round[a] = map[string]bool{}
+	}
+	for _, ip := range holderOf {
+		if _, dup := vf.round[ip]; !dup {
+			vf.round[ip] = map[string]bool{}
+			probe = append(probe, ip)
+		}
 	}
 	l.vmu.Unlock()
 	defer func() {
@@ -302,7 +327,7 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 		vf.round = nil
 		l.vmu.Unlock()
 	}()
-	for _, a := range addrs {
+	for _, a := range probe {
 		if err := l.sendProbe(vf, w, a); err != nil {
 			l.log.Debug("verification round failed", "interface", l.ifname, "err", err)
 			return nil, err
@@ -318,11 +343,21 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 	ok := map[netip.Addr]bool{}
 	dups := map[netip.Addr][]string{}
 	l.vmu.Lock()
-	for a, macs := range vf.round {
+	for _, a := range addrs {
+		macs := vf.round[a]
 		if len(macs) > 0 {
 			ok[a] = true
 		}
-		if len(macs) > 1 {
+		if len(macs) < 2 {
+			continue
+		}
+		foreign := false
+		for m := range macs {
+			if !vf.round[holderOf[a]][m] {
+				foreign = true
+			}
+		}
+		if foreign || !holderOf[a].IsValid() {
 			dups[a] = slices.Sorted(maps.Keys(macs))
 		}
 	}
