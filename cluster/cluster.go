@@ -333,15 +333,13 @@ func (n *Node) SetUnverified(vip string, unreachable bool) {
 // MemberAddr returns the gossip IP address of the named member, if it is
 // in view.
 func (n *Node) MemberAddr(name string) (netip.Addr, bool) {
-	for _, m := range n.members() {
+	// memberlist's own list: no metadata to decode (called every round).
+	for _, m := range n.ml.Members() {
 		if m.Name != name {
 			continue
 		}
-		ap, err := netip.ParseAddrPort(m.Addr)
-		if err != nil {
-			return netip.Addr{}, false
-		}
-		return ap.Addr().Unmap(), true
+		a, ok := netip.AddrFromSlice(m.Addr)
+		return a.Unmap(), ok
 	}
 	return netip.Addr{}, false
 }

@@ -217,6 +217,16 @@ func (l *L2) wireConn() *wireConn {
 // arpFrame hands an ARP frame that claims an address, from a MAC that is
 // not this interface's, to foreignClaim.
 func (l *L2) arpFrame(ctx context.Context, b []byte, own net.HardwareAddr) {
+	// Most ARP frames name an address nobody here cares about (or
+	// 0.0.0.0: a probe): look at the sender address in place first,
+	// before parsing (which allocates).
+	const sender = 14 + 14 // Ethernet header, then ARP up to the sender IP
+	if len(b) < sender+4 || b[12] != 0x08 || b[13] != 0x06 {
+		return
+	}
+	if sip := netip.AddrFrom4([4]byte(b[sender : sender+4])); sip.IsUnspecified() || !l.guarded(sip) && !l.awaited(sip) {
+		return
+	}
 	var f ethernet.Frame
 	if err := f.UnmarshalBinary(b); err != nil || f.EtherType != ethernet.EtherTypeARP {
 		return
