@@ -11,6 +11,8 @@ import (
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/packet"
+	"golang.org/x/net/bpf"
+	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
 	"github.com/vipd/vipd/vip/conflict"
@@ -87,11 +89,11 @@ func (l *L2) runGuard(ctx context.Context) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		l.readClaims(ctx, "arp", unix.ETH_P_ARP, nil, l.arpFrame)
+		l.readClaims(ctx, "arp", unix.ETH_P_ARP, &packet.Config{Filter: arpGuardFilter}, l.arpFrame)
 	}()
 	go func() {
 		defer wg.Done()
-		l.readClaims(ctx, "neighbour advertisements", unix.ETH_P_IPV6, &packet.Config{Filter: naFilter}, l.naFrame)
+		l.readClaims(ctx, "neighbour advertisements", unix.ETH_P_IPV6, &packet.Config{Filter: naGuardFilter}, l.naFrame)
 	}()
 	defer wg.Wait()
 	timer := time.NewTimer(time.Hour)
@@ -110,6 +112,34 @@ func (l *L2) runGuard(ctx context.Context) {
 		}
 	}
 }
+
+// arpGuardFilter passes the ARP frames that can claim an address: not
+// sent by this host (outgoing), with a sender address (not a probe's
+// 0.0.0.0). Every other frame would wake the reader for nothing.
+var arpGuardFilter = mustAssemble([]bpf.Instruction{
+	bpf.LoadExtension{Num: bpf.ExtType},
+	bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.PACKET_OUTGOING, SkipTrue: 5},
+	bpf.LoadAbsolute{Off: 12, Size: 2},
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_ARP, SkipTrue: 3},
+	bpf.LoadAbsolute{Off: 14 + 14, Size: 4}, // the sender IP
+	bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
+	bpf.RetConstant{Val: 1 << 16},
+	bpf.RetConstant{Val: 0},
+})
+
+// naGuardFilter is naFilter for frames this host did not send.
+var naGuardFilter = mustAssemble([]bpf.Instruction{
+	bpf.LoadExtension{Num: bpf.ExtType},
+	bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.PACKET_OUTGOING, SkipTrue: 7},
+	bpf.LoadAbsolute{Off: 12, Size: 2},
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.ETH_P_IPV6, SkipTrue: 5},
+	bpf.LoadAbsolute{Off: 14 + 6, Size: 1},
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.IPPROTO_ICMPV6, SkipTrue: 3},
+	bpf.LoadAbsolute{Off: 14 + 40, Size: 1},
+	bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(ipv6.ICMPTypeNeighborAdvertisement), SkipTrue: 1},
+	bpf.RetConstant{Val: 1 << 16},
+	bpf.RetConstant{Val: 0},
+})
 
 // arm sets timer to fire at next (zero: not at all).
 func arm(timer *time.Timer, next time.Time) {

@@ -296,30 +296,10 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 	if w == nil {
 		return nil, errors.New("the ARP socket of the conflict guard is not open")
 	}
-	// The IPv4 address of each IPv4 VIP's holder is probed too: with
-	// arp_ignore 0 every NIC of the holder answers for the VIP and for its
-	// own address alike, so MACs that answer both are the holder's, not a
-	// second holder (IPv6 answers only on the VIP's interface).
 	l.vmu.Lock()
-	holderOf := map[netip.Addr]netip.Addr{}
-	for _, a := range addrs {
-		if !a.Is4() {
-			continue
-		}
-		if ip, ok := vf.opts.Peers.MemberAddr(vf.holder[a]); ok && ip.Is4() {
-			holderOf[a] = ip
-		}
-	}
-	probe := slices.Clone(addrs)
-	vf.round = make(map[netip.Addr]map[string]bool, len(addrs)+len(holderOf))
+	vf.round = make(map[netip.Addr]map[string]bool, len(addrs))
 	for _, a := range addrs {
 		vf.round[a] = map[string]bool{}
-	}
-	for _, ip := range holderOf {
-		if _, dup := vf.round[ip]; !dup {
-			vf.round[ip] = map[string]bool{}
-			probe = append(probe, ip)
-		}
 	}
 	l.vmu.Unlock()
 	defer func() {
@@ -327,21 +307,12 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 		vf.round = nil
 		l.vmu.Unlock()
 	}()
-	for _, a := range probe {
-		if err := l.sendProbe(vf, w, a); err != nil {
-			l.log.Debug("verification round failed", "interface", l.ifname, "err", err)
-			return nil, err
-		}
-	}
-	t := time.NewTimer(vf.opts.Wait)
-	select {
-	case <-ctx.Done():
-		t.Stop()
-		return nil, ctx.Err()
-	case <-t.C:
+	if err := l.probeAndWait(ctx, vf, w, addrs); err != nil {
+		return nil, err
 	}
 	ok := map[netip.Addr]bool{}
-	dups := map[netip.Addr][]string{}
+	multi := map[netip.Addr]netip.Addr{} // IPv4 VIPs more than one MAC answered, to their holder's address
+	var dups []netip.Addr
 	l.vmu.Lock()
 	for _, a := range addrs {
 		macs := vf.round[a]
@@ -351,19 +322,45 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 		if len(macs) < 2 {
 			continue
 		}
-		foreign := false
-		for m := range macs {
-			if !vf.round[holderOf[a]][m] {
-				foreign = true
-			}
+		dups = append(dups, a)
+		if ip, known := vf.opts.Peers.MemberAddr(vf.holder[a]); known && ip.Is4() && a.Is4() {
+			multi[a] = ip
 		}
-		if foreign || !holderOf[a].IsValid() {
-			dups[a] = slices.Sorted(maps.Keys(macs))
+	}
+	var second []netip.Addr
+	for _, ip := range multi {
+		if _, seen := vf.round[ip]; !seen {
+			vf.round[ip] = map[string]bool{}
+			second = append(second, ip)
 		}
 	}
 	l.vmu.Unlock()
-	for a, macs := range dups {
-		l.duplicate(vf, a, macs)
+	// Several MACs answered for an IPv4 VIP: with arp_ignore 0 every NIC of
+	// a multi-homed holder answers for the VIP, and for the holder's own
+	// address alike. A second step probes the holder's address: MACs that
+	// answer both are the holder's, not a second holder. (IPv6 answers
+	// only on the VIP's interface.)
+	if len(second) > 0 {
+		if err := l.probeAndWait(ctx, vf, w, second); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range dups {
+		l.vmu.Lock()
+		macs := slices.Sorted(maps.Keys(vf.round[a]))
+		foreign := true
+		if ip, ok := multi[a]; ok {
+			foreign = false
+			for _, m := range macs {
+				if !vf.round[ip][m] {
+					foreign = true
+				}
+			}
+		}
+		l.vmu.Unlock()
+		if foreign {
+			l.duplicate(vf, a, macs)
+		}
 	}
 	if vf.opts.Port == 0 {
 		return ok, nil
@@ -379,6 +376,24 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 		_ = c.Close()
 	}
 	return ok, nil
+}
+
+// probeAndWait sends a probe for each address and waits for the answers.
+func (l *L2) probeAndWait(ctx context.Context, vf *verification, w *wireConn, addrs []netip.Addr) error {
+	for _, a := range addrs {
+		if err := l.sendProbe(vf, w, a); err != nil {
+			l.log.Debug("verification round failed", "interface", l.ifname, "err", err)
+			return err
+		}
+	}
+	t := time.NewTimer(vf.opts.Wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // sendProbe sends one probe for a: an ARP probe on the guard's socket, or a
