@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -322,6 +323,42 @@ func (n *Node) SetHolding(vip string, holding bool) { n.send(HoldingChanged{VIP:
 // SetFailed reports that this node could not acquire vip or lost it: the
 // election leaves it to another node for a while.
 func (n *Node) SetFailed(vip, reason string) { n.send(AcquireFailed{VIP: vip, Reason: reason}) }
+
+// SetUnverified publishes whether this node can reach vip, held by another
+// node, on the wire (Meta.Unverified).
+func (n *Node) SetUnverified(vip string, unreachable bool) {
+	n.send(Unverified{VIP: vip, Unreachable: unreachable})
+}
+
+// MemberAddr returns the gossip IP address of the named member, if it is
+// in view.
+func (n *Node) MemberAddr(name string) (netip.Addr, bool) {
+	// memberlist's own list: no metadata to decode (called every round).
+	for _, m := range n.ml.Members() {
+		if m.Name != name {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(m.Addr)
+		return a.Unmap(), ok
+	}
+	return netip.Addr{}, false
+}
+
+// UnverifiedBy returns the alive members other than this node that report
+// they cannot reach vip (Meta.Unverified), and how many alive members
+// other than this node there are.
+func (n *Node) UnverifiedBy(vip string) (reporters []string, others int) {
+	for _, m := range n.members() {
+		if m.Name == n.cfg.Name || m.State != Alive {
+			continue
+		}
+		others++
+		if slices.Contains(m.Meta.Unverified, vip) {
+			reporters = append(reporters, m.Name)
+		}
+	}
+	return reporters, others
+}
 
 // send queues an event for Run. It never blocks: when the queue is full
 // the event is dropped after a wake-up (every input is a level that the
@@ -825,6 +862,8 @@ type MemberStatus struct {
 	Term     uint64   `json:"term"`
 	Holding  []string `json:"holding,omitempty"`
 	Broken   []string `json:"broken,omitempty"`
+	// Unverified: VIPs the member cannot reach through their holder.
+	Unverified []string `json:"unverified,omitempty"`
 }
 
 // Status returns the cluster view for /status.
@@ -837,7 +876,7 @@ func (n *Node) Status() any {
 	for _, m := range ms {
 		doc.Members = append(doc.Members, MemberStatus{Name: m.Name, Addr: m.Addr, State: m.State.String(),
 			Healthy: m.Meta.Healthy, Eligible: m.Meta.Eligible, Priority: m.Meta.Priority, Term: m.Meta.Term,
-			Holding: m.Meta.Holding, Broken: m.Meta.Broken})
+			Holding: m.Meta.Holding, Broken: m.Meta.Broken, Unverified: m.Meta.Unverified})
 	}
 	return doc
 }

@@ -72,6 +72,11 @@ type Meta struct {
 	Term     uint64   `json:"t,omitempty"`
 	Holding  []string `json:"v,omitempty"` // VIPs claimed, as prefixes
 	Broken   []string `json:"b,omitempty"` // VIPs this node cannot hold now
+	// Unverified lists the VIPs another node holds that this node cannot
+	// reach on the wire (its ARP / neighbour probes go unanswered: the
+	// holder's announcements do not arrive here). The holder gives a VIP
+	// up when most of the other members report it (vip/l2verify.go).
+	Unverified []string `json:"u,omitempty"`
 	// Counts are the hashes of the members this node counts for quorum
 	// (nil from a version that did not send them, or above MaxCounted).
 	Counts Hashes `json:"k,omitempty"`

@@ -119,6 +119,14 @@ type AcquireFailed struct {
 	Reason string
 }
 
+// Unverified reports whether this node can reach a VIP that another node
+// holds (l2: the holder answers its ARP / neighbour probes). It is
+// gossiped in Meta.Unverified; the election itself does not act on it.
+type Unverified struct {
+	VIP         string
+	Unreachable bool
+}
+
 // KeyMismatch reports gossip rejected for another encryption key.
 type KeyMismatch struct{}
 
@@ -130,6 +138,7 @@ type Tick struct{}
 
 func (ViewChanged) isElectionEvent()    {}
 func (HealthChanged) isElectionEvent()  {}
+func (Unverified) isElectionEvent()     {}
 func (HoldingChanged) isElectionEvent() {}
 func (AcquireFailed) isElectionEvent()  {}
 func (KeyMismatch) isElectionEvent()    {}
@@ -221,6 +230,7 @@ type Election struct {
 	claimedAt   map[string]time.Time
 	pausedUntil map[string]time.Time
 	broken      map[string]brokenVIP
+	unverified  map[string]bool // VIPs this node cannot reach through their holder
 	keyErrAt    time.Time
 	quorumAt    time.Time // when quorum (not bootstrap) was last regained
 	conflictAt  time.Time
@@ -260,7 +270,7 @@ func NewElection(cfg ElectionConfig, known Known, now time.Time) *Election {
 		left:      map[string]KnownMember{},
 		meta:      Meta{Priority: cfg.Priority, Pools: cfg.Pools, Beat: cfg.Beat},
 		decisions: map[string]Decision{},
-		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{},
+		claimedAt: map[string]time.Time{}, pausedUntil: map[string]time.Time{}, broken: map[string]brokenVIP{}, unverified: map[string]bool{},
 		ho: newHandover(),
 	}
 	for n, m := range known.Left {
@@ -317,6 +327,12 @@ func (e *Election) Step(ev Event, now time.Time) Output {
 		} else {
 			e.unclaim(ev.VIP)
 			e.pausedUntil[ev.VIP] = now.Add(ReclaimPause)
+		}
+	case Unverified:
+		if ev.Unreachable {
+			e.unverified[ev.VIP] = true
+		} else {
+			delete(e.unverified, ev.VIP)
 		}
 	case AcquireFailed:
 		b := e.broken[ev.VIP]
@@ -440,6 +456,13 @@ func (e *Election) evaluate(now time.Time, out *Output) {
 		}
 	}
 	e.meta.Broken = broken
+	var unverified []string
+	for _, v := range e.cfg.VIPs {
+		if e.unverified[v] && !e.meta.Holds(v) {
+			unverified = append(unverified, v)
+		}
+	}
+	e.meta.Unverified = unverified
 
 	defer func() {
 		for _, v := range e.cfg.VIPs {
@@ -785,13 +808,14 @@ func (m Meta) clone() Meta {
 	c := m
 	c.Holding = slices.Clone(m.Holding)
 	c.Broken = slices.Clone(m.Broken)
+	c.Unverified = slices.Clone(m.Unverified)
 	c.Counts = slices.Clone(m.Counts)
 	return c
 }
 
 func (m Meta) equal(o Meta) bool {
 	return m.Leaving == o.Leaving && m.Dup == o.Dup && m.Healthy == o.Healthy && m.Eligible == o.Eligible && m.Priority == o.Priority && m.Term == o.Term &&
-		slices.Equal(m.Holding, o.Holding) && slices.Equal(m.Broken, o.Broken) && slices.Equal(m.Counts, o.Counts) &&
+		slices.Equal(m.Holding, o.Holding) && slices.Equal(m.Broken, o.Broken) && slices.Equal(m.Unverified, o.Unverified) && slices.Equal(m.Counts, o.Counts) &&
 		(m.Counts == nil) == (o.Counts == nil)
 }
 

@@ -79,7 +79,10 @@ func decodeMeta(b []byte) (Meta, error) {
 func MetaFits(vips []string) error {
 	worst := func(vs []string) int {
 		m := Meta{Healthy: true, Eligible: true, Leaving: true, Dup: true, Pools: true, Priority: math.MinInt32, Term: math.MaxUint64,
-			Holding: vs, Broken: []string{longest(vs)}, Counts: make(Hashes, MaxCounted)}
+			Holding: vs, Broken: []string{longest(vs)}, Counts: make(Hashes, MaxCounted),
+			// Unverified never lists a VIP this node holds: the key
+			// alone on top of every VIP held bounds it.
+			Unverified: []string{""}}
 		b, _ := encodeMeta(m)
 		return len(b)
 	}

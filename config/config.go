@@ -55,6 +55,10 @@ type Config struct {
 	StateDir      string
 	MemberExpiry  time.Duration
 	PreemptDelay  time.Duration // VIPD_PREEMPT_DELAY; 0: off
+	// VerifyInterval is VIPD_VERIFY_INTERVAL (0: off); VerifyPort is
+	// VIPD_VERIFY_PORT (0: none).
+	VerifyInterval time.Duration
+	VerifyPort     int
 	// GossipInsecure allows peers without VIPD_GOSSIP_KEY_FILE.
 	GossipInsecure bool
 	// GossipKeys are the keys in GossipKeyFile, the primary first; set by

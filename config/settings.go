@@ -233,6 +233,29 @@ var table = []Setting{
 	enumSetting("VIPD_PROFILE", "profile", ProfileDefault, SecCluster,
 		"Timing profile: fast tightens the failure detector and adds a holder heartbeat for LANs that can afford it (see Profiles below); explicit settings win over the profile.",
 		[]string{ProfileDefault, ProfileFast}, func(c *Config) *string { return &c.Profile }),
+	{Env: "VIPD_VERIFY_INTERVAL", Flag: "verify-interval", Default: "1s", Section: SecCluster,
+		Doc:      "l2 mode with VIPD_PEERS: how often each node resolves the VIPs another node holds (one batched ARP probe / neighbour solicitation per VIP, as a client would) to verify that the holder's announcements arrive. When most of the other nodes cannot reach a VIP through its holder for two rounds, the holder gives it up and another node takes it (docs/troubleshooting.md). off: no verification.",
+		Accepted: "off, or a duration from 200ms to 1m such as 1s",
+		parse: func(c *Config, v string) error {
+			if v == "off" || v == "0" {
+				c.VerifyInterval = 0
+				return nil
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 200*time.Millisecond || d > time.Minute {
+				return errInvalid
+			}
+			c.VerifyInterval = d
+			return nil
+		}, format: func(c *Config) string {
+			if c.VerifyInterval == 0 {
+				return "off"
+			}
+			return c.VerifyInterval.String()
+		}},
+	intSetting("VIPD_VERIFY_PORT", "verify-port", "0", SecCluster,
+		"l2 mode: a TCP port (e.g. 6443) each verification round also connects to through the VIP: a VIP whose holder answers ARP but whose service cannot be reached counts as unreachable. 0: ARP / neighbour probes only.", 0, 65535,
+		func(c *Config) *int { return &c.VerifyPort }),
 
 	{Env: "VIPD_BGP_LOCAL_AS", Flag: "bgp-local-as", Section: SecBGP,
 		Doc:      "This node's AS number (required in bgp mode).",

@@ -563,6 +563,9 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 			c.giveUp(e.Action.VIP, now, out, "another holder answers on the segment and nobody vouches for this node", e.Err, false)
 		case errors.Is(e.Err, ErrLinkDown):
 			c.giveUp(e.Action.VIP, now, out, "VIP interface down", e.Err, true)
+		case errors.Is(e.Err, ErrUnverified):
+			// Its announcements do not arrive: another node may do better.
+			c.giveUp(e.Action.VIP, now, out, "the other nodes cannot reach the VIP through this node", e.Err, true)
 		}
 	case Release:
 		// Try again at the next reconcile: Observed(Present) re-issues it.

@@ -26,6 +26,8 @@ import (
 	"golang.org/x/net/bpf"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
+
+	"github.com/vipd/vipd/vip/conflict"
 )
 
 // ErrConflict means another host answered for the VIP before we bound it.
@@ -67,9 +69,27 @@ type L2 struct {
 	// index is the interface's index when last found by name, to find its
 	// addresses after a rename.
 	index atomic.Int32
+	// macs is every MAC of this host: answers from them are never another
+	// holder's.
+	macs *hostMACs
 	// watchRcvBuf is the receive buffer of the watch's netlink sockets;
 	// zero: the system default (tests make it tiny to overflow it).
 	watchRcvBuf int
+
+	// The conflict guard (l2guard.go): the addresses bound, the foreign
+	// claims seen; guardKick wakes its timer loop for guardNext.
+	gmu           sync.Mutex
+	guard         *conflict.Guard
+	guardNext     time.Time
+	guardKick     chan struct{}
+	addrConflicts *prometheus.CounterVec
+	wire          *wireConn // the guard's ARP socket while it is open
+
+	// The verification by the other nodes (l2verify.go), nil when off;
+	// poke asks the watch to have the held VIPs checked at once.
+	vmu    sync.Mutex
+	verify *verification
+	poke   chan struct{}
 
 	mu    sync.Mutex
 	ready map[netip.Addr]*readySocket // opened by Prepare for the first announcement
@@ -114,13 +134,19 @@ func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, er
 		label = opts.Interface
 	}
 	l := &L2{
-		ifname: opts.Interface, label: label, probeTimeout: opts.ProbeTimeout, log: log,
+		ifname: opts.Interface, label: label, probeTimeout: opts.ProbeTimeout, log: log, macs: newHostMACs(),
 		announced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_announcements_total", Help: "Gratuitous ARP and unsolicited neighbour advertisements sent, by VIP and kind.",
 		}, []string{"vip", "kind"}),
 		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_conflicts_total", Help: "Times another host answered the conflict probe for a VIP, before binding it or while holding it.",
 		}, []string{"vip"}),
+		addrConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vipd_address_conflicts_total", Help: "Conflicts seen on the wire: another host's MAC (not this host's) claimed, by ARP or neighbour advertisement, an address this node holds; one per foreign MAC and episode (it ends after 10 s without a claim).",
+		}, []string{"vip"}),
+		guard:     conflict.New(0, 0),
+		guardKick: make(chan struct{}, 1),
+		poke:      make(chan struct{}, 1),
 	}
 	l.index.Store(int32(ifi.Index))
 	if reg != nil {
@@ -128,6 +154,9 @@ func NewL2(opts L2Options, log *slog.Logger, reg prometheus.Registerer) (*L2, er
 			return nil, err
 		}
 		if err := reg.Register(l.conflicts); err != nil {
+			return nil, err
+		}
+		if err := reg.Register(l.addrConflicts); err != nil {
 			return nil, err
 		}
 	}
@@ -389,6 +418,10 @@ func (l *L2) acquire(ctx context.Context, vip netip.Prefix, probe bool) error {
 		l.unbindAfter(link, vip, err)
 		return err
 	}
+	// A VIP's conflict count is exported from its first acquire on (pool
+	// addresses only once they have one: there may be thousands).
+	l.addrConflicts.WithLabelValues(hostPrefix(vip.Addr()).String()).Add(0)
+	l.guardStep(ctx, conflict.Bound{Addr: vip.Addr()})
 	return nil
 }
 
@@ -406,7 +439,10 @@ func (l *L2) unbindAfter(link netlink.Link, vip netip.Prefix, cause error) {
 
 // Release removes every address equal to the VIP from the interface,
 // whatever its prefix length or label, and checks that none is left.
-func (l *L2) Release(_ context.Context, vip netip.Prefix) error {
+func (l *L2) Release(ctx context.Context, vip netip.Prefix) error {
+	// Not defended any more from now on, whatever happens below.
+	l.guardStep(ctx, conflict.Unbound{Addr: vip.Addr()})
+	l.forgetUnverified(vip.Addr())
 	link, err := l.lookup()
 	if link == nil {
 		if errors.Is(err, ErrLinkDown) {
@@ -521,7 +557,9 @@ func usable(match []netlink.Addr) bool {
 
 // Check reports whether a VIP this node holds still works: nil while it
 // does, an error wrapping ErrLinkDown when the interface is down or gone,
-// and with probe a *ConflictError when another MAC answers for the VIP.
+// one wrapping ErrUnverified when most other nodes report they cannot reach
+// the VIP through this node (l2verify.go), and with probe a *ConflictError
+// when another MAC answers for the VIP.
 //
 // The probe works while we hold the VIP ourselves: an RFC 5227 ARP probe
 // (sender IP 0.0.0.0) or a neighbour solicitation sent from a socket is
@@ -530,8 +568,14 @@ func usable(match []netlink.Addr) bool {
 // usual case); with a zero ProbeTimeout no probe is sent.
 func (l *L2) Check(ctx context.Context, vip netip.Prefix, probe bool) error {
 	_, ifi, err := l.upLink()
-	if err != nil || !probe || l.probeTimeout <= 0 {
+	if err != nil {
 		return err
+	}
+	if why := l.unverified(vip.Addr()); why != "" {
+		return fmt.Errorf("%s: %w", why, ErrUnverified)
+	}
+	if !probe || l.probeTimeout <= 0 {
+		return nil
 	}
 	if err := l.probe(ctx, ifi, vip.Addr()); err != nil {
 		var ce *ConflictError
@@ -661,9 +705,26 @@ func (l *L2) arpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (n
 			return nil, fmt.Errorf("ARP probe for %s: %w", vip, err)
 		}
 		if mac := arpClaim(r, eth, vip, ifi.HardwareAddr); mac != nil {
+			if own, err := l.ownMAC(mac, vip); own || err != nil {
+				if err != nil {
+					return nil, fmt.Errorf("ARP probe for %s: %w", vip, err)
+				}
+				continue
+			}
 			return mac, nil
 		}
 	}
+}
+
+// ownMAC reports whether mac, which claimed vip, is one of this host's
+// own interfaces (a second NIC on the segment answering for a local
+// address): never another holder.
+func (l *L2) ownMAC(mac net.HardwareAddr, vip netip.Addr) (bool, error) {
+	own, err := l.macs.own(mac, time.Now())
+	if own {
+		l.log.Debug("an answer for the VIP came from another interface of this host; not a conflict (see arp_ignore in docs/l2.md)", "vip", vip, "mac", mac.String())
+	}
+	return own, err
 }
 
 // arpClaim returns the MAC of another host claiming vip in an ARP packet
@@ -725,6 +786,12 @@ func (l *L2) ndpProbe(ifi *net.Interface, vip netip.Addr, deadline time.Time) (n
 			return nil, fmt.Errorf("neighbour probe for %s: %w", vip, err)
 		}
 		if mac := naClaim(buf[:n], vip, ifi.HardwareAddr); mac != nil {
+			if own, err := l.ownMAC(mac, vip); own || err != nil {
+				if err != nil {
+					return nil, fmt.Errorf("neighbour probe for %s: %w", vip, err)
+				}
+				continue
+			}
 			return mac, nil
 		}
 	}
@@ -757,21 +824,31 @@ func mustAssemble(p []bpf.Instruction) []bpf.RawInstruction {
 // MAC returned is the advertised target link-layer address, or the frame's
 // source when the advertisement carries none; never empty.
 func naClaim(frame []byte, vip netip.Addr, own net.HardwareAddr) net.HardwareAddr {
+	target, mac := naParse(frame, own)
+	if target != vip {
+		return nil
+	}
+	return mac
+}
+
+// naParse returns the target of a neighbour advertisement in an Ethernet
+// frame and the MAC that claims it (as naClaim), or a nil MAC.
+func naParse(frame []byte, own net.HardwareAddr) (netip.Addr, net.HardwareAddr) {
 	const eth, ip6 = 14, 40
 	if len(frame) < eth+ip6+4 || binary.BigEndian.Uint16(frame[12:14]) != unix.ETH_P_IPV6 || frame[eth+6] != unix.IPPROTO_ICMPV6 {
-		return nil
+		return netip.Addr{}, nil
 	}
 	src := net.HardwareAddr(frame[6:12])
 	if bytes.Equal(src, own) {
-		return nil
+		return netip.Addr{}, nil
 	}
 	m, err := ndp.ParseMessage(frame[eth+ip6:])
 	if err != nil {
-		return nil
+		return netip.Addr{}, nil
 	}
 	na, ok := m.(*ndp.NeighborAdvertisement)
-	if !ok || na.TargetAddress != vip {
-		return nil
+	if !ok {
+		return netip.Addr{}, nil
 	}
 	mac := slices.Clone(src)
 	for _, o := range na.Options {
@@ -780,9 +857,9 @@ func naClaim(frame []byte, vip netip.Addr, own net.HardwareAddr) net.HardwareAdd
 		}
 	}
 	if bytes.Equal(mac, own) || isZeroMAC(mac) {
-		return nil
+		return netip.Addr{}, nil
 	}
-	return mac
+	return na.TargetAddress, mac
 }
 
 func isZeroMAC(m net.HardwareAddr) bool {

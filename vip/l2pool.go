@@ -14,6 +14,8 @@ import (
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/vipd/vipd/vip/conflict"
 )
 
 // Batch operations for pool addresses (package pools): thousands of
@@ -27,8 +29,16 @@ import (
 // the MAC of another host answering, by address; addresses absent from the
 // map got no answer. Answers from our own MAC never count.
 func (l *L2) ProbeMany(ctx context.Context, addrs []netip.Addr) (map[netip.Addr]string, error) {
+	if l.probeTimeout <= 0 {
+		return map[netip.Addr]string{}, nil
+	}
+	return l.probeMany(ctx, addrs, l.probeTimeout)
+}
+
+// probeMany is ProbeMany waiting wait for the answers.
+func (l *L2) probeMany(ctx context.Context, addrs []netip.Addr, wait time.Duration) (map[netip.Addr]string, error) {
 	out := map[netip.Addr]string{}
-	if len(addrs) == 0 || l.probeTimeout <= 0 {
+	if len(addrs) == 0 {
 		return out, nil
 	}
 	_, ifi, err := l.upLink()
@@ -43,7 +53,7 @@ func (l *L2) ProbeMany(ctx context.Context, addrs []netip.Addr) (map[netip.Addr]
 			v6 = append(v6, a)
 		}
 	}
-	deadline := time.Now().Add(l.probeTimeout)
+	deadline := time.Now().Add(wait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -100,7 +110,11 @@ func (l *L2) arpProbeMany(ifi *net.Interface, addrs []netip.Addr, deadline time.
 			continue
 		}
 		if mac := arpClaim(r, eth, r.SenderIP, ifi.HardwareAddr); mac != nil {
-			out[r.SenderIP] = mac.String()
+			if own, err := l.ownMAC(mac, r.SenderIP); err != nil {
+				return fmt.Errorf("ARP probe: %w", err)
+			} else if !own {
+				out[r.SenderIP] = mac.String()
+			}
 		}
 	}
 }
@@ -160,7 +174,11 @@ func (l *L2) ndpProbeMany(ifi *net.Interface, addrs []netip.Addr, deadline time.
 			continue
 		}
 		if mac := naClaim(buf[:n], na.TargetAddress, ifi.HardwareAddr); mac != nil {
-			out[na.TargetAddress] = mac.String()
+			if own, err := l.ownMAC(mac, na.TargetAddress); err != nil {
+				return fmt.Errorf("neighbour probe: %w", err)
+			} else if !own {
+				out[na.TargetAddress] = mac.String()
+			}
 		}
 	}
 }
@@ -169,7 +187,7 @@ func (l *L2) ndpProbeMany(ifi *net.Interface, addrs []netip.Addr, deadline time.
 // caller probed them with ProbeMany). It returns an error per address that
 // could not be bound; on a link that is down or goes down meanwhile every
 // address fails with ErrLinkDown and none is left bound.
-func (l *L2) BindMany(_ context.Context, addrs []netip.Addr) map[netip.Addr]error {
+func (l *L2) BindMany(ctx context.Context, addrs []netip.Addr) map[netip.Addr]error {
 	errs := map[netip.Addr]error{}
 	link, _, err := l.upLink()
 	if err != nil {
@@ -188,6 +206,13 @@ func (l *L2) BindMany(_ context.Context, addrs []netip.Addr) map[netip.Addr]erro
 			errs[a] = err
 		}
 		_, _ = l.ReleaseMany(context.Background(), addrs)
+		return errs
+	}
+	// Bound: guarded against foreign claims like the VIPs (l2guard.go).
+	for _, a := range addrs {
+		if errs[a] == nil {
+			l.guardStep(ctx, conflict.Bound{Addr: a.Unmap()})
+		}
 	}
 	return errs
 }
@@ -195,9 +220,12 @@ func (l *L2) BindMany(_ context.Context, addrs []netip.Addr) map[netip.Addr]erro
 // ReleaseMany removes every entry of each address from the interface
 // (whatever its prefix length or label), with one listing before and one
 // after; it returns the addresses still bound after that.
-func (l *L2) ReleaseMany(_ context.Context, addrs []netip.Addr) ([]netip.Addr, error) {
+func (l *L2) ReleaseMany(ctx context.Context, addrs []netip.Addr) ([]netip.Addr, error) {
 	if len(addrs) == 0 {
 		return nil, nil
+	}
+	for _, a := range addrs {
+		l.guardStep(ctx, conflict.Unbound{Addr: a.Unmap()})
 	}
 	link, err := l.lookup()
 	if link == nil {

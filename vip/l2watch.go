@@ -29,13 +29,26 @@ var _ Watcher = (*L2)(nil)
 //
 // When a subscription fails or its socket errs (ENOBUFS: notifications
 // were dropped), the watch reports Live false, logs it once and subscribes
-// again with back-off; Live true again once it is back. Every goroutine
+// again with back-off; Live true again once it is back. The conflict guard
+// (l2guard.go) reads the wire, and the verification (l2verify.go) runs its
+// rounds, for as long as the watch runs. Every goroutine
 // stops, and the channel is closed, after ctx is done.
 func (l *L2) Watch(ctx context.Context) <-chan WatchEvent {
 	out := make(chan WatchEvent, 1)
+	guard, verify := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(guard)
+		l.runGuard(ctx)
+	}()
+	go func() {
+		defer close(verify)
+		l.runVerify(ctx)
+	}()
 	go func() {
 		defer close(out)
 		l.watch(ctx, out)
+		<-guard
+		<-verify
 	}()
 	return out
 }
@@ -158,6 +171,8 @@ func (l *L2) watchOnce(ctx context.Context, out chan WatchEvent, up func()) (err
 	if link, _ := l.lookup(); link != nil {
 		seen[link.Attrs().Index] = linkKey{link.Attrs().Name, linkDownReason(link.Attrs())}
 	}
+	// Changes before the subscription were not seen.
+	l.macs.invalidate()
 	up()
 	lost := func(what string) error {
 		if err := lastErr(); err != nil {
@@ -174,6 +189,9 @@ func (l *L2) watchOnce(ctx context.Context, out chan WatchEvent, up func()) (err
 				linkOn = false
 				return lost("link")
 			}
+			// Any link's MAC may have changed (a NIC added, a bond's
+			// address moved): the set of this host's MACs is read again.
+			l.macs.invalidate()
 			if l.linkChanged(u, seen) {
 				notify(out, WatchEvent{Live: true})
 			}
@@ -185,6 +203,10 @@ func (l *L2) watchOnce(ctx context.Context, out chan WatchEvent, up func()) (err
 			if u.LinkIndex == int(l.index.Load()) {
 				notify(out, WatchEvent{Live: true})
 			}
+		case <-l.poke:
+			// The verification found that the others cannot reach a
+			// held VIP: have it checked now.
+			notify(out, WatchEvent{Live: true})
 		case <-hint:
 			// A notification could not be read (or the socket failed, and
 			// its channel closes next): something may have been missed.

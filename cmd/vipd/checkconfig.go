@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/vip"
 )
 
 func newCheckConfigCmd() *cobra.Command {
@@ -24,7 +25,12 @@ Nothing is bound and nothing is contacted.
 --env-file reads the file exactly as systemd's EnvironmentFile= does: a "#"
 or ";" starts a comment only at the start of a line (VIPD_MODE=l2 # x sets
 "l2 # x"), quotes and backslashes follow systemd's rules, and lines systemd
-would ignore (such as "export VIPD_X=1") are reported as warnings.`,
+would ignore (such as "export VIPD_X=1") are reported as warnings.
+
+In l2 mode on a node with more than one interface, the ARP sysctls that
+make every NIC answer for the VIP (arp_ignore 0) or name it in requests
+from another NIC (arp_announce below 2) are reported as warnings: they
+matter only there (docs/l2.md, "Nodes with more than one interface").`,
 		Args: cobra.NoArgs,
 	}
 	v := settingsFlags(cmd.Flags())
@@ -48,11 +54,35 @@ would ignore (such as "export VIPD_X=1") are reported as warnings.`,
 		for _, w := range warnUnknownEnv() {
 			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 		}
+		for _, w := range l2HostWarnings(c) {
+			fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+		}
 		fmt.Fprintln(cmd.OutOrStdout(), strings.Join(c.Effective(), "\n"))
 		fmt.Fprintln(cmd.OutOrStdout(), strings.Join(c.ProfileLines(), "\n"))
 		return nil
 	}
 	return cmd
+}
+
+// l2HostWarnings checks this host for an l2 VIP: the ARP sysctls of a
+// multi-homed node (arpSysctlWarnings). Nothing in other modes, or when the
+// interfaces cannot be listed.
+func l2HostWarnings(c *config.Config) []string {
+	if c.Mode != config.ModeL2 || len(c.Addresses) == 0 && !c.Pools {
+		return nil
+	}
+	iface := c.Interface
+	if iface == "" {
+		var err error
+		if iface, err = vip.DefaultInterface(); err != nil {
+			return nil
+		}
+	}
+	links, err := hostLinks()
+	if err != nil {
+		return nil
+	}
+	return arpSysctlWarnings(iface, links, "/proc/sys")
 }
 
 // applyEnvFile sets the variables of an env file in this process, over the

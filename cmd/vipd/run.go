@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -331,6 +332,13 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		if err != nil {
 			return nil, usageError{err}
 		}
+		for _, w := range l2HostWarnings(c) {
+			log.Warn(w)
+		}
+		l2 := d.ann.(*vip.L2)
+		// Foreign hosts claiming an address this node holds (the
+		// conflict guard), now and recently.
+		d.addStatus("conflicts", func() any { return l2.Conflicts() })
 		elect = len(c.Peers) > 0
 	case config.ModeBGP:
 		d.ann, err = newBGPAnnouncer(ctx, c, log, d.reg, d.addStatus)
@@ -346,6 +354,10 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 			_ = d.ann.Close()
 			return nil, err
 		}
+	}
+	if err := d.setupVerify(); err != nil {
+		_ = d.ann.Close()
+		return nil, err
 	}
 	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2, Check: c.Mode == config.ModeL2, Jitter: nodeJitter(c.NodeName)})
 	d.driver, err = vip.NewDriver(core, d.ann, log, d.reg, vip.DriverOptions{
@@ -371,6 +383,24 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		}
 	}
 	return d, nil
+}
+
+// setupVerify turns on the verification of the holders' announcements by
+// the other nodes (l2 mode in a cluster, VIPD_VERIFY_INTERVAL not off):
+// the election tells it who holds each VIP, the gossip carries its verdicts.
+func (d *daemon) setupVerify() error {
+	l2, ok := d.ann.(*vip.L2)
+	ce, inCluster := d.elector.(clusterElector)
+	if !ok || !inCluster || d.cfg.VerifyInterval <= 0 {
+		return nil
+	}
+	if err := l2.EnableVerify(vip.VerifyOptions{Every: d.cfg.VerifyInterval, Port: uint16(d.cfg.VerifyPort), Peers: ce.Node}, d.reg); err != nil {
+		return err
+	}
+	ce.decided = func(v netip.Prefix, dec cluster.Decision) { l2.SetHolder(v, dec.Leader, dec.Holder) }
+	d.elector = ce
+	d.addStatus("verification", func() any { return l2.Verification() })
+	return nil
 }
 
 // actionTimeout bounds one acquire: a cloud assign includes API polling.

@@ -80,7 +80,7 @@ func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (
 	if err != nil {
 		return nil, err
 	}
-	return clusterElector{n}, nil
+	return clusterElector{Node: n}, nil
 }
 
 // claimSettle is how long a claim is gossiped before acting on it: in cloud
@@ -101,7 +101,12 @@ func nodeJitter(name string) time.Duration {
 }
 
 // clusterElector adapts cluster.Node to the daemon's elector.
-type clusterElector struct{ *cluster.Node }
+type clusterElector struct {
+	*cluster.Node
+	// decided, when set, also gets every decision (the l2 verification
+	// learns who holds each VIP).
+	decided func(vip netip.Prefix, d cluster.Decision)
+}
 
 func (e clusterElector) Run(ctx context.Context, send func(vip.Event)) error {
 	e.OnPrepare(func(v string) {
@@ -119,6 +124,9 @@ func (e clusterElector) Run(ctx context.Context, send func(vip.Event)) error {
 		}
 		send(vip.Elected{VIP: p, Holder: d.Holder, Reason: d.Reason, Lone: d.Lone,
 			Handover: d.Handover, PrevHolder: d.PrevHolder, FaultAt: d.FaultAt, PrevHeardAt: d.PrevHeardAt})
+		if e.decided != nil {
+			e.decided(p, d)
+		}
 	})
 }
 

@@ -106,8 +106,8 @@ func TestRulesCoverEveryAlert(t *testing.T) {
 		}
 	}
 	sort.Strings(alerts)
-	want := []string{"VIPDBFDFlapping", "VIPDCloudAPIErrors", "VIPDConflict", "VIPDControllersNotLeading", "VIPDDuplicateNodeName",
-		"VIPDHealthFailingEverywhere", "VIPDMoreThanOneHolder", "VIPDNoHolder", "VIPDNodeCannotHoldVIP", "VIPDQuorumLostOnMajority"}
+	want := []string{"VIPDAddressConflict", "VIPDAnnouncementNotReceived", "VIPDBFDFlapping", "VIPDCloudAPIErrors", "VIPDConflict", "VIPDControllersNotLeading", "VIPDDuplicateNodeName",
+		"VIPDHealthFailingEverywhere", "VIPDMoreThanOneHolder", "VIPDNoHolder", "VIPDNodeCannotHoldVIP", "VIPDQuorumLostOnMajority", "VIPDVIPUnreachable"}
 	if !reflect.DeepEqual(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)
 	}

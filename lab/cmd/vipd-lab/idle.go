@@ -24,8 +24,12 @@ type idleResult struct {
 	RSSMaxMB   float64   `json:"rss_max_mb"` // the largest per-node mean
 	CPUMeanPct float64   `json:"cpu_mean_percent"`
 	CPUMaxPct  float64   `json:"cpu_max_percent"`
-	Target     string    `json:"target,omitempty"`
-	Met        *bool     `json:"target_met,omitempty"`
+	// NeighbourFPS: ARP and neighbour solicitation / advertisement frames
+	// a second on the segment (seen from the client): the wire cost of the
+	// announcements and of the verification rounds.
+	NeighbourFPS float64 `json:"neighbour_frames_per_second"`
+	Target       string  `json:"target,omitempty"`
+	Met          *bool   `json:"target_met,omitempty"`
 }
 
 // defaultIdle is how long the idle cost is measured (bench -idle). A
@@ -77,6 +81,11 @@ func measureIdle(ctx context.Context, im impl, d time.Duration) (res idleResult,
 			return res, err
 		}
 	}
+	capture, err := c.Client.StartCapture(ctx, "arp or ( icmp6 and ip6[40] >= 135 and ip6[40] <= 136 )")
+	if err != nil {
+		return res, err
+	}
+	frames0 := len(capture.Frames())
 	start := time.Now()
 	end := start.Add(d)
 	rss := make([][]float64, len(pids))
@@ -103,6 +112,7 @@ func measureIdle(ctx context.Context, im impl, d time.Duration) (res idleResult,
 	}
 	el := time.Since(start).Seconds()
 	res.Seconds = el
+	res.NeighbourFPS = float64(len(capture.Frames())-frames0) / el
 	for i, p := range pids {
 		cpu1, err := groupCPU(p)
 		if err != nil {
@@ -122,6 +132,11 @@ func measureIdle(ctx context.Context, im impl, d time.Duration) (res idleResult,
 	}
 	return res, nil
 }
+
+// idleChecksOff is measured next to vipd-default in the idle scenario
+// only: the same cluster without the verification rounds (issue 27), so
+// that the difference is what the checks cost.
+var idleChecksOff = impl{name: "vipd-default-noverify", env: []string{"VIPD_VERIFY_INTERVAL=off"}}
 
 // groupPids returns the processes of the process group led by pid (vipd:
 // itself; keepalived: its parent and VRRP child).
