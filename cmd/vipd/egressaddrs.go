@@ -16,6 +16,7 @@ import (
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
+	"github.com/vipd/vipd/internal/atomicfile"
 	"github.com/vipd/vipd/pools"
 	"github.com/vipd/vipd/vip"
 )
@@ -201,12 +202,7 @@ func (e *egressAddrs) save(addrs []pools.Address) {
 	if err != nil {
 		return
 	}
-	tmp := e.state + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		e.log.Warn("egress: cannot save the runtime egress addresses", "err", err)
-		return
-	}
-	if err := os.Rename(tmp, e.state); err != nil {
+	if err := atomicfile.Write(e.state, b, 0o600); err != nil {
 		e.log.Warn("egress: cannot save the runtime egress addresses", "err", err)
 	}
 }
