@@ -175,6 +175,17 @@ func (e *egressAddrs) Run(ctx context.Context) {
 // Status is the egress addresses' part of /status.
 func (e *egressAddrs) Status() any { return e.drv.Status() }
 
+// held returns the runtime egress addresses this node holds now.
+func (e *egressAddrs) held() []netip.Addr {
+	var out []netip.Addr
+	for _, a := range e.drv.Status().Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.State == "held" {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
 func (e *egressAddrs) load() []pools.Address {
 	if e.state == "" {
 		return nil
