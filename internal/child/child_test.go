@@ -341,3 +341,44 @@ func TestStartFails(t *testing.T) {
 		t.Fatalf("error %v", got)
 	}
 }
+
+// TestSnapshotFileUnwritable: a snapshot that cannot be saved is logged;
+// the lines still reach the callback.
+func TestSnapshotFileUnwritable(t *testing.T) {
+	noLeak(t)
+	cfg, dir := helper(t, "lines")
+	cfg.MaxLine = 100
+	cfg.SnapshotFile = filepath.Join(dir, "missing", "last.json")
+	var mu sync.Mutex
+	n := 0
+	cfg.Line = func(l []byte) error {
+		if !json.Valid(l) {
+			return errors.New("not json")
+		}
+		mu.Lock()
+		n++
+		mu.Unlock()
+		return nil
+	}
+	var logs syncBuf
+	s := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Status().Lines < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("status %+v", s.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n != 2 || strings.Count(logs.String(), "cannot save the last line of the test child") != 2 {
+		t.Fatalf("%d lines; log:\n%s", n, logs.String())
+	}
+}
