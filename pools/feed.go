@@ -84,7 +84,9 @@ func NewFeed(cfg FeedConfig, log *slog.Logger, reg prometheus.Registerer) (*Feed
 	} else {
 		cmd = []string{""}
 	}
-	ccfg := child.Config{Name: "pool feed", Path: cmd[0], Args: cmd[1:], Env: cfg.Env,
+	// The child logs vipd's own records (same format and level): its
+	// stderr lines go to vipd's stderr whole.
+	ccfg := child.Config{Name: "pool feed", Path: cmd[0], Args: cmd[1:], Env: cfg.Env, Stderr: os.Stderr,
 		Backoff: child.Backoff{First: cfg.Backoff}, MaxLine: MaxLine, Line: f.line,
 		Started: func() { f.mUp.Set(1) },
 		Exited: func(error, time.Duration) {

@@ -76,6 +76,7 @@ func (k *controllers) Run(ctx context.Context) error {
 	sup := child.New(child.Config{Name: "Kubernetes controllers", Path: k.bin,
 		Env:         append(append(os.Environ(), k.cfg.Environ()...), "VIPD_CONTROLLERS_METRICS_SOCKET="+k.socket),
 		StopTimeout: 10 * time.Second, // a leader releases its lease
+		Stderr:      os.Stderr,        // the child writes vipd's own log records
 		Final: func(err error) error {
 			var ee *exec.ExitError
 			if errors.As(err, &ee) && ee.ExitCode() == exitConfig {

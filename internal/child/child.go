@@ -5,7 +5,9 @@
 // with capped exponential back-off (Restarts); its stdout is read as
 // NDJSON lines handed to a callback, a bad line is counted, logged
 // (BadLines) and skipped, the last good line stays in force and can be
-// saved to disk; its stderr goes to the daemon's log.
+// saved to disk; its stderr goes to the daemon's log (through the logger,
+// or line by line to the daemon's stderr for a child that writes vipd's
+// own log records).
 package child
 
 import (
@@ -47,8 +49,14 @@ type Config struct {
 	MaxLine int
 	// Line handles one non-empty stdout line (without its newline; not
 	// to be kept after it returns), from the supervisor's goroutine; an
-	// error makes it a bad line. nil: stdout is logged like stderr.
+	// error makes it a bad line. nil: stdout is treated like stderr.
 	Line func(line []byte) error
+	// Stderr, when set, receives the child's stderr lines whole (one
+	// write a line, so the lines of several children never mix): for a
+	// child that already writes vipd's own log records (vipd-controllers
+	// logs with the same format and level). nil: each line is logged
+	// through the supervisor's logger.
+	Stderr io.Writer
 	// SnapshotFile, when set, receives every good line (atomicfile,
 	// mode 0600): the last good snapshot survives a restart of vipd.
 	SnapshotFile string
@@ -78,6 +86,8 @@ type Supervisor struct {
 	mu     sync.Mutex
 	status Status
 	bad    BadLines
+
+	stderrMu sync.Mutex // one line at a time to cfg.Stderr
 }
 
 // New returns a supervisor; nothing runs before Run.
@@ -182,7 +192,7 @@ func (s *Supervisor) runOnce(ctx context.Context) error {
 	}()
 	go func() {
 		defer readers.Done()
-		s.readLines(errR, func(line []byte, _ bool) { s.logLine(line) })
+		s.readLines(errR, func(line []byte, tooLong bool) { s.logLine(line, tooLong) })
 	}()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
@@ -222,7 +232,7 @@ func (s *Supervisor) setRunning(r bool) {
 // stdoutLine handles one line of the child's stdout.
 func (s *Supervisor) stdoutLine(line []byte, tooLong bool) {
 	if s.cfg.Line == nil {
-		s.logLine(line)
+		s.logLine(line, tooLong)
 		return
 	}
 	var err error
@@ -253,12 +263,19 @@ func (s *Supervisor) stdoutLine(line []byte, tooLong bool) {
 	}
 }
 
-// logLine logs a line the child wrote to stderr.
-func (s *Supervisor) logLine(line []byte) {
-	if len(bytes.TrimSpace(line)) == 0 {
-		return
+// logLine passes on a line the child wrote to stderr.
+func (s *Supervisor) logLine(line []byte, tooLong bool) {
+	switch {
+	case tooLong:
+		s.log.Warn("the "+s.cfg.Name+" wrote a log line longer than the limit: dropped", "limit", s.cfg.MaxLine)
+	case len(bytes.TrimSpace(line)) == 0:
+	case s.cfg.Stderr != nil:
+		s.stderrMu.Lock()
+		_, _ = s.cfg.Stderr.Write(append(bytes.Clone(line), '\n'))
+		s.stderrMu.Unlock()
+	default:
+		s.log.Info(string(line), "child", s.cfg.Name)
 	}
-	s.log.Info(string(line), "child", s.cfg.Name)
 }
 
 // readLines calls fn with every non-empty line of r (without its

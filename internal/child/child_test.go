@@ -382,3 +382,32 @@ func TestSnapshotFileUnwritable(t *testing.T) {
 		t.Fatalf("%d lines; log:\n%s", n, logs.String())
 	}
 }
+
+// TestStderrWriter: a child that writes vipd's own log records has its
+// lines passed on whole, not wrapped in another record.
+func TestStderrWriter(t *testing.T) {
+	noLeak(t)
+	cfg, _ := helper(t, "lines")
+	cfg.MaxLine = 100
+	var out syncBuf
+	cfg.Stderr = &out
+	s := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	// No Line callback: stdout is passed on like stderr.
+	for !strings.Contains(out.String(), "a log line of the child\n") || !strings.Contains(out.String(), "{\"n\":2}\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("stderr writer got %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "level=") || strings.Contains(out.String(), "\n\n") {
+		t.Fatalf("lines were wrapped or empty lines passed: %q", out.String())
+	}
+}
