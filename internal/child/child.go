@@ -117,6 +117,9 @@ func (s *Supervisor) Status() Status {
 func (s *Supervisor) Run(ctx context.Context) error {
 	r := NewRestarts(s.cfg.Backoff)
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
 		r.Started(time.Now())
 		err := s.runOnce(ctx)
 		if ctx.Err() != nil {

@@ -411,3 +411,17 @@ func TestStderrWriter(t *testing.T) {
 		t.Fatalf("lines were wrapped or empty lines passed: %q", out.String())
 	}
 }
+
+// TestRunCancelled: a supervisor whose context is already done starts
+// nothing.
+func TestRunCancelled(t *testing.T) {
+	noLeak(t)
+	cfg, _ := helper(t, "crash")
+	started := false
+	cfg.Started = func() { started = true }
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))).Run(ctx); err != nil || started {
+		t.Fatalf("Run = %v, started %v", err, started)
+	}
+}
