@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/internal/testenv"
 )
 
 // TestMain makes the test binary the child (CHILD_SCRIPT set) or the fake
@@ -135,23 +137,6 @@ func noLeak(t *testing.T) {
 	})
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestLines: good lines reach the callback and the snapshot file, bad and
 // too long ones are counted, logged and skipped, the child keeps running,
 // stderr reaches the log.
@@ -172,7 +157,7 @@ func TestLines(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	var logs syncBuf
+	var logs testenv.Buffer
 	s := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -360,7 +345,7 @@ func TestSnapshotFileUnwritable(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	var logs syncBuf
+	var logs testenv.Buffer
 	s := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -389,7 +374,7 @@ func TestStderrWriter(t *testing.T) {
 	noLeak(t)
 	cfg, _ := helper(t, "lines")
 	cfg.MaxLine = 100
-	var out syncBuf
+	var out testenv.Buffer
 	cfg.Stderr = &out
 	s := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
