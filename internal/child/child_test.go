@@ -1,6 +1,7 @@
 package child
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -48,6 +49,14 @@ func helperChild(script string) {
 		time.Sleep(time.Hour)
 	case "crash":
 		os.Exit(3)
+	case "flood": // a hostile child: a thousand bad lines, then one good one
+		w := bufio.NewWriter(os.Stdout)
+		for range 1000 {
+			fmt.Fprintln(w, "garbage")
+		}
+		fmt.Fprintln(w, `{"n":3}`)
+		_ = w.Flush()
+		time.Sleep(time.Hour)
 	case "config":
 		os.Exit(2)
 	case "stubborn": // ignores SIGTERM, and has a child of its own
@@ -408,5 +417,43 @@ func TestRunCancelled(t *testing.T) {
 	cancel()
 	if err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))).Run(ctx); err != nil || started {
 		t.Fatalf("Run = %v, started %v", err, started)
+	}
+}
+
+// TestBadLineFlood: a child that floods bad lines has them all counted and
+// skipped, a handful logged, and its next good line still applied.
+func TestBadLineFlood(t *testing.T) {
+	noLeak(t)
+	cfg, _ := helper(t, "flood")
+	good := make(chan string, 1)
+	cfg.Line = func(l []byte) error {
+		if !json.Valid(l) {
+			return errors.New("not json")
+		}
+		good <- string(l)
+		return nil
+	}
+	var logs testenv.Buffer
+	s := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	select {
+	case l := <-good:
+		if l != `{"n":3}` {
+			t.Fatalf("good line %q", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no good line; status %+v", s.Status())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Status(); st.BadLines != 1000 || st.Lines != 1 {
+		t.Fatalf("status %+v, want 1000 bad lines and 1 good", s.Status())
+	}
+	if n := strings.Count(logs.String(), "unreadable line from the test child"); n != 5 {
+		t.Fatalf("%d bad lines logged, want 5 (the default burst)", n)
 	}
 }
