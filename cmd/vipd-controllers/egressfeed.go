@@ -14,8 +14,8 @@ package main
 // the ipam controller, ipam/egress.go).
 //
 // On the node that is the gateway of a policy's egress IP (asked from the
-// local vipd, internal/wire.EgressGatewaysPath), it writes the policy's status: gateway node,
-// address, selected pods and the Ready condition. Policies that cannot be
+// local vipd, internal/wire.EgressGatewaysPath), it writes the policy's
+// status: gateway node, address, selected pods and the Ready condition. Policies that cannot be
 // programmed on any node (no eligible node, an egress IP another policy
 // has, a pool without an address for it, an invalid spec) get Ready=False
 // with the reason from every node.
