@@ -261,10 +261,13 @@ func TestFinalExit(t *testing.T) {
 func TestStop(t *testing.T) {
 	for _, tc := range []struct {
 		script   string
+		stop     time.Duration // StopTimeout
 		min, max time.Duration
 	}{
-		{"polite", 0, 250 * time.Millisecond},
-		{"stubborn", 300 * time.Millisecond, 2 * time.Second},
+		// Well before the deadline: SIGTERM did it.
+		{"polite", 5 * time.Second, 0, 4 * time.Second},
+		// Not before the deadline: SIGKILL did it.
+		{"stubborn", 300 * time.Millisecond, 300 * time.Millisecond, 4 * time.Second},
 	} {
 		t.Run(tc.script, func(t *testing.T) {
 			noLeak(t)
@@ -274,7 +277,7 @@ func TestStop(t *testing.T) {
 				// with -race takes long to exit).
 				cfg.Path, cfg.Args = "/bin/sh", []string{"-c", `echo "[$$]" > "$CHILD_DIR/pids"; exec sleep 3600`}
 			}
-			cfg.StopTimeout = 300 * time.Millisecond
+			cfg.StopTimeout = tc.stop
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error)
 			s := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
