@@ -393,6 +393,20 @@ type StatusDoc struct {
 	LastError    string     `json:"last_error,omitempty"`
 }
 
+// Gateways returns the egress IPs this node is the gateway of now.
+func (c *Controller) Gateways() []netip.Addr {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []netip.Addr
+	for ip, r := range c.roles {
+		if r == RoleGateway {
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
 // IPStatus is one egress IP in /status.
 type IPStatus struct {
 	IP          string    `json:"egress_ip"`

@@ -75,11 +75,18 @@ func TestControllerStopDrainsAfterHandover(t *testing.T) {
 		}
 	}
 	waitUntil("gateway", func() bool { return has("forward") })
+	// What vipd answers the egressfeed child (GET /egress/gateways).
+	if g := c.Gateways(); !slices.Equal(g, []netip.Addr{rules()[0].IP}) {
+		t.Fatalf("gateway of %v, want %v", g, rules()[0].IP)
+	}
 	// The hand-over: the node becomes a director, then its stop begins.
 	mu.Lock()
 	gw = Gateway{Node: "n2", Addr: netip.MustParseAddr("10.0.0.12")}
 	mu.Unlock()
 	waitUntil("director", func() bool { return has("mark") && !has("forward") })
+	if g := c.Gateways(); len(g) != 0 {
+		t.Fatalf("a director is the gateway of %v", g)
+	}
 	cancel()
 	// Not left yet: the director's table stays (the directors may still
 	// route here; this node passes their packets on to the new gateway).

@@ -1,25 +1,22 @@
 package pools
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vipd/vipd/internal/child"
 )
 
 // MaxLine bounds one snapshot line of the feed (about 150,000 addresses):
-// a longer line is refused, the child restarted, the last snapshot kept.
-const MaxLine = 16 << 20
+// a longer line is skipped like any bad line, the last snapshot kept.
+const MaxLine = child.DefaultMaxLine
 
 // StateFile is the name of the last snapshot in VIPD_STATE_DIR: after a
 // restart vipd announces what it knew while the feed comes up (or while the
@@ -39,13 +36,16 @@ type FeedConfig struct {
 	Backoff time.Duration
 }
 
-// Feed runs the feed child, restarts it with back-off when it stops, and
-// hands every snapshot it writes to a callback. A child that dies, hangs
-// up or writes garbage changes nothing: the last snapshot stays in force
-// until the next good one.
+// Feed runs the feed child (internal/child: restarts with back-off, a bad
+// line counted, logged and skipped) and hands every snapshot it writes to
+// a callback. A child that dies, hangs up or writes garbage changes
+// nothing: the last snapshot stays in force until the next good one.
 type Feed struct {
 	cfg FeedConfig
 	log *slog.Logger
+	sup *child.Supervisor
+	// onSnapshot is set by Run before the child starts.
+	onSnapshot func(Snapshot)
 
 	mu     sync.Mutex
 	status FeedStatus
@@ -65,6 +65,7 @@ type FeedStatus struct {
 	Addresses    int       `json:"addresses"`
 	FromDisk     bool      `json:"from_disk,omitempty"` // the addresses are the ones saved by a previous run
 	LastError    string    `json:"last_error,omitempty"`
+	BadLines     int       `json:"bad_lines,omitempty"` // lines of the child that were not a snapshot, skipped
 }
 
 // NewFeed returns a feed; reg may be nil.
@@ -77,6 +78,26 @@ func NewFeed(cfg FeedConfig, log *slog.Logger, reg prometheus.Registerer) (*Feed
 		mSnapshots: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_pool_feed_snapshots_total",
 			Help: "Snapshots of the allocated pool addresses received from the feed."}),
 	}
+	var cmd []string
+	if len(cfg.Command) > 0 {
+		cmd = cfg.Command
+	} else {
+		cmd = []string{""}
+	}
+	// The child logs vipd's own records (same format and level): its
+	// stderr lines go to vipd's stderr whole.
+	ccfg := child.Config{Name: "pool feed", Path: cmd[0], Args: cmd[1:], Env: cfg.Env, Stderr: os.Stderr,
+		Backoff: child.Backoff{First: cfg.Backoff}, MaxLine: MaxLine, Line: f.line,
+		Started: func() { f.mUp.Set(1) },
+		Exited: func(error, time.Duration) {
+			f.mUp.Set(0)
+			f.mRestarts.Inc()
+		},
+	}
+	if cfg.StateDir != "" {
+		ccfg.SnapshotFile = filepath.Join(cfg.StateDir, StateFile)
+	}
+	f.sup = child.New(ccfg, f.log)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{f.mUp, f.mRestarts, f.mSnapshots} {
 			if err := reg.Register(c); err != nil {
@@ -110,122 +131,36 @@ func (f *Feed) Load() (Snapshot, bool) {
 	return s, true
 }
 
-func (f *Feed) save(line []byte) {
-	if f.cfg.StateDir == "" {
-		return
+// line handles one line of the child: a snapshot, or an error.
+func (f *Feed) line(b []byte) error {
+	var s Snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
 	}
-	p := filepath.Join(f.cfg.StateDir, StateFile)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, line, 0o600); err != nil {
-		f.log.Warn("cannot save the pool addresses", "err", err)
-		return
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		f.log.Warn("cannot save the pool addresses", "err", err)
-	}
+	f.mSnapshots.Inc()
+	f.mu.Lock()
+	f.status.Generation = s.Generation
+	f.status.Addresses = len(s.Addresses)
+	f.status.FromDisk = false
+	f.mu.Unlock()
+	f.onSnapshot(s)
+	return nil
 }
 
 // Run keeps the child running until ctx is done, calling onSnapshot (from
 // Run's goroutine) with every valid snapshot.
 func (f *Feed) Run(ctx context.Context, onSnapshot func(Snapshot)) {
-	first := f.cfg.Backoff
-	if first <= 0 {
-		first = time.Second
-	}
-	backoff := first
-	for {
-		start := time.Now()
-		err := f.runOnce(ctx, onSnapshot)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(start) > time.Minute {
-			backoff = first
-		}
-		f.mRestarts.Inc()
-		f.mu.Lock()
-		f.status.Restarts++
-		if err != nil {
-			f.status.LastError = err.Error()
-		}
-		f.mu.Unlock()
-		f.log.Error("the pool feed stopped; keeping the last known addresses and restarting it", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 30*time.Second)
-	}
-}
-
-func (f *Feed) runOnce(ctx context.Context, onSnapshot func(Snapshot)) error {
-	if len(f.cfg.Command) == 0 {
-		return fmt.Errorf("no feed command")
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	cmd := exec.CommandContext(cctx, f.cfg.Command[0], f.cfg.Command[1:]...)
-	cmd.Env = f.cfg.Env
-	cmd.Stderr = os.Stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 5 * time.Second
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", f.cfg.Command[0], err)
-	}
-	f.setRunning(true)
-	defer f.setRunning(false)
-	sc := bufio.NewScanner(out)
-	sc.Buffer(make([]byte, 64<<10), MaxLine)
-	var readErr error
-	for sc.Scan() {
-		line := sc.Bytes()
-		var s Snapshot
-		if err := json.Unmarshal(line, &s); err != nil {
-			readErr = fmt.Errorf("unreadable snapshot from the feed: %w", err)
-			break
-		}
-		f.mSnapshots.Inc()
-		f.mu.Lock()
-		f.status.Snapshots++
-		f.status.LastSnapshot = time.Now()
-		f.status.Generation = s.Generation
-		f.status.Addresses = len(s.Addresses)
-		f.status.FromDisk = false
-		f.mu.Unlock()
-		onSnapshot(s)
-		f.save(append(line, '\n'))
-	}
-	if readErr == nil {
-		readErr = sc.Err()
-	}
-	cancel() // a child that wrote garbage or too long a line is stopped
-	werr := cmd.Wait()
-	if ctx.Err() != nil {
-		return nil
-	}
-	return errors.Join(readErr, werr)
-}
-
-func (f *Feed) setRunning(r bool) {
-	f.mu.Lock()
-	f.status.Running = r
-	f.mu.Unlock()
-	if r {
-		f.mUp.Set(1)
-	} else {
-		f.mUp.Set(0)
-	}
+	f.onSnapshot = onSnapshot
+	defer f.mUp.Set(0)
+	_ = f.sup.Run(ctx) // no Final: it only ends with ctx
 }
 
 // Status returns the feed's state.
 func (f *Feed) Status() FeedStatus {
+	c := f.sup.Status()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.status
+	s := f.status
+	s.Running, s.Restarts, s.Snapshots, s.LastSnapshot, s.LastError, s.BadLines = c.Running, c.Restarts, c.Lines, c.LastLine, c.LastError, c.BadLines
+	return s
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/internal/wire"
 )
 
 // TestAskHandover talks to a unix socket server that answers as the
@@ -29,7 +30,7 @@ func TestAskHandover(t *testing.T) {
 		{"garbage", "{", 200, "", "unreadable answer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sock := filepath.Join(t.TempDir(), controlSocket)
+			sock := filepath.Join(t.TempDir(), wire.ControlSocket)
 			ln, err := net.Listen("unix", sock)
 			if err != nil {
 				t.Fatal(err)
@@ -58,7 +59,7 @@ func TestAskHandover(t *testing.T) {
 		})
 	}
 	t.Run("no daemon", func(t *testing.T) {
-		sock := filepath.Join(t.TempDir(), controlSocket)
+		sock := filepath.Join(t.TempDir(), wire.ControlSocket)
 		if _, err := askHandover(context.Background(), sock); err == nil || !strings.Contains(err.Error(), sock) {
 			t.Fatalf("err %v, want one naming %s", err, sock)
 		}

@@ -13,9 +13,9 @@ package main
 // the address of the IPAllocation that claims the policy (allocated by
 // the ipam controller, ipam/egress.go).
 //
-// On the node that is the gateway of a policy's egress IP (read from the
-// local vipd's /status), it writes the policy's status: gateway node,
-// address, selected pods and the Ready condition. Policies that cannot be
+// On the node that is the gateway of a policy's egress IP (asked from the
+// local vipd, internal/wire.EgressGatewaysPath), it writes the policy's
+// status: gateway node, address, selected pods and the Ready condition. Policies that cannot be
 // programmed on any node (no eligible node, an egress IP another policy
 // has, a pool without an address for it, an invalid spec) get Ready=False
 // with the reason from every node.
@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/internal/wire"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,31 +88,6 @@ func listUnstructured(l cache.GenericLister) []*unstructured.Unstructured {
 	return out
 }
 
-// FeedRule is one rule of the feed; vipd reads the same JSON.
-type FeedRule struct {
-	Policy   string   `json:"policy"` // namespace/name
-	EgressIP string   `json:"egressIP"`
-	From     []string `json:"from"`
-	To       []string `json:"to"`
-}
-
-// FeedAddress is an egress IP that is not among the nodes' elected
-// addresses (VIPD_ADDRESS, VIPD_EGRESS): vipd holds it at run time through
-// its pools machine, on one of Nodes (the nodes matching the policy's
-// spec.nodeSelector; every node without one).
-type FeedAddress struct {
-	Policy   string   `json:"policy"`
-	EgressIP string   `json:"egressIP"`
-	Nodes    []string `json:"nodes"`
-}
-
-// FeedDoc is one line of the feed: the complete rule set and the runtime
-// egress addresses.
-type FeedDoc struct {
-	Rules     []FeedRule    `json:"rules"`
-	Addresses []FeedAddress `json:"addresses,omitempty"`
-}
-
 // egressPolicy is the part of an EgressPolicy the feed reads.
 type egressPolicy struct {
 	Namespace, Name string
@@ -155,8 +131,8 @@ func policyFromUnstructured(u *unstructured.Unstructured) (egressPolicy, error) 
 
 // policyResult is what resolve found for one policy.
 type policyResult struct {
-	Rule     *FeedRule
-	Address  *FeedAddress // a runtime egress address (not elected)
+	Rule     *wire.EgressRule
+	Address  *wire.EgressAddress // a runtime egress address (not elected)
 	IP       netip.Addr
 	Selected int
 	Ready    bool
@@ -171,10 +147,10 @@ type policyResult struct {
 // the policy's nodeSelector. Two policies naming the same runtime egress
 // IP: the older one (then the first by namespace/name) has it, the other
 // gets Ready=False EgressIPInUse. It is a pure function.
-func resolve(pols []egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, nodes []*corev1.Node, pv poolView, elected []netip.Addr) ([]FeedRule, []FeedAddress, map[string]policyResult) {
+func resolve(pols []egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, nodes []*corev1.Node, pv poolView, elected []netip.Addr) ([]wire.EgressRule, []wire.EgressAddress, map[string]policyResult) {
 	results := map[string]policyResult{}
-	var rules []FeedRule
-	var addrs []FeedAddress
+	var rules []wire.EgressRule
+	var addrs []wire.EgressAddress
 	sort.Slice(pols, func(i, j int) bool {
 		if !pols[i].Created.Equal(pols[j].Created) {
 			return pols[i].Created.Before(pols[j].Created)
@@ -373,14 +349,14 @@ func resolvePolicy(p egressPolicy, pods []*corev1.Pod, nss []*corev1.Namespace, 
 			res.Message += "; it is one of the nodes' VIPD_ADDRESS/VIPD_EGRESS, so their election picks the gateway and spec.nodeSelector does not apply"
 		}
 	} else {
-		res.Address = &FeedAddress{Policy: p.key(), EgressIP: ip.String(), Nodes: eligible}
+		res.Address = &wire.EgressAddress{Policy: p.key(), EgressIP: ip.String(), Nodes: eligible}
 		res.Message += fmt.Sprintf("; gateway: one of %d eligible nodes", len(eligible))
 	}
 	if len(from) == 0 {
 		res.Reason = "NoPodsSelected"
 		return res
 	}
-	res.Rule = &FeedRule{Policy: p.key(), EgressIP: ip.String(), From: from, To: to}
+	res.Rule = &wire.EgressRule{Policy: p.key(), EgressIP: ip.String(), From: from, To: to}
 	return res
 }
 
@@ -450,58 +426,26 @@ func runEgressFeed(ctx context.Context, c *config.Config, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
-	f := &egressFeed{cfg: c, log: log, dyn: dyn, cs: cs, out: os.Stdout, statusOf: localGatewayOf(c)}
+	f := &egressFeed{cfg: c, log: log, dyn: dyn, cs: cs, out: os.Stdout, statusOf: localGatewayOf(c, log)}
 	return f.Run(ctx)
 }
 
-// localGatewayOf reads the egress roles from the local vipd's /status.
-func localGatewayOf(c *config.Config) func(ctx context.Context) map[netip.Addr]bool {
+// localGatewayOf asks the local vipd which egress IPs this node is the
+// gateway of (wire.EgressGatewaysPath on VIPD_METRICS_ADDRESS); nil when
+// it cannot tell (no status address, vipd not answering): this node then
+// writes no gateway status.
+func localGatewayOf(c *config.Config, log *slog.Logger) func(ctx context.Context) map[netip.Addr]bool {
 	client := &http.Client{Timeout: 2 * time.Second}
 	return func(ctx context.Context) map[netip.Addr]bool {
 		if c.MetricsAddress == "" {
 			return nil
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.MetricsAddress+"/status", nil)
+		gw, err := wire.GetEgressGateways(ctx, client, c.MetricsAddress)
 		if err != nil {
+			log.Debug("egress feed: cannot ask vipd for its gateway roles", "err", err)
 			return nil
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil
-		}
-		defer resp.Body.Close()
-		var doc struct {
-			Components struct {
-				Egress struct {
-					EgressIPs []struct {
-						IP   string `json:"egress_ip"`
-						Role string `json:"role"`
-					} `json:"egress_ips"`
-				} `json:"egress"`
-				// The runtime egress addresses (pools machine).
-				Addresses struct {
-					Addresses []struct {
-						Address string `json:"address"`
-						State   string `json:"state"`
-					} `json:"addresses"`
-				} `json:"egress_addresses"`
-			} `json:"components"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-			return nil
-		}
-		out := map[netip.Addr]bool{}
-		for _, e := range doc.Components.Egress.EgressIPs {
-			if a, err := netip.ParseAddr(e.IP); err == nil && e.Role == "gateway" {
-				out[a] = true
-			}
-		}
-		for _, e := range doc.Components.Addresses.Addresses {
-			if a, err := netip.ParseAddr(e.Address); err == nil && e.State == "held" {
-				out[a] = true
-			}
-		}
-		return out
+		return gw
 	}
 }
 
@@ -601,7 +545,7 @@ func (f *egressFeed) Run(ctx context.Context) error {
 			allocs, ippools = listUnstructured(allocInf.Lister()), listUnstructured(ippoolInf.Lister())
 		}
 		rules, addrs, results := resolve(pols, pods, nss, nodes, poolViewOf(pols, allocs, ippools), elect)
-		b, err := json.Marshal(FeedDoc{Rules: rules, Addresses: addrs})
+		b, err := json.Marshal(wire.EgressDoc{Rules: rules, Addresses: addrs})
 		if err != nil {
 			return err
 		}

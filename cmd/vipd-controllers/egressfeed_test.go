@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/internal/kubetest"
+	"github.com/vipd/vipd/internal/wire"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,7 +113,7 @@ func TestResolve(t *testing.T) {
 	pv := poolView{Addr: map[string]netip.Addr{"a/from-pool": netip.MustParseAddr("10.0.0.50")},
 		Pools: map[string]poolCount{"egress": {Total: 4, Free: 2}, "full": {Total: 2, Free: 0}}}
 	rules, addrs, res := resolve(pols, pods, nss, nodes, pv, elected)
-	want := []FeedRule{
+	want := []wire.EgressRule{
 		{Policy: "a/from-pool", EgressIP: "10.0.0.50", From: []string{"10.244.1.6/32"}, To: []string{"0.0.0.0/0"}},
 		{Policy: "a/stranger", EgressIP: "10.0.0.99", From: []string{"10.244.1.6/32"}, To: []string{"0.0.0.0/0"}},
 		{Policy: "a/teams", EgressIP: "10.0.0.200", From: []string{"10.244.3.4/32", "10.244.3.7/32"}, To: []string{"0.0.0.0/0"}},
@@ -119,7 +121,7 @@ func TestResolve(t *testing.T) {
 		{Policy: "a/v6", EgressIP: "fd00::200", From: []string{"fd00:10:244:1::5/128"}, To: []string{"::/0"}},
 		{Policy: "b/first", EgressIP: "10.0.0.96", From: []string{"10.244.3.4/32"}, To: []string{"0.0.0.0/0"}},
 	}
-	wantAddrs := []FeedAddress{
+	wantAddrs := []wire.EgressAddress{
 		{Policy: "a/anywhere", EgressIP: "10.0.0.98", Nodes: []string{"n1", "n2", "n3"}},
 		{Policy: "a/from-pool", EgressIP: "10.0.0.50", Nodes: []string{"n1", "n2", "n3"}},
 		{Policy: "a/stranger", EgressIP: "10.0.0.99", Nodes: []string{"n1", "n2"}},
@@ -196,10 +198,10 @@ func newLineSink() *lineSink {
 
 func (s *lineSink) Write(b []byte) (int, error) { return s.pw.Write(b) }
 
-func (s *lineSink) last() FeedDoc {
+func (s *lineSink) last() wire.EgressDoc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var d FeedDoc
+	var d wire.EgressDoc
 	if len(s.lines) > 0 {
 		_ = json.Unmarshal([]byte(s.lines[len(s.lines)-1]), &d)
 	}
@@ -346,12 +348,17 @@ func TestEgressFeedAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &config.Config{NodeName: "n1", Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.200/32")}}
+	// The gateway roles come over the daemon's endpoint (the handler
+	// vipd mounts, internal/wire).
+	gwsrv := httptest.NewServer(wire.EgressGatewaysHandler(func() []netip.Addr {
+		return []netip.Addr{netip.MustParseAddr("10.0.0.200"), netip.MustParseAddr("10.0.0.99"), netip.MustParseAddr("10.0.0.150")}
+	}))
+	defer gwsrv.Close()
+	c := &config.Config{NodeName: "n1", Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.200/32")},
+		MetricsAddress: strings.TrimPrefix(gwsrv.URL, "http://")}
 	sink := newLineSink()
-	f := &egressFeed{cfg: c, log: slog.New(slog.NewTextHandler(io.Discard, nil)), dyn: udyn, cs: ucs, out: sink,
-		statusOf: func(context.Context) map[netip.Addr]bool {
-			return map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true, netip.MustParseAddr("10.0.0.99"): true, netip.MustParseAddr("10.0.0.150"): true}
-		}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f := &egressFeed{cfg: c, log: log, dyn: udyn, cs: ucs, out: sink, statusOf: localGatewayOf(c, log)}
 	fctx, fcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- f.Run(fctx) }()

@@ -18,18 +18,14 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/internal/wire"
 )
 
 // ControlSocket is the name of the daemon's control socket in
 // VIPD_STATE_DIR: a unix socket only root can open (mode 0600), so only
 // local administrators can move VIPs; nothing listens on the network for it.
-const ControlSocket = "vipd.sock"
-
-// handoverRequest is the body of POST /handover on the control socket.
-type handoverRequest struct {
-	VIPs []string `json:"vips,omitempty"`
-	To   string   `json:"to,omitempty"`
-}
+// Its requests and answers are in internal/wire.
+const ControlSocket = wire.ControlSocket
 
 // controlServer serves the control socket.
 type controlServer struct {
@@ -55,8 +51,8 @@ func startControlServer(dir string, d *daemon, log *slog.Logger) (*controlServer
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /handover", func(w http.ResponseWriter, r *http.Request) {
-		var req handoverRequest
+	mux.HandleFunc("POST "+wire.HandoverPath, func(w http.ResponseWriter, r *http.Request) {
+		var req wire.HandoverRequest
 		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil {
 			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
 			return
@@ -133,7 +129,7 @@ says why for each VIP), 2 for a bad argument.`,
 			if dir == "" {
 				dir = "/var/lib/vipd"
 			}
-			req := handoverRequest{To: to}
+			req := wire.HandoverRequest{To: to}
 			for _, a := range args {
 				v, err := normalizeVIP(a)
 				if err != nil {
@@ -158,37 +154,14 @@ says why for each VIP), 2 for a bad argument.`,
 	return cmd
 }
 
-func postHandover(ctx context.Context, sock string, req handoverRequest) ([]cluster.HandoverResult, error) {
+func postHandover(ctx context.Context, sock string, req wire.HandoverRequest) ([]cluster.HandoverResult, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	client := &http.Client{
-		Timeout: cluster.HandoverWait() + 2*time.Second,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}},
-	}
-	body, _ := json.Marshal(req)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://vipd/handover", strings.NewReader(string(body)))
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(hreq)
-	if err != nil {
-		return nil, fmt.Errorf("is vipd running in a cluster (l2 or cloud mode with VIPD_PEERS)? cannot reach its control socket %s: %w", sock, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("handover: %s", strings.TrimSpace(string(b)))
-	}
 	var rs []cluster.HandoverResult
-	if err := json.Unmarshal(b, &rs); err != nil {
-		return nil, fmt.Errorf("handover: unreadable answer: %w", err)
+	err := wire.PostHandover(ctx, sock, req, cluster.HandoverWait()+2*time.Second, &rs)
+	if errors.Is(err, wire.ErrNoDaemon) {
+		return nil, fmt.Errorf("is vipd running in a cluster (l2 or cloud mode with VIPD_PEERS)? %w", err)
 	}
-	return rs, nil
+	return rs, err
 }

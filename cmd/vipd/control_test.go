@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/internal/wire"
 	"github.com/vipd/vipd/vip"
 )
 
@@ -89,7 +91,7 @@ func TestHandoverCommand(t *testing.T) {
 
 func TestHandoverCommandErrors(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := execute([]string{"handover", "--state-dir", t.TempDir()}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "cannot reach its control socket") {
+	if code := execute([]string{"handover", "--state-dir", t.TempDir()}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "cannot reach vipd's control socket") {
 		t.Fatalf("no daemon: exit %d %q", code, errOut.String())
 	}
 	errOut.Reset()
@@ -130,5 +132,42 @@ func TestPrintStatusHandover(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestHandoverWire: what the daemon answers on its control socket
+// (cluster.HandoverResult) is what vipd-controllers' cordon watch decodes
+// (wire.HandoverResult), field by field.
+func TestHandoverWire(t *testing.T) {
+	at := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	el := &fakeElector{results: []cluster.HandoverResult{
+		{VIP: "10.0.0.100/32", To: "cp-2", OK: true, Reason: "ready", At: at, Took: 12 * time.Millisecond, Preempt: true},
+		{VIP: "10.0.0.101/32", Reason: "no eligible successor", At: at, Refused: true},
+	}}
+	dir := t.TempDir()
+	cs, err := startControlServer(dir, &daemon{elector: el}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	var got []wire.HandoverResult
+	if err := wire.PostHandover(context.Background(), filepath.Join(dir, wire.ControlSocket), wire.HandoverRequest{To: "cp-2"}, 5*time.Second, &got); err != nil {
+		t.Fatal(err)
+	}
+	if el.to != "cp-2" {
+		t.Fatalf("the daemon read to=%q", el.to)
+	}
+	if len(got) != len(el.results) {
+		t.Fatalf("decoded %+v", got)
+	}
+	// Re-encoded, the child's view is the daemon's answer: a field the
+	// daemon adds or renames shows here.
+	want, _ := json.Marshal(el.results)
+	again, _ := json.Marshal(got)
+	if string(again) != string(want) {
+		t.Fatalf("the child decodes\n%s\nthe daemon sends\n%s", again, want)
+	}
+	if !got[0].OK || got[0].Took != 12*time.Millisecond || !got[1].Refused || !got[1].At.Equal(at) {
+		t.Fatalf("decoded %+v", got)
 	}
 }

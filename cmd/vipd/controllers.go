@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/internal/child"
 )
 
 // controllersBinary finds vipd-controllers: $VIPD_CONTROLLERS_BINARY, next
@@ -42,10 +42,9 @@ func controllersBinary() (string, error) {
 	return "", fmt.Errorf("VIPD_CONTROLLERS is set but vipd-controllers was not found (tried %v; set VIPD_CONTROLLERS_BINARY)", tried)
 }
 
-// controllers supervises the vipd-controllers child process: it passes the
-// effective configuration in the environment, forwards its logs, restarts
-// it with backoff when it fails, stops it with SIGTERM, and gathers its
-// metrics for vipd's /metrics.
+// controllers supervises the vipd-controllers child process
+// (internal/child): it passes the effective configuration in the
+// environment and gathers the child's metrics for vipd's /metrics.
 type controllers struct {
 	bin    string
 	cfg    *config.Config
@@ -70,40 +69,23 @@ func newControllers(c *config.Config, log *slog.Logger) (*controllers, error) {
 	}, nil
 }
 
-// Run keeps the child running until ctx is done. A child that exits with
-// code 2 (invalid configuration) is not restarted.
+// Run keeps the child running until ctx is done (internal/child). A
+// child that exits with code 2 (invalid configuration) is not restarted.
 func (k *controllers) Run(ctx context.Context) error {
-	backoff := time.Second
-	for {
-		start := time.Now()
-		cmd := exec.CommandContext(ctx, k.bin)
-		cmd.Env = append(append(os.Environ(), k.cfg.Environ()...), "VIPD_CONTROLLERS_METRICS_SOCKET="+k.socket)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-		cmd.WaitDelay = 10 * time.Second
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-		k.log.Info("starting the Kubernetes controllers", "binary", k.bin, "controllers", k.cfg.Controllers)
-		err := cmd.Run()
-		if ctx.Err() != nil {
+	k.log.Info("starting the Kubernetes controllers", "controllers", k.cfg.Controllers)
+	sup := child.New(child.Config{Name: "Kubernetes controllers", Path: k.bin,
+		Env:         append(append(os.Environ(), k.cfg.Environ()...), "VIPD_CONTROLLERS_METRICS_SOCKET="+k.socket),
+		StopTimeout: 10 * time.Second, // a leader releases its lease
+		Stderr:      os.Stderr,        // the child writes vipd's own log records
+		Final: func(err error) error {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) && ee.ExitCode() == exitConfig {
+				return usageError{fmt.Errorf("vipd-controllers rejected the configuration (see its message above)")}
+			}
 			return nil
-		}
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == exitConfig {
-			return usageError{fmt.Errorf("vipd-controllers rejected the configuration (see its message above)")}
-		}
-		if time.Since(start) > time.Minute {
-			backoff = time.Second
-		}
-		k.log.Error("the Kubernetes controllers stopped; restarting", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		if backoff < 30*time.Second {
-			backoff *= 2
-		}
-	}
+		},
+	}, k.log)
+	return sup.Run(ctx)
 }
 
 // Gather implements prometheus.Gatherer by scraping the child. A child

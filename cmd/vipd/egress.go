@@ -121,6 +121,24 @@ func (d *daemon) setupEgress() error {
 	return nil
 }
 
+// egressGateways are the egress IPs this node is the gateway of: what the
+// egressfeed child asks at wire.EgressGatewaysPath to write the policies'
+// status.
+func (d *daemon) egressGateways() []netip.Addr {
+	if d.egress == nil {
+		return nil
+	}
+	out := d.egress.Gateways()
+	if d.egressFeed != nil && d.egressFeed.runtime != nil {
+		for _, ip := range d.egressFeed.runtime.held() {
+			if !slices.Contains(out, ip) {
+				out = append(out, ip)
+			}
+		}
+	}
+	return out
+}
+
 // runEgress runs the egress controller (and the policy feed) until ctx is
 // done; the controller then removes what it programmed (a gateway once
 // left is closed: the node has left the cluster).

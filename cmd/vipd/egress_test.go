@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/egress"
+	"github.com/vipd/vipd/internal/wire"
 	"github.com/vipd/vipd/pools"
 )
 
@@ -60,8 +63,8 @@ func TestCheckConfigEgress(t *testing.T) {
 
 // TestEgressFeedParse: the feed's lines become rules for the egress IPs
 // this node elects or holds at run time (the line's addresses); anything
-// else is skipped with a reason, a hostile or unreadable line is ignored
-// (one log line, the last rules stay), and a line replaces the whole set.
+// else is skipped with a reason, a hostile or unreadable line is refused
+// (the last rules stay), and a line replaces the whole set.
 func TestEgressFeedParse(t *testing.T) {
 	var got [][]egress.Rule
 	var gotAddrs [][]pools.Address
@@ -84,8 +87,14 @@ func TestEgressFeedParse(t *testing.T) {
 		`{"rules":{"policy":"wrong shape"}}`,
 		`{"rules":[]}`,
 	}, "\n") + "\n"
-	if err := f.read(strings.NewReader(feed)); err != nil {
-		t.Fatal(err)
+	bad := 0
+	for _, l := range strings.Split(strings.TrimSpace(feed), "\n") {
+		if err := f.line([]byte(l)); err != nil {
+			bad++ // internal/child counts, logs and skips it
+		}
+	}
+	if bad != 2 {
+		t.Fatalf("%d lines refused, want the 2 unreadable ones", bad)
 	}
 	if len(got) != 3 || len(gotAddrs) != 3 {
 		t.Fatalf("rule sets: %v, address sets %v", got, gotAddrs)
@@ -109,12 +118,40 @@ func TestEgressFeedParse(t *testing.T) {
 	if len(got[2]) != 0 || len(gotAddrs[2]) != 0 {
 		t.Fatalf("an empty line must clear the rules and addresses: %+v %+v", got[2], gotAddrs[2])
 	}
-	for _, want := range []string{"listed twice", "224.0.0.5", "fe80::1%eth0", "unreadable egress feed line"} {
+	for _, want := range []string{"listed twice", "224.0.0.5", "fe80::1%eth0"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("no log line about %q:\n%s", want, logs.String())
 		}
 	}
-	if n := strings.Count(logs.String(), "unreadable egress feed line"); n != 2 {
-		t.Errorf("%d log lines for the 2 unreadable lines:\n%s", n, logs.String())
+}
+
+// TestEgressFeedWire: what vipd-controllers egressfeed encodes (the wire
+// types it marshals) is what vipd decodes.
+func TestEgressFeedWire(t *testing.T) {
+	var got []egress.Rule
+	var gotAddrs []pools.Address
+	f := &egressFeed{log: slog.New(slog.NewTextHandler(io.Discard, nil)), set: func(r []egress.Rule) { got = r },
+		addrs:   func(a []pools.Address) { gotAddrs = a },
+		elected: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.200"): true}}
+	b, err := json.Marshal(wire.EgressDoc{
+		Rules: []wire.EgressRule{{Policy: "a/x", EgressIP: "10.0.0.200", From: []string{"10.244.1.5/32"}, To: []string{"0.0.0.0/0"}},
+			{Policy: "a/rt", EgressIP: "10.0.0.201", From: []string{"10.244.1.6/32"}, To: []string{"192.0.2.0/24"}}},
+		Addresses: []wire.EgressAddress{{Policy: "a/rt", EgressIP: "10.0.0.201", Nodes: []string{"n1"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.line(b); err != nil {
+		t.Fatal(err)
+	}
+	want := []egress.Rule{
+		{IP: netip.MustParseAddr("10.0.0.200"), From: []netip.Prefix{netip.MustParsePrefix("10.244.1.5/32")}, To: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}},
+		{IP: netip.MustParseAddr("10.0.0.201"), From: []netip.Prefix{netip.MustParsePrefix("10.244.1.6/32")}, To: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("rules %v, want %v", got, want)
+	}
+	if len(gotAddrs) != 1 || gotAddrs[0].Addr != netip.MustParseAddr("10.0.0.201") || gotAddrs[0].Service != "a/rt" || !slices.Equal(gotAddrs[0].Nodes, []string{"n1"}) {
+		t.Fatalf("addresses %+v", gotAddrs)
 	}
 }

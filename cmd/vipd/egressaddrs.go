@@ -16,6 +16,7 @@ import (
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
+	"github.com/vipd/vipd/internal/atomicfile"
 	"github.com/vipd/vipd/pools"
 	"github.com/vipd/vipd/vip"
 )
@@ -174,6 +175,17 @@ func (e *egressAddrs) Run(ctx context.Context) {
 // Status is the egress addresses' part of /status.
 func (e *egressAddrs) Status() any { return e.drv.Status() }
 
+// held returns the runtime egress addresses this node holds now.
+func (e *egressAddrs) held() []netip.Addr {
+	var out []netip.Addr
+	for _, a := range e.drv.Status().Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.State == "held" {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
 func (e *egressAddrs) load() []pools.Address {
 	if e.state == "" {
 		return nil
@@ -201,12 +213,7 @@ func (e *egressAddrs) save(addrs []pools.Address) {
 	if err != nil {
 		return
 	}
-	tmp := e.state + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		e.log.Warn("egress: cannot save the runtime egress addresses", "err", err)
-		return
-	}
-	if err := os.Rename(tmp, e.state); err != nil {
+	if err := atomicfile.Write(e.state, b, 0o600); err != nil {
 		e.log.Warn("egress: cannot save the runtime egress addresses", "err", err)
 	}
 }

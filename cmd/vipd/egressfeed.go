@@ -1,45 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
-	"syscall"
-	"time"
 
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
+	"github.com/vipd/vipd/internal/child"
+	"github.com/vipd/vipd/internal/wire"
 	"github.com/vipd/vipd/pools"
 )
-
-// feedRule and feedDoc are the NDJSON lines `vipd-controllers egressfeed`
-// prints (cmd/vipd-controllers/egressfeed.go): one complete rule set each.
-type feedRule struct {
-	Policy   string   `json:"policy"`
-	EgressIP string   `json:"egressIP"`
-	From     []string `json:"from"`
-	To       []string `json:"to"`
-}
-
-// feedAddress is an egress IP the nodes do not elect (not in VIPD_ADDRESS
-// or VIPD_EGRESS): held at run time through the pools machine by one of
-// Nodes (the nodes matching the policy's spec.nodeSelector).
-type feedAddress struct {
-	Policy   string   `json:"policy"`
-	EgressIP string   `json:"egressIP"`
-	Nodes    []string `json:"nodes"`
-}
-
-type feedDoc struct {
-	Rules     []feedRule    `json:"rules"`
-	Addresses []feedAddress `json:"addresses,omitempty"`
-}
 
 // egressFeed supervises the egressfeed child (VIPD_EGRESS_POLICIES=on) and
 // hands its rules to the egress controller. The rules of the last line
@@ -69,75 +43,31 @@ func newEgressFeed(c *config.Config, log *slog.Logger, set func([]egress.Rule)) 
 	return &egressFeed{bin: bin, cfg: c, log: log.With("component", "egressfeed"), set: set, elected: el}, nil
 }
 
-// Run keeps the child running until ctx is done.
+// Run keeps the child running until ctx is done (internal/child: a bad
+// line is counted, logged and skipped; the last rules stay programmed
+// while the child restarts).
 func (f *egressFeed) Run(ctx context.Context) {
-	backoff := time.Second
-	for {
-		start := time.Now()
-		err := f.runOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(start) > time.Minute {
-			backoff = time.Second
-		}
-		f.log.Error("the egress policy feed stopped; restarting (the last rules stay programmed)", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		if backoff < 30*time.Second {
-			backoff *= 2
-		}
-	}
+	sup := child.New(child.Config{Name: "egress policy feed", Path: f.bin, Args: []string{"egressfeed"},
+		Env: append(os.Environ(), f.cfg.Environ()...), Line: f.line,
+		Stderr: os.Stderr, // the child writes vipd's own log records
+	}, f.log)
+	_ = sup.Run(ctx) // no Final: it only ends with ctx
 }
 
-func (f *egressFeed) runOnce(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, f.bin, "egressfeed")
-	cmd.Env = append(os.Environ(), f.cfg.Environ()...)
-	cmd.Stderr = os.Stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 5 * time.Second
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	out, err := cmd.StdoutPipe()
+// line applies one line of the feed; an error leaves the rules as they are.
+func (f *egressFeed) line(b []byte) error {
+	rules, addrs, skipped, err := f.parse(b)
 	if err != nil {
 		return err
 	}
-	f.log.Info("starting the egress policy feed", "binary", f.bin)
-	if err := cmd.Start(); err != nil {
-		return err
+	for _, s := range skipped {
+		f.log.Warn("egress policy rule skipped", "reason", s)
 	}
-	readErr := f.read(out)
-	err = cmd.Wait()
-	if err == nil {
-		err = readErr
+	if f.addrs != nil {
+		f.addrs(addrs)
 	}
-	if err == nil {
-		err = fmt.Errorf("exited")
-	}
-	return err
-}
-
-// read applies every line of the feed until it ends.
-func (f *egressFeed) read(r io.Reader) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		rules, addrs, skipped, err := f.parse(sc.Bytes())
-		if err != nil {
-			f.log.Error("unreadable egress feed line: ignored, the last rules stay", "err", err, "bytes", len(sc.Bytes()))
-			continue
-		}
-		for _, s := range skipped {
-			f.log.Warn("egress policy rule skipped", "reason", s)
-		}
-		if f.addrs != nil {
-			f.addrs(addrs)
-		}
-		f.set(rules)
-	}
-	return sc.Err()
+	f.set(rules)
+	return nil
 }
 
 // maxNodeName bounds a node name of the feed (a DNS subdomain).
@@ -148,7 +78,7 @@ const maxNodeName = 253
 // addresses for the pools machine; anything malformed is reported and
 // left out.
 func (f *egressFeed) parse(line []byte) ([]egress.Rule, []pools.Address, []string, error) {
-	var doc feedDoc
+	var doc wire.EgressDoc
 	if err := json.Unmarshal(line, &doc); err != nil {
 		return nil, nil, nil, err
 	}

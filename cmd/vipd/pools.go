@@ -112,6 +112,9 @@ func printPools(w io.Writer, v any) error {
 		feed = "running"
 	}
 	fmt.Fprintf(w, "\npools:\tfeed %s, %d snapshots, %d restarts", feed, f.Snapshots, f.Restarts)
+	if f.BadLines > 0 {
+		fmt.Fprintf(w, ", %d unreadable lines skipped", f.BadLines)
+	}
 	if f.FromDisk {
 		fmt.Fprintf(w, ", addresses saved by the previous run")
 	}

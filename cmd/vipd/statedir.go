@@ -8,6 +8,7 @@ import (
 
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/internal/atomicfile"
 )
 
 // usesGossip reports whether this configuration runs the gossip election:
@@ -21,9 +22,9 @@ func usesGossip(c *config.Config) bool {
 // there.
 func usesStateDir(c *config.Config) bool { return usesGossip(c) || c.Pools }
 
-// checkStateDir makes sure the state directory can be written the way the
-// cluster writes it (a temporary file renamed over the old one), before
-// anything is bound: a node that cannot persist its members would forget
+// checkStateDir makes sure the state directory can be written the way
+// vipd writes it (internal/atomicfile: a temporary file renamed over the
+// old one), before anything is bound: a node that cannot persist its members would forget
 // them at the next restart. It creates the directory if needed, writes
 // and renames a probe file and removes it, and checks that an existing
 // members file can be opened for writing (a read-only mount, an immutable
@@ -43,14 +44,8 @@ func checkStateDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fail(err)
 	}
-	tmp := filepath.Join(dir, fmt.Sprintf(".write-probe-%d.tmp", os.Getpid()))
-	final := filepath.Join(dir, ".write-probe")
-	if err := os.WriteFile(tmp, []byte("vipd\n"), 0o600); err != nil {
-		_ = os.Remove(tmp)
-		return fail(err)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		_ = os.Remove(tmp)
+	final := filepath.Join(dir, fmt.Sprintf(".write-probe-%d", os.Getpid()))
+	if err := atomicfile.Write(final, []byte("vipd\n"), 0o600); err != nil {
 		return fail(err)
 	}
 	if err := os.Remove(final); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/health"
+	"github.com/vipd/vipd/internal/wire"
 	"github.com/vipd/vipd/vip"
 )
 
@@ -158,6 +159,8 @@ func startStatusServer(addr string, d *daemon) (*statusServer, error) {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(d.statusDoc())
 	})
+	// What the egressfeed child needs from the daemon (internal/wire).
+	mux.Handle(wire.EgressGatewaysPath, wire.EgressGatewaysHandler(d.egressGateways))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// The daemon is healthy when its loops run: the driver answers and
 		// the health checker has probed recently. The apiserver's own health

@@ -546,7 +546,11 @@ func TestPools(t *testing.T) {
 		a := addr(12)
 		old, _ := p.waitReach(ctx, a, "")
 		h := p.Node(old)
+		feed := feedChild(t, p.vipd[old].Pid())
 		p.vipd[old].Kill()
+		// The feed child has its own process group: the kernel kills it
+		// when vipd dies (internal/child, Pdeathsig).
+		waitProcGone(t, feed, 2*time.Second)
 		if err := h.SetLink(ctx, false, true); err != nil { // the host is gone: its leftovers answer nobody
 			t.Fatal(err)
 		}
@@ -586,6 +590,7 @@ func TestPools(t *testing.T) {
 	t.Run("planned stop: the node releases its addresses, the others take them", func(t *testing.T) {
 		a := addr(15)
 		old, _ := p.waitReach(ctx, a, "")
+		feed := feedChild(t, p.vipd[old].Pid())
 		if err := p.vipd[old].Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -593,6 +598,7 @@ func TestPools(t *testing.T) {
 		if code, err := p.vipd[old].Wait(5 * time.Second); err != nil || code != 0 {
 			t.Fatalf("vipd on %s: exit %d, %v", old, code, err)
 		}
+		waitProcGone(t, feed, time.Second) // stopped by vipd before it exited
 		c2, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		next, at := p.waitReach(c2, a, old)
@@ -653,6 +659,25 @@ func endpointOn(ctx context.Context, t *testing.T, kc *kubernetes.Clientset, nod
 }
 
 // feedChild returns the pid of vipd's pools-feed child.
+// waitProcGone waits until pid no longer runs (gone or a zombie).
+func waitProcGone(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && (f[0] == "Z" || f[0] == "X") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still runs %v after vipd stopped", pid, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func feedChild(t *testing.T, vipd int) int {
 	t.Helper()
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", vipd))
