@@ -1,0 +1,88 @@
+package vip
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The lease election hands the core a lease end with every Elected: the
+// core must let go at that end by itself, whatever the election does next.
+func TestCoreLeaseEnd(t *testing.T) {
+	up := HealthChanged{Healthy: true, Reason: "ok"}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"released at the lease end without another Elected", []step{
+			{0, up, nil},
+			{0, Elected{VIP: v4, Holder: true, Until: at(2 * time.Second)}, []string{"acquire 10.0.0.100/32"}},
+			{1999 * time.Millisecond, Tick{}, nil},
+			{2 * time.Second, Tick{}, []string{"release 10.0.0.100/32"}},
+			{3 * time.Second, Tick{}, nil}, // stays released
+		}},
+		{"a renewal moves the end", []step{
+			{0, up, nil},
+			{0, Elected{VIP: v4, Holder: true, Until: at(2 * time.Second)}, []string{"acquire 10.0.0.100/32"}},
+			{time.Second, Elected{VIP: v4, Holder: true, Until: at(3 * time.Second)}, nil},
+			{2 * time.Second, Tick{}, nil},
+			{3 * time.Second, Tick{}, []string{"release 10.0.0.100/32"}},
+		}},
+		{"a renewal after the end acquires again", []step{
+			{0, up, nil},
+			{0, Elected{VIP: v4, Holder: true, Until: at(time.Second)}, []string{"acquire 10.0.0.100/32"}},
+			{time.Second, Tick{}, []string{"release 10.0.0.100/32"}},
+			{1500 * time.Millisecond, Elected{VIP: v4, Holder: true, Until: at(3 * time.Second)}, []string{"acquire 10.0.0.100/32"}},
+		}},
+		{"a decision that arrives after its end is not acted on", []step{
+			{0, up, nil},
+			{2 * time.Second, Elected{VIP: v4, Holder: true, Until: at(time.Second)}, nil},
+			{3 * time.Second, Tick{}, nil},
+		}},
+		{"health returning after the end does not acquire", []step{
+			{0, Elected{VIP: v4, Holder: true, Until: at(time.Second)}, nil},
+			{2 * time.Second, up, nil},
+		}},
+		{"zero Until: no end (gossip election)", []step{
+			{0, up, nil},
+			{0, Elected{VIP: v4, Holder: true}, []string{"acquire 10.0.0.100/32"}},
+			{time.Hour, Tick{}, nil},
+		}},
+		{"a release decision clears the end", []step{
+			{0, up, nil},
+			{0, Elected{VIP: v4, Holder: true, Until: at(5 * time.Second)}, []string{"acquire 10.0.0.100/32"}},
+			{time.Second, Elected{VIP: v4, Holder: false, Until: at(5 * time.Second)}, []string{"release 10.0.0.100/32"}},
+			{5 * time.Second, Tick{}, nil},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run(t, New([]netip.Prefix{v4}, Options{Elect: true}), tt.steps)
+		})
+	}
+}
+
+// Next must wake the driver at the lease end, so that a held address is
+// released then even if nothing else happens.
+func TestCoreLeaseEndIsADeadline(t *testing.T) {
+	c := New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true})
+	c.Step(HealthChanged{Healthy: true}, t0)
+	end := t0.Add(700 * time.Millisecond)
+	out := stepDone(c, Elected{VIP: v4, Holder: true, Until: end}, t0)
+	if !out.Next.Equal(end) {
+		t.Fatalf("Next = %v after the acquire, want the lease end %v", out.Next.Sub(t0), end.Sub(t0))
+	}
+	out = c.Step(Tick{}, out.Next)
+	if got := strings.Join(acts(out), "; "); got != "release 10.0.0.100/32" {
+		t.Fatalf("at the lease end: %s", got)
+	}
+	st := c.State()[0]
+	if st.Held || !strings.Contains(st.Last.Cause, "lease ended") {
+		t.Fatalf("state after the end: %+v", st)
+	}
+	if !out.Next.IsZero() {
+		t.Fatalf("Next = %v after the release, want none", out.Next.Sub(t0))
+	}
+}
