@@ -370,6 +370,7 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 	if !n.loop.post(ev) {
 		return nil, errors.New("election busy: try again")
 	}
+	var leftBy time.Time
 	for {
 		st, holds, stepped := n.loop.snapshot()
 		done := true
@@ -377,6 +378,15 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 			if _, mine := holds[v]; mine || st.Holders[v] == "" || st.Holders[v] == n.cfg.Cluster.Name {
 				done = false
 			}
+		}
+		if done && stopping && !st.Removed {
+			// The addresses moved (or there were none): give the machine
+			// a moment to leave the configuration too, so the others do
+			// not wait for RemoveAfter to drop this node.
+			if leftBy.IsZero() {
+				leftBy = n.cfg.Clock.Now().Add(leaveWait)
+			}
+			done = !n.cfg.Clock.Now().Before(leftBy)
 		}
 		if done {
 			rs := make([]HandoverResult, 0, len(vips))
@@ -402,6 +412,10 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 		}
 	}
 }
+
+// leaveWait bounds the wait for this node's removal from the
+// configuration at a graceful stop, once its addresses moved.
+const leaveWait = 500 * time.Millisecond
 
 // LeaseStatusDoc is the cluster's section of /status in the lease election.
 type LeaseStatusDoc struct {
