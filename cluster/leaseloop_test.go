@@ -239,19 +239,7 @@ func advance(t *testing.T, l *leaseLoop, clk *fakeClock, d time.Duration) {
 }
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// memberlist's and the transport's goroutines of the gossip
-		// election tests end with their Shutdown, which some old tests
-		// leave to the process exit.
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).triggerFunc"),
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).pushPullTrigger"),
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).streamListen"),
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).packetListen"),
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).packetHandler"),
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).checkBroadcastQueueDepth"),
-		goleak.IgnoreAnyFunction("github.com/vipd/vipd/cluster.(*transport).readPackets"),
-		goleak.IgnoreAnyFunction("github.com/vipd/vipd/cluster.(*transport).acceptStreams"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 // The state is saved before anything of the same output is sent (raft's
