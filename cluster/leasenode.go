@@ -354,11 +354,7 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 	start := n.cfg.Clock.Now()
 	_, holds, _ := n.loop.snapshot()
 	if len(vips) == 0 {
-		for _, k := range sortedKeys(holds) {
-			if n.loop.kindOf(k) == lease.ControlPlane {
-				vips = append(vips, k)
-			}
-		}
+		vips = sortedKeys(holds)
 	}
 	var ev lease.Event = lease.Transfer{To: to}
 	if stopping {

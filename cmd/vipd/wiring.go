@@ -136,9 +136,19 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 		mc.Role = lease.Witness
 	}
 	var addrs []lease.Address
+	core := map[string]bool{}
 	if !c.Witness() {
+		egressIPs := map[netip.Addr]bool{}
+		for _, ip := range c.EgressIPs() {
+			egressIPs[ip] = true
+		}
 		for _, a := range c.Addresses {
-			addrs = append(addrs, lease.Address{Key: a.String(), Kind: lease.ControlPlane})
+			kind := lease.ControlPlane
+			if egressIPs[a.Addr()] {
+				kind = lease.Egress // a static VIPD_EGRESS address: the core holds it as a VIP
+			}
+			addrs = append(addrs, lease.Address{Key: a.String(), Kind: kind})
+			core[a.String()] = true
 		}
 	}
 	n, err := cluster.NewLease(cluster.LeaseConfig{
@@ -150,7 +160,7 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 	if err != nil {
 		return nil, err
 	}
-	return &leaseElector{LeaseNode: n, log: log}, nil
+	return &leaseElector{LeaseNode: n, log: log, core: core}, nil
 }
 
 // leaseElector adapts cluster.LeaseNode to the daemon's elector: holds of
@@ -159,12 +169,13 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 type leaseElector struct {
 	*cluster.LeaseNode
 	log    *slog.Logger
-	onHold func(cluster.LeaseDecision) // pool and egress addresses (nil: none)
+	core   map[string]bool             // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
+	onHold func(cluster.LeaseDecision) // other addresses (nil: none)
 }
 
 func (e *leaseElector) Run(ctx context.Context, send func(vip.Event)) error {
 	return e.LeaseNode.Run(ctx, func(d cluster.LeaseDecision) {
-		if d.Address.Kind != lease.ControlPlane {
+		if !e.core[d.Address.Key] {
 			if e.onHold != nil {
 				e.onHold(d)
 			}
