@@ -1,6 +1,9 @@
 package vip
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -84,5 +87,53 @@ func TestCoreLeaseEndIsADeadline(t *testing.T) {
 	}
 	if !out.Next.IsZero() {
 		t.Fatalf("Next = %v after the release, want none", out.Next.Sub(t0))
+	}
+}
+
+// The driver releases a VIP at its lease end by itself: the election sends
+// one Elected and then nothing (its goroutine is stuck), and the address
+// is gone from the announcer at the end, not later.
+func TestDriverReleasesAtLeaseEnd(t *testing.T) {
+	ann := &fakeAnnouncer{bound: map[netip.Prefix]bool{}}
+	trans := make(chan Transition, 8)
+	d, err := NewDriver(New([]netip.Prefix{v4}, Options{Elect: true}), ann, slog.New(slog.NewTextHandler(io.Discard, nil)), nil,
+		DriverOptions{Mode: "l2", OnTransition: func(tr Transition) { trans <- tr }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx, time.Second) }()
+	defer func() { cancel(); <-done }()
+	d.Send(HealthChanged{Healthy: true})
+	until := time.Now().Add(300 * time.Millisecond)
+	d.Send(Elected{VIP: v4, Holder: true, Until: until, Reason: "lease granted"})
+	wait := func() Transition {
+		select {
+		case tr := <-trans:
+			return tr
+		case <-time.After(5 * time.Second):
+			t.Fatal("no transition within 5 s")
+		}
+		return Transition{}
+	}
+	if tr := wait(); !tr.Held {
+		t.Fatalf("first transition %+v", tr)
+	}
+	tr := wait()
+	late := time.Since(until)
+	if tr.Held || !strings.Contains(tr.Cause, "lease ended") {
+		t.Fatalf("second transition %+v", tr)
+	}
+	if tr.At.Before(until) {
+		t.Fatalf("released %v before the lease end", until.Sub(tr.At))
+	}
+	if late > 200*time.Millisecond {
+		t.Fatalf("released %v after the lease end", late)
+	}
+	ann.mu.Lock()
+	defer ann.mu.Unlock()
+	if ann.bound[v4] {
+		t.Fatal("still bound after the lease end")
 	}
 }
