@@ -114,7 +114,6 @@ type leaseLoop struct {
 	mu       sync.Mutex
 	status   lease.Status
 	holds    map[string]time.Time // copy of held for readers
-	kindsRO  map[string]lease.Kind
 	sendErrs uint64
 	stepped  chan struct{} // closed and replaced after every step (waiters)
 }
@@ -225,7 +224,6 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 	l.mu.Lock()
 	l.status = st
 	l.holds = maps.Clone(l.held)
-	l.kindsRO = maps.Clone(l.kinds)
 	close(l.stepped)
 	l.stepped = make(chan struct{})
 	l.mu.Unlock()
@@ -336,13 +334,6 @@ func (l *leaseLoop) releaseAll(reason string) {
 
 func (l *leaseLoop) addr(key string) lease.Address {
 	return lease.Address{Key: key, Kind: l.kinds[key]}
-}
-
-// kindOf returns the kind of an address the machine was asked to place.
-func (l *leaseLoop) kindOf(key string) lease.Kind {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.kindsRO[key]
 }
 
 // snapshot returns the machine's last status, this node's holds and a
