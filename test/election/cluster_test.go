@@ -27,6 +27,12 @@ import (
 	"github.com/vipd/vipd/lab"
 )
 
+// electionEnv selects the consensus election (issue 26) on every node
+// these tests start. A binary that predates it ignores the unknown setting
+// (with a warning) and runs its gossip election: that is how these tests
+// are run against main to show they can fail.
+var electionEnv = []string{"VIPD_ELECTION=lease"}
+
 // fastHealth: a failing apiserver is noticed after 3 x 200 ms, as in test/l2.
 var fastHealth = []string{"VIPD_HEALTH_INTERVAL=200ms", "VIPD_HEALTH_TIMEOUT=200ms", "VIPD_FAIL_THRESHOLD=3"}
 
@@ -74,6 +80,7 @@ type cluster struct {
 	arp    *lab.ARPWatch
 	probe  *lab.Prober
 	origin time.Time
+	env    []string // given to every vipd this cluster starts (electionEnv)
 }
 
 // newCluster builds nodes n1..nN and a client; every node but the named
@@ -83,7 +90,7 @@ func newCluster(t *testing.T, nodes int, witnesses ...string) *cluster {
 	bin := prerequisites(t)
 	l := lab.New(t, lab.Options{Nodes: nodes, Client: true})
 	c := &cluster{Lab: l, t: t, bin: bin, vip: l.VIP4(50), apis: map[string]*lab.APIServer{},
-		procs: map[string]*lab.Proc{}, gone: map[string]bool{}, origin: time.Now()}
+		procs: map[string]*lab.Proc{}, gone: map[string]bool{}, origin: time.Now(), env: electionEnv}
 	for _, n := range l.Nodes {
 		if contains(witnesses, n.Name) {
 			continue
@@ -173,11 +180,11 @@ func (c *cluster) addrs(names ...string) string {
 }
 
 // run starts bin as vipd on the node with the VIP, peers, the lab's fast
-// health checks, and extra env ("KEY=value", later wins).
+// health checks, the cluster's env and extra env ("KEY=value", later wins).
 func (c *cluster) run(bin, name, peers string, extra ...string) *lab.Proc {
 	c.t.Helper()
 	env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + peers}, fastHealth...)
-	env = append(env, extra...)
+	env = append(append(env, c.env...), extra...)
 	p, err := c.node(name).StartVipd(bin, env...)
 	if err != nil {
 		c.t.Fatal(err)

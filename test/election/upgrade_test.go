@@ -1,0 +1,78 @@
+package election
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/lab"
+)
+
+// previousRelease is main before the consensus election (issue 26): the
+// release a rolling upgrade starts from. $VIPD_TEST_PREVIOUS_COMMIT
+// overrides it; $VIPD_TEST_PREVIOUS_BINARY skips the build.
+const previousRelease = "6e34dcb"
+
+// Build 5 / "Done when" of issue 26: a rolling upgrade of a 3-node cluster
+// from the previous release. Each node in turn is stopped (SIGTERM), its
+// binary swapped, and started again on the same state directory; the
+// holder goes last, as docs/l2.md's upgrade advice says. Mixed versions
+// run side by side meanwhile. One holder throughout and the VIP moves at
+// most once.
+func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
+	t.Parallel()
+	commit := previousRelease
+	if v := os.Getenv("VIPD_TEST_PREVIOUS_COMMIT"); v != "" {
+		commit = v
+	}
+	c := newCluster(t, 3)
+	// The operator keeps the env file as it is: the new binary runs with
+	// the settings the old one had.
+	c.env = nil
+	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	prev, err := lab.VipdAt(bctx, commit)
+	cancel()
+	if err != nil {
+		t.Fatalf("previous release: %v", err)
+	}
+	ctx := ctxT(t, 120*time.Second)
+	all := []string{"n1", "n2", "n3"}
+	for _, name := range all {
+		c.run(prev, name, c.addrs(others(all, name)...))
+	}
+	first := c.holder(ctx)
+	start := time.Now()
+	upgraded := []string{}
+	for len(upgraded) < len(all) {
+		// Next: a node not yet upgraded that does not hold, else the holder.
+		h := c.mon.Now()
+		left := others(all, upgraded...)
+		next := left[0]
+		if len(h) == 1 && next == h[0] && len(left) > 1 {
+			next = left[1]
+		}
+		c.stop(next)
+		c.run(c.bin, next, c.addrs(others(all, next)...))
+		upgraded = append(upgraded, next)
+		t.Logf("%v: %s upgraded (holders were %v)", time.Since(c.origin).Round(time.Millisecond), next, h)
+		c.waitMember(ctx, next, 3)
+		time.Sleep(2 * time.Second)
+	}
+	time.Sleep(3 * time.Second)
+	v := c.requireOneHolder(start, time.Now(), plannedOverlap, maxOutage)
+	if len(v.moves)-1 > 1 {
+		t.Errorf("the VIP moved %d times during the upgrade (%v), want at most once", len(v.moves)-1, v.moves)
+	}
+	t.Logf("holder before %s; the VIP moved %d times: %v", first, len(v.moves)-1, v.moves)
+}
+
+// waitMember waits until the node's vipd counts n members alive.
+func (c *cluster) waitMember(ctx context.Context, name string, n int) {
+	c.t.Helper()
+	line := `vipd_cluster_members{state="alive"} ` + strconv.Itoa(n)
+	if err := waitFor(ctx, name+" to count its members alive", func() bool { return c.metric(ctx, name, line) }); err != nil {
+		c.t.Fatalf("%v\n%s", err, tail(c.procs[name].Output(), 40))
+	}
+}
