@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"sort"
 	"strings"
 	"syscall"
@@ -32,6 +33,11 @@ import (
 // (with a warning) and runs its gossip election: that is how these tests
 // are run against main to show they can fail.
 var electionEnv = []string{"VIPD_ELECTION=lease"}
+
+// testEnv returns $VIPD_TEST_ENV ("KEY=value KEY=value"): settings added
+// to every vipd the tests start, to run the suite against another
+// configuration (e.g. VIPD_QUORUM=off, to see the tests catch two holders).
+func testEnv() []string { return strings.Fields(os.Getenv("VIPD_TEST_ENV")) }
 
 // fastHealth: a failing apiserver is noticed after 3 x 200 ms, as in test/l2.
 var fastHealth = []string{"VIPD_HEALTH_INTERVAL=200ms", "VIPD_HEALTH_TIMEOUT=200ms", "VIPD_FAIL_THRESHOLD=3"}
@@ -90,7 +96,7 @@ func newCluster(t *testing.T, nodes int, witnesses ...string) *cluster {
 	bin := prerequisites(t)
 	l := lab.New(t, lab.Options{Nodes: nodes, Client: true})
 	c := &cluster{Lab: l, t: t, bin: bin, vip: l.VIP4(50), apis: map[string]*lab.APIServer{},
-		procs: map[string]*lab.Proc{}, gone: map[string]bool{}, origin: time.Now(), env: electionEnv}
+		procs: map[string]*lab.Proc{}, gone: map[string]bool{}, origin: time.Now(), env: append(append([]string(nil), electionEnv...), testEnv()...)}
 	for _, n := range l.Nodes {
 		if contains(witnesses, n.Name) {
 			continue
@@ -116,6 +122,7 @@ func newCluster(t *testing.T, nodes int, witnesses ...string) *cluster {
 		t.Logf("MACs: %s", c.macs())
 		t.Logf("bound (since %s):\n%s", c.origin.Format("15:04:05.000"), c.mon)
 		t.Logf("ARP answers (relative to %s):\n%s", c.origin.Format("15:04:05.000"), c.arp.Timeline(c.origin))
+		t.Logf("client served by (relative to %s):\n%s", c.origin.Format("15:04:05.000"), c.served())
 		names := make([]string, 0, len(c.procs))
 		for name := range c.procs {
 			names = append(names, name)
@@ -151,6 +158,19 @@ func (c *cluster) macs() string {
 		b = append(b, n.Name+"="+n.MAC.String())
 	}
 	return strings.Join(b, " ")
+}
+
+// served prints who answered the client's probes, changes only.
+func (c *cluster) served() string {
+	var b strings.Builder
+	last := "-"
+	for _, a := range c.probe.Answers() {
+		if a.Node != last {
+			fmt.Fprintf(&b, "%8.3fs %q\n", a.Sent.Sub(c.origin).Seconds(), a.Node)
+			last = a.Node
+		}
+	}
+	return b.String()
 }
 
 func (c *cluster) node(name string) *lab.Host {
@@ -283,11 +303,12 @@ type verdict struct {
 	noneBound time.Duration // longest stretch nobody had it bound
 	outage    time.Duration // longest gap between two answered client probes
 	moves     []string      // successive holders (bound), changes only
+	answered  []string      // nodes whose MAC answered ARP, in order of first answer
 }
 
 func (v verdict) String() string {
-	return fmt.Sprintf("two bound %v, two MACs in %d ARP rounds, none bound %v, client outage %v, holders %v",
-		v.twoBound.Round(time.Millisecond), len(v.twoARP), v.noneBound.Round(time.Millisecond), v.outage.Round(time.Millisecond), v.moves)
+	return fmt.Sprintf("two bound %v, two MACs in %d ARP rounds, none bound %v, client outage %v, holders %v, ARP answered by %v",
+		v.twoBound.Round(time.Millisecond), len(v.twoARP), v.noneBound.Round(time.Millisecond), v.outage.Round(time.Millisecond), v.moves, v.answered)
 }
 
 func (c *cluster) observe(from, to time.Time) verdict {
@@ -295,6 +316,13 @@ func (c *cluster) observe(from, to time.Time) verdict {
 	v.twoBound = c.mon.Longest(from, to, func(n int) bool { return n >= 2 })
 	v.noneBound = c.mon.Longest(from, to, func(n int) bool { return n == 0 })
 	v.twoARP = c.arp.Multi(from, to)
+	for _, r := range c.arp.Between(from, to) {
+		for _, m := range r.MACs {
+			if n := c.nameOfMAC(m); !contains(v.answered, n) {
+				v.answered = append(v.answered, n)
+			}
+		}
+	}
 	ans := c.probe.Answers()
 	v.outage, _, _ = lab.Outage(ans, from, to)
 	// A VIP lost for good shows as the time since the last answer.

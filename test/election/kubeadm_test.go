@@ -74,8 +74,8 @@ func TestKubeadmFirstNode(t *testing.T) {
 	}
 	// Settle past the joins' election timeouts before judging.
 	time.Sleep(3 * time.Second)
-	v := c.requireOneHolder(joined, time.Now(), 0, 300*time.Millisecond)
-	if len(v.moves) != 1 || v.moves[0] != "n1" || v.noneBound > 0 {
-		t.Errorf("the VIP moved or paused while nodes 2 and 3 joined: %s", v)
+	v := c.requireOneHolder(joined, time.Now(), 0, maxOutage)
+	if len(v.moves) != 1 || v.moves[0] != "n1" || v.noneBound > 0 || len(v.answered) != 1 || v.answered[0] != "n1" {
+		t.Errorf("the VIP moved or was released while nodes 2 and 3 joined: %s", v)
 	}
 }
