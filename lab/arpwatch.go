@@ -7,9 +7,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/mdlayher/arp"
+	"github.com/mdlayher/packet"
+	"golang.org/x/sys/unix"
 )
 
 // ARPRound is one question "who has the address?" asked by an ARPWatch and
@@ -27,6 +31,7 @@ type ARPWatch struct {
 	target netip.Addr
 	self   netip.Addr
 	c      *arp.Client
+	raw    syscall.RawConn // the client's socket, for receive timestamps
 	mu     sync.Mutex
 	rounds []ARPRound
 	stop   chan struct{}
@@ -46,8 +51,20 @@ func (h *Host) StartARPWatch(target netip.Addr, period time.Duration) (*ARPWatch
 		if err != nil {
 			return err
 		}
-		w.c, err = arp.Dial(ifi)
-		return err
+		conn, err := packet.Listen(ifi, packet.Raw, unix.ETH_P_ARP, nil)
+		if err != nil {
+			return err
+		}
+		if w.raw, err = conn.SyscallConn(); err != nil {
+			conn.Close()
+			return err
+		}
+		if w.c, err = arp.New(ifi, conn); err != nil {
+			conn.Close()
+			return err
+		}
+		w.stamp() // the first call switches the socket's timestamps on
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("arp watch in %s: %w", h.NS, err)
@@ -95,19 +112,40 @@ func (w *ARPWatch) read() {
 		if p.Operation != arp.OperationReply || p.SenderIP != w.target || p.TargetIP != w.self {
 			continue
 		}
+		// An answer belongs to the last question asked before the kernel
+		// received it, however late this goroutine reads it.
+		at := w.stamp()
 		mac := p.SenderHardwareAddr.String()
 		w.mu.Lock()
-		if n := len(w.rounds); n > 0 {
-			r := &w.rounds[n-1]
-			i := sort.SearchStrings(r.MACs, mac)
-			if i == len(r.MACs) || r.MACs[i] != mac {
+		i := len(w.rounds) - 1
+		for i >= 0 && w.rounds[i].Sent.After(at) {
+			i--
+		}
+		if i >= 0 {
+			r := &w.rounds[i]
+			j := sort.SearchStrings(r.MACs, mac)
+			if j == len(r.MACs) || r.MACs[j] != mac {
 				r.MACs = append(r.MACs, "")
-				copy(r.MACs[i+1:], r.MACs[i:])
-				r.MACs[i] = mac
+				copy(r.MACs[j+1:], r.MACs[j:])
+				r.MACs[j] = mac
 			}
 		}
 		w.mu.Unlock()
 	}
+}
+
+// stamp returns when the kernel received the last frame read from the
+// socket (SIOCGSTAMPNS), or now if it cannot tell.
+func (w *ARPWatch) stamp() time.Time {
+	var ts unix.Timespec
+	var errno syscall.Errno
+	err := w.raw.Control(func(fd uintptr) {
+		_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, unix.SIOCGSTAMPNS, uintptr(unsafe.Pointer(&ts)))
+	})
+	if err != nil || errno != 0 {
+		return time.Now()
+	}
+	return time.Unix(ts.Unix())
 }
 
 // Stop ends the watch.
