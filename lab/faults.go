@@ -2,14 +2,16 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"syscall"
 )
 
-// cutTable is the nftables table (family inet) that Cut and DropOneWay
-// fill inside a host's namespace; Heal deletes it. It lives only in lab
-// namespaces and goes with them.
+// cutTable is the nftables table that Cut fills in the bridge namespace
+// (family bridge) and DropOneWay inside a host's namespace (family inet);
+// Heal deletes them. They live only in lab namespaces and go with them.
 const cutTable = "vipdlabcut"
 
 // PowerOff makes the host vanish as a virtual machine switched off hard
@@ -37,21 +39,45 @@ func (h *Host) PowerOff(ctx context.Context, procs ...*Proc) error {
 	return nil
 }
 
-// Cut drops every IP packet between a and b, both ways, as a broken link
-// between two machines that both still reach everybody else (a
-// non-transitive network). Only IP is dropped: ARP between them still
-// flows, as on a segment where a firewall, not the switch, is at fault.
-func Cut(ctx context.Context, a, b *Host) error {
-	return a.nftCut(ctx,
-		fmt.Sprintf("add rule inet %s in ip saddr %s drop", cutTable, b.IPv4),
-		fmt.Sprintf("add rule inet %s in ip6 saddr %s drop", cutTable, b.IPv6),
-		fmt.Sprintf("add rule inet %s out ip daddr %s drop", cutTable, b.IPv4),
-		fmt.Sprintf("add rule inet %s out ip6 daddr %s drop", cutTable, b.IPv6),
-	)
+// Cut cuts the link between a and b at the bridge: no frame from one
+// reaches the other, ARP and broadcasts included, while both still reach
+// everybody else (a non-transitive network). Neither node can see the
+// other's ARP either, so an ARP probe cannot stand in for the election.
+// Heal undoes it.
+func (l *Lab) Cut(ctx context.Context, a, b *Host) error {
+	script := fmt.Sprintf("add table bridge %[1]s\n"+
+		"add chain bridge %[1]s cut { type filter hook forward priority -10; }\n"+
+		"add rule bridge %[1]s cut iifname %[2]q oifname %[3]q drop\n"+
+		"add rule bridge %[1]s cut iifname %[3]q oifname %[2]q drop\n", cutTable, a.Peer, b.Peer)
+	_, err := l.nft(ctx, script)
+	return err
+}
+
+// Heal removes every Cut of the lab and every DropOneWay of its hosts.
+func (l *Lab) Heal(ctx context.Context) error {
+	var errs []error
+	if out, err := l.nft(ctx, fmt.Sprintf("delete table bridge %s\n", cutTable)); err != nil && !strings.Contains(out, "No such file") {
+		errs = append(errs, err)
+	}
+	for _, h := range l.hosts {
+		errs = append(errs, h.Heal(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (l *Lab) nft(ctx context.Context, script string) (string, error) {
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", l.BridgeNS, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("nft in the bridge namespace: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
 }
 
 // DropOneWay drops every IP packet from "from" that arrives at "to"; what
-// "to" sends still reaches "from" (one-way loss). Connection-oriented
+// "to" sends still reaches "from" (one-way loss). ARP still works both ways
+// (dropping it one way would break both directions). Connection-oriented
 // traffic between them fails both ways; datagrams from "to" still arrive.
 func DropOneWay(ctx context.Context, from, to *Host) error {
 	return to.nftCut(ctx,
@@ -60,7 +86,7 @@ func DropOneWay(ctx context.Context, from, to *Host) error {
 	)
 }
 
-// Heal removes every Cut and DropOneWay rule in the host's namespace.
+// Heal removes every DropOneWay rule in the host's namespace.
 func (h *Host) Heal(ctx context.Context) error {
 	out, err := h.nft(ctx, fmt.Sprintf("delete table inet %s\n", cutTable))
 	if err != nil && !strings.Contains(out, "No such file") {

@@ -16,7 +16,7 @@ import (
 // without vipd.
 func TestWatchersAndFaults(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip", "nft", "ping")
+	testenv.RequireCommands(t, "ip", "nft", "ping", "arping")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	l := New(t, Options{Nodes: 3, Client: true})
@@ -71,8 +71,9 @@ func TestWatchersAndFaults(t *testing.T) {
 	}
 	unbind(n2)
 
-	// Cut: no IP between n1 and n2, both still reach n3.
-	if err := Cut(ctx, n1, n2); err != nil {
+	// Cut: nothing between n1 and n2, ARP included, both still reach n3
+	// and the client.
+	if err := l.Cut(ctx, n1, n2); err != nil {
 		t.Fatal(err)
 	}
 	reach := func(from, to *Host) bool {
@@ -82,13 +83,20 @@ func TestWatchersAndFaults(t *testing.T) {
 	if reach(n1, n2) || reach(n2, n1) {
 		t.Fatal("n1 and n2 still reach each other through the cut")
 	}
-	if !reach(n1, n3) || !reach(n2, n3) {
-		t.Fatal("the cut between n1 and n2 also cut n3 off")
+	if !reach(n1, n3) || !reach(n2, n3) || !reach(l.Client, n1) || !reach(l.Client, n2) {
+		t.Fatal("the cut between n1 and n2 also cut n3 or the client off")
 	}
-	if err := n1.Heal(ctx); err != nil {
+	if _, err := n2.Output(ctx, "arping", "-c1", "-w1", "-I", n2.Link, n1.IPv4.String()); err == nil {
+		t.Fatal("n2's ARP reaches n1 through the cut")
+	}
+	if err := l.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !reach(n1, n2) {
+	healed := false
+	for i := 0; i < 5 && !healed; i++ { // a failed neighbour entry is resolved again
+		healed = reach(n1, n2)
+	}
+	if !healed {
 		t.Fatal("healed, n1 still does not reach n2")
 	}
 
@@ -103,7 +111,7 @@ func TestWatchersAndFaults(t *testing.T) {
 	if got := datagram(t, n1, n2); got {
 		t.Fatal("one-way loss n1->n2 let a datagram from n1 through")
 	}
-	if err := n2.Heal(ctx); err != nil {
+	if err := l.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 

@@ -13,27 +13,27 @@ import (
 // only traffic between nodes is lost.
 type fault struct {
 	name  string
-	apply func(ctx context.Context, h, x, y *lab.Host) error
+	apply func(ctx context.Context, l *lab.Lab, h, x, y *lab.Host) error
 }
 
 var partitions = []fault{
 	// A-B cut, A-C and B-C fine, the holder not involved.
-	{"cut-between-others", func(ctx context.Context, h, x, y *lab.Host) error { return lab.Cut(ctx, x, y) }},
-	// A-B cut with A the holder: B still hears A through C's gossip, never directly.
-	{"cut-holder-from-one", func(ctx context.Context, h, x, y *lab.Host) error { return lab.Cut(ctx, h, x) }},
+	{"cut-between-others", func(ctx context.Context, l *lab.Lab, h, x, y *lab.Host) error { return l.Cut(ctx, x, y) }},
+	// A-B cut with A the holder: B hears of A only through C.
+	{"cut-holder-from-one", func(ctx context.Context, l *lab.Lab, h, x, y *lab.Host) error { return l.Cut(ctx, h, x) }},
 	// The holder cut from both others (it still answers clients).
-	{"cut-holder-from-all", func(ctx context.Context, h, x, y *lab.Host) error {
-		if err := lab.Cut(ctx, h, x); err != nil {
+	{"cut-holder-from-all", func(ctx context.Context, l *lab.Lab, h, x, y *lab.Host) error {
+		if err := l.Cut(ctx, h, x); err != nil {
 			return err
 		}
-		return lab.Cut(ctx, h, y)
+		return l.Cut(ctx, h, y)
 	}},
 	// One-way: what the holder sends to x is lost; x's packets reach it.
-	{"one-way-from-holder", func(ctx context.Context, h, x, y *lab.Host) error { return lab.DropOneWay(ctx, h, x) }},
+	{"one-way-from-holder", func(ctx context.Context, l *lab.Lab, h, x, y *lab.Host) error { return lab.DropOneWay(ctx, h, x) }},
 	// One-way: what x sends to the holder is lost; the holder's reach x.
-	{"one-way-to-holder", func(ctx context.Context, h, x, y *lab.Host) error { return lab.DropOneWay(ctx, x, h) }},
+	{"one-way-to-holder", func(ctx context.Context, l *lab.Lab, h, x, y *lab.Host) error { return lab.DropOneWay(ctx, x, h) }},
 	// The holder hears nobody, everybody hears it.
-	{"holder-deaf", func(ctx context.Context, h, x, y *lab.Host) error {
+	{"holder-deaf", func(ctx context.Context, l *lab.Lab, h, x, y *lab.Host) error {
 		if err := lab.DropOneWay(ctx, x, h); err != nil {
 			return err
 		}
@@ -58,17 +58,15 @@ func TestNonTransitivePartitions(t *testing.T) {
 			h := c.holder(ctx)
 			o := others(all, h)
 			at := time.Now()
-			if err := f.apply(ctx, c.node(h), c.node(o[0]), c.node(o[1])); err != nil {
+			if err := f.apply(ctx, c.Lab, c.node(h), c.node(o[0]), c.node(o[1])); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(hold)
 			v := c.requireOneHolder(at, time.Now(), 0, maxOutage)
 			t.Logf("holder %s, x=%s y=%s: %s", h, o[0], o[1], v)
 			healed := time.Now()
-			for _, n := range c.Nodes {
-				if err := n.Heal(ctx); err != nil {
-					t.Fatal(err)
-				}
+			if err := c.Heal(ctx); err != nil {
+				t.Fatal(err)
 			}
 			time.Sleep(3 * time.Second)
 			c.requireOneHolder(healed, time.Now(), 0, maxOutage)

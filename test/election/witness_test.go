@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/vipd/vipd/lab"
 )
 
 // witnessEnv makes a node a witness: it votes and never holds. It runs no
@@ -72,13 +70,13 @@ func TestWitnessPartitionBetweenControlPlanes(t *testing.T) {
 	t.Parallel()
 	c, ctx, h := witnessCluster(t)
 	at := time.Now()
-	if err := lab.Cut(ctx, c.node("n1"), c.node("n2")); err != nil {
+	if err := c.Cut(ctx, c.node("n1"), c.node("n2")); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(hold)
 	c.requireOneHolder(at, time.Now(), 0, maxOutage)
 	healed := time.Now()
-	if err := c.node("n1").Heal(ctx); err != nil {
+	if err := c.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
