@@ -282,18 +282,23 @@ func waitFor(ctx context.Context, what string, cond func() bool) error {
 	return nil
 }
 
-// metric reports whether the node's /metrics has a line starting with line.
-func (c *cluster) metric(ctx context.Context, name, line string) bool {
+// metrics returns the node's /metrics samples by name and labels (nil if
+// vipd does not answer).
+func (c *cluster) metrics(ctx context.Context, name string) map[string]string {
 	out, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "1", "http://127.0.0.1:9469/metrics")
 	if err != nil {
-		return false
+		return nil
 	}
+	m := map[string]string{}
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(l, line) {
-			return true
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if i := strings.LastIndexByte(l, ' '); i > 0 {
+			m[l[:i]] = l[i+1:]
 		}
 	}
-	return false
+	return m
 }
 
 // verdict is what the watchers saw over a stretch of a test.

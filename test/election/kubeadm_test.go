@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestKubeadmFirstNode(t *testing.T) {
 	c.run(c.bin, "n1", peers)
 	// vipd is up (its metrics answer) and checking a dead apiserver.
 	if err := waitFor(ctx, "vipd on n1 to report its apiserver down", func() bool {
-		return c.metric(ctx, "n1", "vipd_health_up 0")
+		return c.metrics(ctx, "n1")["vipd_health_up"] == "0"
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, c.procs["n1"].Output())
 	}
@@ -41,9 +42,11 @@ func TestKubeadmFirstNode(t *testing.T) {
 	}
 	vip := c.vip.String()
 	mac := c.node("n1").MAC.String()
-	frames, err := capt.WaitFrames(ctx, 1, "Reply "+vip+" is-at "+mac)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	frames, err := capt.WaitFrames(wctx, 1, "Reply "+vip+" is-at "+mac)
+	cancel()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("n1 never announced the VIP: %v", err)
 	}
 	first := c.apis["n1"].FirstOK()
 	var bound time.Time
@@ -70,7 +73,7 @@ func TestKubeadmFirstNode(t *testing.T) {
 	c.run(c.bin, "n2", peers)
 	c.run(c.bin, "n3", peers)
 	for _, name := range []string{"n1", "n2", "n3"} {
-		c.waitMember(ctx, name, 3)
+		c.waitMember(ctx, name, 3, true)
 	}
 	// Settle past the joins' election timeouts before judging.
 	time.Sleep(3 * time.Second)

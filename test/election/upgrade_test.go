@@ -20,23 +20,41 @@ const previousRelease = "6e34dcb"
 // binary swapped, and started again on the same state directory; the
 // holder goes last, as docs/l2.md's upgrade advice says. Mixed versions
 // run side by side meanwhile. One holder throughout and the VIP moves at
-// most once.
+// most once. Two ways:
+//   - keep-settings: the env file stays as it is, so the new binary runs the
+//     election its defaults choose;
+//   - to-lease: each upgraded node also gets VIPD_ELECTION=lease, the
+//     upgrade that ends on the consensus election.
 func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
-	t.Parallel()
 	commit := previousRelease
 	if v := os.Getenv("VIPD_TEST_PREVIOUS_COMMIT"); v != "" {
 		commit = v
 	}
-	c := newCluster(t, 3)
-	// The operator keeps the env file as it is: the new binary runs with
-	// the settings the old one had.
-	c.env = nil
+	prerequisites(t)
 	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	prev, err := lab.VipdAt(bctx, commit)
 	cancel()
 	if err != nil {
 		t.Fatalf("previous release: %v", err)
 	}
+	for _, tc := range []struct {
+		name string
+		env  []string // given to the upgraded nodes
+	}{
+		{"keep-settings", nil},
+		{"to-lease", electionEnv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testUpgrade(t, prev, tc.env)
+		})
+	}
+}
+
+func testUpgrade(t *testing.T, prev string, upgradedEnv []string) {
+	c := newCluster(t, 3)
+	// The previous release gets the env file as it was.
+	c.env = testEnv()
 	ctx := ctxT(t, 120*time.Second)
 	all := []string{"n1", "n2", "n3"}
 	for _, name := range all {
@@ -54,10 +72,10 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 			next = left[1]
 		}
 		c.stop(next)
-		c.run(c.bin, next, c.addrs(others(all, next)...))
+		c.run(c.bin, next, c.addrs(others(all, next)...), upgradedEnv...)
 		upgraded = append(upgraded, next)
 		t.Logf("%v: %s upgraded (holders were %v)", time.Since(c.origin).Round(time.Millisecond), next, h)
-		c.waitMember(ctx, next, 3)
+		c.waitMember(ctx, next, 3, false)
 		time.Sleep(2 * time.Second)
 	}
 	time.Sleep(3 * time.Second)
@@ -65,14 +83,27 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	if len(v.moves)-1 > 1 {
 		t.Errorf("the VIP moved %d times during the upgrade (%v), want at most once", len(v.moves)-1, v.moves)
 	}
+	if len(c.mon.Now()) != 1 {
+		t.Errorf("after the upgrade the VIP is bound on %v, want one node", c.mon.Now())
+	}
 	t.Logf("holder before %s; the VIP moved %d times: %v", first, len(v.moves)-1, v.moves)
 }
 
-// waitMember waits until the node's vipd counts n members alive.
-func (c *cluster) waitMember(ctx context.Context, name string, n int) {
+// waitMember waits until the node's memberlist counts n members alive
+// and, with voters and the lease election, until its agreed configuration
+// has n voters (a joined node has been promoted from learner).
+func (c *cluster) waitMember(ctx context.Context, name string, n int, voters bool) {
 	c.t.Helper()
-	line := `vipd_cluster_members{state="alive"} ` + strconv.Itoa(n)
-	if err := waitFor(ctx, name+" to count its members alive", func() bool { return c.metric(ctx, name, line) }); err != nil {
+	want := strconv.Itoa(n)
+	err := waitFor(ctx, name+" to count "+want+" members", func() bool {
+		m := c.metrics(ctx, name)
+		if m[`vipd_cluster_members{state="alive"}`] != want {
+			return false
+		}
+		v, ok := m[`vipd_cluster_members{state="voters"}`]
+		return !voters || !ok || v == want
+	})
+	if err != nil {
 		c.t.Fatalf("%v\n%s", err, tail(c.procs[name].Output(), 40))
 	}
 }
