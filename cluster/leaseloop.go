@@ -96,8 +96,8 @@ type leaseLoop struct {
 	net    peerSender
 	store  stateSaver
 	log    *slog.Logger
-	decide func(LeaseDecision)
-	meta   func([]byte) // publish this node's metadata (nil: none)
+	decide func([]LeaseDecision) // the changes of one step, in address order
+	meta   func([]byte)          // publish this node's metadata (nil: none)
 	// witness: never send Health (a witness has no apiserver).
 	witness bool
 
@@ -114,7 +114,6 @@ type leaseLoop struct {
 	mu       sync.Mutex
 	status   lease.Status
 	holds    map[string]time.Time // copy of held for readers
-	kindsRO  map[string]lease.Kind
 	sendErrs uint64
 	stepped  chan struct{} // closed and replaced after every step (waiters)
 }
@@ -225,7 +224,6 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 	l.mu.Lock()
 	l.status = st
 	l.holds = maps.Clone(l.held)
-	l.kindsRO = maps.Clone(l.kinds)
 	close(l.stepped)
 	l.stepped = make(chan struct{})
 	l.mu.Unlock()
@@ -289,6 +287,7 @@ func (l *leaseLoop) apply(now time.Time, out lease.Output) error {
 // it is: the executor does not act on it.
 func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 	leader := l.m.Status().Leader
+	var ds []LeaseDecision
 	for _, k := range sortedKeys(holds) {
 		until := holds[k]
 		if old, ok := l.held[k]; ok && old.Equal(until) {
@@ -300,7 +299,7 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		if renewed {
 			reason = "lease renewed by a majority"
 		}
-		l.decide(LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason})
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason})
 	}
 	for _, k := range sortedKeys(l.held) {
 		if _, ok := holds[k]; ok {
@@ -311,15 +310,22 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		if leader != "" {
 			reason = "lease not renewed (leader " + leader + ")"
 		}
-		l.decide(LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
+	}
+	if len(ds) > 0 {
+		l.decide(ds)
 	}
 }
 
 // releaseAll releases every held address (the loop stops).
 func (l *leaseLoop) releaseAll(reason string) {
+	var ds []LeaseDecision
 	for _, k := range sortedKeys(l.held) {
 		delete(l.held, k)
-		l.decide(LeaseDecision{Address: l.addr(k), Reason: reason})
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason})
+	}
+	if len(ds) > 0 {
+		l.decide(ds)
 	}
 	l.mu.Lock()
 	l.holds = map[string]time.Time{}
@@ -328,13 +334,6 @@ func (l *leaseLoop) releaseAll(reason string) {
 
 func (l *leaseLoop) addr(key string) lease.Address {
 	return lease.Address{Key: key, Kind: l.kinds[key]}
-}
-
-// kindOf returns the kind of an address the machine was asked to place.
-func (l *leaseLoop) kindOf(key string) lease.Kind {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.kindsRO[key]
 }
 
 // snapshot returns the machine's last status, this node's holds and a

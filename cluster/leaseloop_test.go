@@ -154,11 +154,13 @@ func (j *journal) Send(to string, b []byte) error {
 	j.add("send " + to + " " + string(b))
 	return j.sendErr
 }
-func (j *journal) decide(d LeaseDecision) {
-	if d.Holder {
-		j.add(fmt.Sprintf("hold %s until +%v", d.Address.Key, d.Until.Sub(testT0)))
-	} else {
-		j.add("release " + d.Address.Key)
+func (j *journal) decide(ds []LeaseDecision) {
+	for _, d := range ds {
+		if d.Holder {
+			j.add(fmt.Sprintf("hold %s until +%v", d.Address.Key, d.Until.Sub(testT0)))
+		} else {
+			j.add("release " + d.Address.Key)
+		}
 	}
 }
 func (j *journal) take() []string {

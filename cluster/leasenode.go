@@ -201,9 +201,9 @@ func (n *LeaseNode) Forget(name string) error {
 }
 
 // Run joins the peers and runs the election until ctx is done, handing
-// every hold and release to decide. It returns an error when the state
+// the holds and releases of every step to decide. It returns an error when the state
 // cannot be saved (the daemon then stops).
-func (n *LeaseNode) Run(ctx context.Context, decide func(LeaseDecision)) error {
+func (n *LeaseNode) Run(ctx context.Context, decide func([]LeaseDecision)) error {
 	n.loop.decide = decide
 	n.mu.Lock()
 	n.running = true

@@ -104,7 +104,7 @@ func startNode(t *testing.T, name string, keys [][]byte, peers ...string) testNo
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- n.Run(ctx, func(LeaseDecision) {}) }()
+	go func() { errc <- n.Run(ctx, func([]LeaseDecision) {}) }()
 	var once sync.Once
 	var runErr error
 	stop := func() error {
@@ -129,6 +129,16 @@ func TestLeaseNodeTransport(t *testing.T) {
 		for _, v := range m.views {
 			for _, mb := range v.Members {
 				if mb.Name == "a" && mb.Alive && string(mb.Meta) == "meta-of-a" {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	a.m.waitFor(t, "a to see b", func(m *echoMachine) bool {
+		for _, v := range m.views {
+			for _, mb := range v.Members {
+				if mb.Name == "b" && mb.Alive {
 					return true
 				}
 			}

@@ -221,15 +221,11 @@ func (c *Config) check() error {
 	if c.Witness() {
 		return c.checkWitness()
 	}
-	if c.Election == ElectionLease && c.Mode != ModeBGP && len(c.Peers) > 0 && (c.Pools || c.EgressPolicies) {
-		// Their addresses are placed by the pools machine's own
-		// rendezvous election; until it takes holds from the lease
-		// machine, mixing the two would let two nodes hold one address.
-		name := "VIPD_POOLS"
-		if !c.Pools {
-			name = "VIPD_EGRESS_POLICIES"
-		}
-		return &Error{Name: name, Value: "on", Accepted: "off with VIPD_ELECTION=lease in a cluster (pool and EgressPolicy addresses follow the gossip election for now; static VIPD_EGRESS addresses follow the lease)"}
+	if c.Election == ElectionLease && c.Mode != ModeBGP && len(c.Peers) > 0 && c.EgressPolicies {
+		// Their addresses are placed by a pools machine over the gossip
+		// view; until it takes holds from the lease machine, mixing the
+		// two would let two nodes hold one address.
+		return &Error{Name: "VIPD_EGRESS_POLICIES", Value: "on", Accepted: "off with VIPD_ELECTION=lease in a cluster (EgressPolicy addresses follow the gossip election for now; VIPD_POOLS and static VIPD_EGRESS addresses follow the lease)"}
 	}
 	if len(c.Addresses) == 0 && c.Controllers == "" && !c.Pools {
 		return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "at least one VIP in CIDR form, e.g. 10.0.0.100/32,fd00::100/128 (required unless only VIPD_CONTROLLERS run or VIPD_POOLS=on)"}

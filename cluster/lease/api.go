@@ -12,8 +12,6 @@ package lease
 
 import (
 	"time"
-
-	"go.etcd.io/raft/v3"
 )
 
 // Role is what a node does in the cluster.
@@ -82,6 +80,8 @@ type Config struct {
 	RemoveAfter    time.Duration // autopilot: a voter silent this long is removed ...
 	MinVoters      int           // ... unless the voters would fall below this floor
 	ExpectPeers    bool          // VIPD_PEERS configured: wait to discover before bootstrapping alone (see docs)
+	Discover       time.Duration // with ExpectPeers: how long a node without state looks for a cluster before the lowest name bootstraps
+	Incarnation    uint64        // random per start without state (the runtime draws it); 0: derived from Name and now
 }
 
 // ProfileConfig returns the timings of a profile ("default", "fast"); an
@@ -98,6 +98,7 @@ func ProfileConfig(profile string) Config {
 			GrantFor:       2 * time.Second,
 			RemoveAfter:    20 * time.Second,
 			MinVoters:      3,
+			Discover:       time.Second,
 		}
 	default:
 		return Config{
@@ -108,6 +109,7 @@ func ProfileConfig(profile string) Config {
 			GrantFor:       5 * time.Second,
 			RemoveAfter:    20 * time.Second,
 			MinVoters:      3,
+			Discover:       time.Second,
 		}
 	}
 }
@@ -138,6 +140,10 @@ type Member struct {
 	Name  string
 	Alive bool
 	Meta  []byte
+	// Claims: addresses an old-protocol member (the previous release,
+	// cluster/meta.go) claims in its metadata, decoded by the runtime. The
+	// leader never grants them while that member is alive.
+	Claims []string
 }
 
 // Transfer asks for a planned handover of what this node holds ("" = best successor).
@@ -210,27 +216,3 @@ type Status struct {
 	Removed    bool // this node was removed from the configuration
 }
 
-// Machine is one node's lease state machine. It is not safe for concurrent
-// use: the runtime calls Step from one goroutine.
-type Machine struct {
-	cfg Config
-	now time.Time
-	rn  *raft.RawNode
-}
-
-// New returns a machine for cfg. persisted is the last Output.Persist, or
-// nil for a node without state.
-func New(cfg Config, persisted []byte, now time.Time) (*Machine, error) {
-	return &Machine{cfg: cfg, now: now}, nil
-}
-
-// Step feeds one event at now and returns what the runtime must do.
-func (m *Machine) Step(now time.Time, ev Event) Output {
-	m.now = now
-	return Output{Holds: map[string]time.Time{}, Next: now.Add(m.cfg.Tick)}
-}
-
-// Status returns a snapshot of the machine.
-func (m *Machine) Status() Status {
-	return Status{Name: m.cfg.Name}
-}

@@ -169,31 +169,41 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 type leaseElector struct {
 	*cluster.LeaseNode
 	log    *slog.Logger
-	core   map[string]bool             // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
-	onHold func(cluster.LeaseDecision) // other addresses (nil: none)
+	core   map[string]bool               // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
+	onHold func([]cluster.LeaseDecision) // other addresses (pools; nil: none); set before Run
 }
 
 func (e *leaseElector) Run(ctx context.Context, send func(vip.Event)) error {
-	return e.LeaseNode.Run(ctx, func(d cluster.LeaseDecision) {
-		if !e.core[d.Address.Key] {
-			if e.onHold != nil {
-				e.onHold(d)
+	return e.LeaseNode.Run(ctx, func(ds []cluster.LeaseDecision) {
+		var others []cluster.LeaseDecision
+		for _, d := range ds {
+			if e.core[d.Address.Key] {
+				e.toCore(d, send)
+			} else {
+				others = append(others, d)
 			}
-			return
 		}
-		p, err := netip.ParsePrefix(d.Address.Key)
-		if err != nil {
-			e.log.Error("lease election decided an address that is not a prefix", "address", d.Address.Key)
-			return
+		if len(others) > 0 && e.onHold != nil {
+			e.onHold(others)
 		}
-		if send == nil { // a witness: it must never be granted a hold
-			if d.Holder {
-				e.log.Error("a witness was granted a hold: ignored", "address", d.Address.Key)
-			}
-			return
-		}
-		send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, PrevHolder: ""})
 	})
+}
+
+// toCore hands a decision on a VIPD_ADDRESS or VIPD_EGRESS address to the
+// vip core, with its lease end.
+func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
+	p, err := netip.ParsePrefix(d.Address.Key)
+	if err != nil {
+		e.log.Error("lease election decided an address that is not a prefix", "address", d.Address.Key)
+		return
+	}
+	if send == nil { // a witness: it must never be granted a hold
+		if d.Holder {
+			e.log.Error("a witness was granted a hold: ignored", "address", d.Address.Key)
+		}
+		return
+	}
+	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason})
 }
 
 func (e clusterElector) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]cluster.HandoverResult, error) {
