@@ -1,0 +1,109 @@
+package election
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/vipd/vipd/lab"
+)
+
+// previousRelease is main before the consensus election (issue 26): the
+// release a rolling upgrade starts from. $VIPD_TEST_PREVIOUS_COMMIT
+// overrides it; $VIPD_TEST_PREVIOUS_BINARY skips the build.
+const previousRelease = "6e34dcb"
+
+// Build 5 / "Done when" of issue 26: a rolling upgrade of a 3-node cluster
+// from the previous release. Each node in turn is stopped (SIGTERM), its
+// binary swapped, and started again on the same state directory; the
+// holder goes last, as docs/l2.md's upgrade advice says. Mixed versions
+// run side by side meanwhile. One holder throughout and the VIP moves at
+// most once. Two ways:
+//   - keep-settings: the env file stays as it is, so the new binary runs the
+//     election its defaults choose;
+//   - to-lease: each upgraded node also gets VIPD_ELECTION=lease, the
+//     upgrade that ends on the consensus election.
+func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
+	commit := previousRelease
+	if v := os.Getenv("VIPD_TEST_PREVIOUS_COMMIT"); v != "" {
+		commit = v
+	}
+	prerequisites(t)
+	bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	prev, err := lab.VipdAt(bctx, commit)
+	cancel()
+	if err != nil {
+		t.Fatalf("previous release: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string // given to the upgraded nodes
+	}{
+		{"keep-settings", nil},
+		{"to-lease", electionEnv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testUpgrade(t, prev, tc.env)
+		})
+	}
+}
+
+func testUpgrade(t *testing.T, prev string, upgradedEnv []string) {
+	c := newCluster(t, 3)
+	// The previous release gets the env file as it was.
+	c.env = testEnv()
+	ctx := ctxT(t, 120*time.Second)
+	all := []string{"n1", "n2", "n3"}
+	for _, name := range all {
+		c.run(prev, name, c.addrs(others(all, name)...))
+	}
+	first := c.holder(ctx)
+	start := time.Now()
+	upgraded := []string{}
+	for len(upgraded) < len(all) {
+		// Next: a node not yet upgraded that does not hold, else the holder.
+		h := c.mon.Now()
+		left := others(all, upgraded...)
+		next := left[0]
+		if len(h) == 1 && next == h[0] && len(left) > 1 {
+			next = left[1]
+		}
+		c.stop(next)
+		c.run(c.bin, next, c.addrs(others(all, next)...), upgradedEnv...)
+		upgraded = append(upgraded, next)
+		t.Logf("%v: %s upgraded (holders were %v)", time.Since(c.origin).Round(time.Millisecond), next, h)
+		c.waitMember(ctx, next, 3, false)
+		time.Sleep(2 * time.Second)
+	}
+	time.Sleep(3 * time.Second)
+	v := c.requireOneHolder(start, time.Now(), plannedOverlap, maxOutage)
+	if len(v.moves)-1 > 1 {
+		t.Errorf("the VIP moved %d times during the upgrade (%v), want at most once", len(v.moves)-1, v.moves)
+	}
+	if len(c.mon.Now()) != 1 {
+		t.Errorf("after the upgrade the VIP is bound on %v, want one node", c.mon.Now())
+	}
+	t.Logf("holder before %s; the VIP moved %d times: %v", first, len(v.moves)-1, v.moves)
+}
+
+// waitMember waits until the node's memberlist counts n members alive
+// and, with voters and the lease election, until its agreed configuration
+// has n voters (a joined node has been promoted from learner).
+func (c *cluster) waitMember(ctx context.Context, name string, n int, voters bool) {
+	c.t.Helper()
+	want := strconv.Itoa(n)
+	err := waitFor(ctx, name+" to count "+want+" members", func() bool {
+		m := c.metrics(ctx, name)
+		if m[`vipd_cluster_members{state="alive"}`] != want {
+			return false
+		}
+		v, ok := m[`vipd_cluster_members{state="voters"}`]
+		return !voters || !ok || v == want
+	})
+	if err != nil {
+		c.t.Fatalf("%v\n%s", err, tail(c.procs[name].Output(), 40))
+	}
+}
