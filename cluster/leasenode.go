@@ -413,6 +413,8 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 			return rs, nil
 		}
 		select {
+		case <-n.loop.stopped:
+			return nil, errors.New("the election stopped during the handover")
 		case <-ctx.Done():
 			rs := make([]HandoverResult, 0, len(vips))
 			for _, v := range vips {
