@@ -159,3 +159,17 @@ func decode(b []byte) (*envelope, error) {
 	}
 	return e, nil
 }
+
+// Describe renders an envelope for traces and debugging.
+func Describe(b []byte) string {
+	e, err := decode(b)
+	if err != nil {
+		return "undecodable: " + err.Error()
+	}
+	hb, _ := json.Marshal(&e.h)
+	s := string(hb)
+	for _, m := range e.msgs {
+		s += fmt.Sprintf(" %s(t%d i%d c%d n%d)", m.GetType(), m.GetTerm(), m.GetIndex(), m.GetCommit(), len(m.GetEntries()))
+	}
+	return s
+}
