@@ -36,9 +36,9 @@ type header struct {
 	Removed     bool     `json:"rm,omitempty"` // you are not in the configuration: wipe and rejoin
 
 	// Node -> leader (or any member, which forwards).
-	Ack    *ack   `json:"k,omitempty"`
-	Join   *join  `json:"j,omitempty"`
-	Leave  string `json:"l,omitempty"` // name of the node that leaves
+	Ack      *ack   `json:"k,omitempty"`
+	Join     *join  `json:"j,omitempty"`
+	Leave    string `json:"l,omitempty"` // name of the node that leaves
 	Forget   string `json:"fg,omitempty"`
 	Handover string `json:"ho,omitempty"` // vipd handover at a follower: the holder it asks for ("*name": any but name)
 }

@@ -86,7 +86,7 @@ type Machine struct {
 
 	// raft's election counter is bounded so raft never campaigns by itself
 	// (its randomized timeout is not deterministic); this machine decides.
-	electionBound int64
+	electionBound  int64
 	lastLeaderTick int64 // tick of the last message from a leader
 	lastCampaign   int64
 	fenceTick      int64     // no votes and no campaign before this tick (restart)

@@ -315,7 +315,10 @@ func (s *Sim) Forget(name, target string) {
 }
 
 // Block drops messages a -> b (one way).
-func (s *Sim) Block(a, b string) { s.block[[2]string{a, b}] = true; s.logf("FAULT %s -> %s blocked", a, b) }
+func (s *Sim) Block(a, b string) {
+	s.block[[2]string{a, b}] = true
+	s.logf("FAULT %s -> %s blocked", a, b)
+}
 
 // Cut drops messages both ways between a and b.
 func (s *Sim) Cut(a, b string) { s.Block(a, b); s.Block(b, a) }
