@@ -133,12 +133,15 @@ func (m *Machine) maybeMerge() {
 		mine.led = mine.led || c.led
 		mine.voters = max(mine.voters, c.voters)
 	}
+	best := mine
 	for _, c := range m.clusters() {
-		if c.id != m.cluster && c.wins(mine) {
-			m.note("another cluster wins the merge: joining it", "cluster", fmt.Sprintf("%016x", c.id))
-			m.wipe("merging into another cluster")
-			return
+		if c.id != m.cluster && c.wins(best) {
+			best = c
 		}
+	}
+	if best.id != m.cluster {
+		m.note("another cluster wins the merge: joining it", "cluster", fmt.Sprintf("%016x", best.id))
+		m.wipe("merging into another cluster")
 	}
 }
 

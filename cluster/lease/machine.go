@@ -768,6 +768,7 @@ func (m *Machine) output() Output {
 		out.Persist = m.persist()
 		m.dirty = false
 	}
+	sort.Strings(m.outOrder) // deterministic: the simulator replays runs
 	for _, name := range m.outOrder {
 		e := m.out[name]
 		e.h.From = m.cfg.Name

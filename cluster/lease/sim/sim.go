@@ -167,8 +167,8 @@ func (s *Sim) Run(d time.Duration) {
 // Want sets the addresses every node must place.
 func (s *Sim) Want(addrs []lease.Address) {
 	s.want = append([]lease.Address(nil), addrs...)
-	for _, n := range s.nodes {
-		if n.Up {
+	for _, name := range s.names {
+		if n := s.nodes[name]; n.Up {
 			s.step(n, lease.Want{Addresses: s.want})
 		}
 	}

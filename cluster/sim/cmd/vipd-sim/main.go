@@ -69,10 +69,18 @@ func runLease(profiles []string, first int64, seeds int, replay int64, faults ti
 		start := time.Now()
 		failed, steps := 0, 0
 		var fo []time.Duration
+		var slow []int64
+		budget := time.Second
+		if p == "fast" {
+			budget = 250 * time.Millisecond
+		}
 		for seed := first; seed < first+int64(seeds); seed++ {
 			r := sim.RunSchedule(p, seed, sim.ScheduleOptions{Faults: faults})
 			steps += r.Steps
 			fo = append(fo, r.Failovers...)
+			if sim.Percentile(r.Failovers, 1) > budget {
+				slow = append(slow, seed)
+			}
 			if r.Failed() {
 				failed++
 				code = 1
@@ -84,6 +92,9 @@ func runLease(profiles []string, first int64, seeds int, replay int64, faults ti
 		fmt.Printf("lease %s: %d schedules, %d failed, %d machine steps in %v: %.0f schedules per minute; holder-death failover over %d measurements: p50 %v, p99 %v, max %v\n",
 			p, seeds, failed, steps, wall.Round(time.Second), float64(seeds)/wall.Minutes(), len(fo),
 			sim.Percentile(fo, 0.5).Round(time.Millisecond), sim.Percentile(fo, 0.99).Round(time.Millisecond), sim.Percentile(fo, 1).Round(time.Millisecond))
+		if len(slow) > 0 {
+			fmt.Printf("  seeds with a failover over %v: %v\n", budget, slow)
+		}
 	}
 	return code
 }
