@@ -52,6 +52,8 @@ type Sim struct {
 	TraceAll   bool
 	Steps      int
 
+	lastFault time.Duration
+
 	// Observers
 	OnHold func(key, node string, at time.Time)
 }
@@ -129,6 +131,9 @@ func (s *Sim) Now() time.Duration { return s.now.Sub(s.epoch) }
 func (s *Sim) Rand() *rand.Rand { return s.rnd }
 
 func (s *Sim) logf(format string, a ...any) {
+	if strings.HasPrefix(format, "FAULT") {
+		s.lastFault = s.Now()
+	}
 	line := fmt.Sprintf("%9.3fs ", s.now.Sub(s.epoch).Seconds()) + fmt.Sprintf(format, a...)
 	s.trace = append(s.trace, line)
 	if !s.TraceAll && len(s.trace) > 400 {
