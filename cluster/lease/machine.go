@@ -772,6 +772,11 @@ func (m *Machine) queueRaft(msg *pb.Message) {
 		return
 	}
 	m.env(to).msgs = append(m.env(to).msgs, msg)
+	if msg.GetType() == pb.MsgSnap {
+		// the snapshot is handed to the transport now; if it is lost, the
+		// follower's next rejection makes raft probe (and send it) again
+		m.rn.ReportSnapshot(msg.GetTo(), raft.SnapshotFinish)
+	}
 }
 
 func (m *Machine) output() Output {

@@ -82,6 +82,7 @@ type Node struct {
 	lastView  string
 	inc       uint64
 	Notes     []lease.Note
+	claims    string
 }
 
 type event struct {
@@ -212,9 +213,22 @@ func (s *Sim) AddNode(name string, o NodeOpts) *Node {
 // Node returns a node by name.
 func (s *Sim) Node(name string) *Node { return s.nodes[name] }
 
+// AddTwin starts a machine that calls itself claims (another machine
+// with a name already in use); the simulator routes messages for claims to
+// the original, so the twin only ever sends.
+func (s *Sim) AddTwin(simName, claims string) *Node {
+	n := s.AddNode(simName, NodeOpts{ExpectPeers: true})
+	n.claims = claims
+	s.start(n, nil, true)
+	return n
+}
+
 func (s *Sim) cfgFor(n *Node, expect bool) lease.Config {
 	c := s.Cfg
 	c.Name = n.Name
+	if n.claims != "" {
+		c.Name = n.claims
+	}
 	c.Role = n.Role
 	c.Priority = n.Priority
 	c.ExpectPeers = expect
