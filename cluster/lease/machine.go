@@ -86,11 +86,12 @@ type Machine struct {
 
 	// raft's election counter is bounded so raft never campaigns by itself
 	// (its randomized timeout is not deterministic); this machine decides.
-	electionBound int64
+	electionBound  int64
 	lastLeaderTick int64 // tick of the last message from a leader
 	lastCampaign   int64
 	fenceTick      int64     // no votes and no campaign before this tick (restart)
 	fenceUntil     time.Time // no votes before this time (former leader: its lease and grants)
+	fenceExcept    string    // ... except the forced vote of the transferee it handed them to
 	prevState      raft.StateType
 	prevTerm       uint64
 	prevLead       uint64
@@ -119,6 +120,8 @@ type Machine struct {
 
 	pendingHandoff *pendingHandoff
 	noBootstrap    bool
+	wipedAt        time.Time
+	snapNeeded     bool
 
 	leaving bool
 	left    bool
@@ -332,6 +335,7 @@ func (m *Machine) wipe(reason string) {
 	// wipe must not open a hole.
 	m.fenceTick = m.ticks + int64(m.cfg.ElectionTicks)
 	m.noBootstrap = true
+	m.wipedAt = m.now
 }
 
 func (m *Machine) note(msg string, attrs ...any) {
@@ -423,8 +427,12 @@ func (m *Machine) campaignTick() int64 {
 	if m.rn.BasicStatus().RaftState == raft.StateLeader {
 		return 0
 	}
+	// Campaign timing is liveness only: voters refuse while they promised a
+	// lease, whoever asks. A failed (split) campaign is retried after a
+	// third of an election timeout.
 	e := int64(m.cfg.ElectionTicks)
-	t := max(m.lastLeaderTick, m.lastCampaign) + e + m.stagger()
+	st := m.stagger()
+	t := max(m.lastLeaderTick+e+st, m.lastCampaign+e/3+2*st+1)
 	return max(t, m.fenceTick)
 }
 
@@ -454,7 +462,7 @@ func (m *Machine) stagger() int64 {
 			continue
 		}
 		md, ok := m.viewMeta[info.Name]
-		if !ok || !md.Alive {
+		if !ok {
 			continue
 		}
 		if md.Role == Witness {
@@ -484,6 +492,11 @@ func (m *Machine) drive() {
 	if m.left {
 		return
 	}
+	if m.rn == nil {
+		m.discover()
+		return
+	}
+	m.maybeMerge()
 	if m.rn == nil {
 		m.discover()
 		return
@@ -577,6 +590,7 @@ func (m *Machine) apply(ent *pb.Entry) {
 			}
 		}
 		m.conf = m.rn.ApplyConfChange(cc)
+		m.snapNeeded = true // a joiner's snapshot must include it
 		if m.lead != nil {
 			m.lead.confPending = false
 		}
@@ -606,9 +620,10 @@ func (m *Machine) compact() {
 		return
 	}
 	first, _ := m.st.FirstIndex()
-	if m.applied < first+8 {
+	if m.applied < first+8 && !m.snapNeeded {
 		return
 	}
+	m.snapNeeded = false
 	if _, err := m.st.CreateSnapshot(m.applied, m.conf, m.appData()); err != nil {
 		return
 	}
@@ -669,6 +684,13 @@ func (m *Machine) roleChange() {
 		if end.After(m.fenceUntil) {
 			m.fenceUntil = end
 		}
+		// the transferee was handed every running grant: its forced vote
+		// may pass the fence
+		m.fenceExcept = ""
+		if m.lead != nil {
+			m.fenceExcept = m.lead.transferTo
+		}
+		m.lastLeaderTick = m.ticks // no campaign for an election timeout
 		m.lead = nil
 		m.leaseEnd = time.Time{}
 		m.reads = map[string]time.Time{}
@@ -750,6 +772,11 @@ func (m *Machine) queueRaft(msg *pb.Message) {
 		return
 	}
 	m.env(to).msgs = append(m.env(to).msgs, msg)
+	if msg.GetType() == pb.MsgSnap {
+		// the snapshot is handed to the transport now; if it is lost, the
+		// follower's next rejection makes raft probe (and send it) again
+		m.rn.ReportSnapshot(msg.GetTo(), raft.SnapshotFinish)
+	}
 }
 
 func (m *Machine) output() Output {
@@ -758,6 +785,7 @@ func (m *Machine) output() Output {
 		out.Persist = m.persist()
 		m.dirty = false
 	}
+	sort.Strings(m.outOrder) // deterministic: the simulator replays runs
 	for _, name := range m.outOrder {
 		e := m.out[name]
 		e.h.From = m.cfg.Name
