@@ -392,7 +392,11 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 		st, holds, stepped := n.loop.snapshot()
 		done := true
 		for _, v := range vips {
-			if _, mine := holds[v]; mine || st.Holders[v] == "" || st.Holders[v] == n.cfg.Cluster.Name {
+			_, mine := holds[v]
+			elsewhere := st.Holders[v] != "" && st.Holders[v] != n.cfg.Cluster.Name
+			// A node that left the configuration no longer hears who
+			// holds what: released is all it can know.
+			if mine || !elsewhere && !(stopping && st.Removed) {
 				done = false
 			}
 		}
@@ -408,7 +412,14 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 		if done {
 			rs := make([]HandoverResult, 0, len(vips))
 			for _, v := range vips {
-				rs = append(rs, HandoverResult{VIP: v, To: st.Holders[v], OK: true, At: start, Took: n.cfg.Clock.Now().Sub(start), Reason: "lease transferred"})
+				r := HandoverResult{VIP: v, To: st.Holders[v], OK: true, At: start, Took: n.cfg.Clock.Now().Sub(start), Reason: "lease transferred"}
+				if r.To == n.cfg.Cluster.Name {
+					r.To = ""
+				}
+				if r.To == "" {
+					r.Reason = "released and left the configuration (the successor is not known here)"
+				}
+				rs = append(rs, r)
 			}
 			return rs, nil
 		}
