@@ -119,6 +119,23 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	if err != nil {
 		return nil, fmt.Errorf("VIPD_STATE_DIR: lease state %s: %w (%s)", st.path, err, leaseStateAdvice)
 	}
+	if persisted != nil && leftBefore(m.Status(), cfg.Machine.Name) {
+		// This node left (a graceful stop) or was removed before it
+		// stopped: its state is of a configuration without it, where it
+		// promised nothing. It joins again as a new member.
+		log.Info("this node left the cluster before it stopped: joining again as a new member", "state", st.path)
+		cfg.Machine.Incarnation = 0
+		var b [8]byte
+		for cfg.Machine.Incarnation == 0 {
+			if _, err := rand.Read(b[:]); err != nil {
+				return nil, fmt.Errorf("lease election: drawing an incarnation: %w", err)
+			}
+			cfg.Machine.Incarnation = binary.BigEndian.Uint64(b[:])
+		}
+		if m, err = newMachine(cfg.Machine, nil, cfg.Clock.Now()); err != nil {
+			return nil, fmt.Errorf("lease election: %w", err)
+		}
+	}
 	n := &LeaseNode{
 		cfg: cfg, peers: peers, log: log, state: st,
 		syncReq:  make(chan struct{}, 1),
@@ -157,12 +174,21 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 			}
 		}
 	}
-	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() {})
+	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() { n.loop.post(keyEvent{}) })
 	if err != nil {
 		return nil, err
 	}
 	n.ml = ml
 	return n, nil
+}
+
+// leftBefore reports whether a machine restored from its state belongs to
+// a cluster whose configuration no longer lists this node.
+func leftBefore(st lease.Status, name string) bool {
+	if st.ClusterID == 0 || len(st.Voters) == 0 {
+		return false
+	}
+	return !slices.Contains(st.Voters, name) && !slices.Contains(st.Learners, name) && !slices.Contains(st.Witnesses, name)
 }
 
 // SetHealthy feeds this node's apiserver health to the machine.
