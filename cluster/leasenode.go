@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -437,7 +438,10 @@ func (n *LeaseNode) memberChanged(m *memberlist.Node, alive bool) {
 // or ctx ends.
 func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]HandoverResult, error) {
 	start := n.cfg.Clock.Now()
-	_, holds, _ := n.loop.snapshot()
+	st0, holds, _ := n.loop.snapshot()
+	if rs := n.refuseHandover(st0, holds, vips, to, stopping, start); rs != nil {
+		return rs, nil
+	}
 	if len(vips) == 0 {
 		vips = sortedKeys(holds)
 	}
@@ -510,6 +514,56 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 // leaveWait bounds the wait for this node's removal from the
 // configuration at a graceful stop, once its addresses moved.
 const leaveWait = 500 * time.Millisecond
+
+// refuseHandover checks a vipd handover request before anything moves:
+// a VIP this node does not have, a successor that is not a member or is
+// this node. It returns nil when the request may go on.
+func (n *LeaseNode) refuseHandover(st lease.Status, holds map[string]time.Time, vips []string, to string, stopping bool, now time.Time) []HandoverResult {
+	if stopping {
+		return nil
+	}
+	var out []HandoverResult
+	refuse := func(v, reason string) {
+		out = append(out, HandoverResult{VIP: v, To: to, Reason: reason, At: now, Refused: true})
+	}
+	n.mu.Lock()
+	var configured []string
+	for _, k := range []lease.Kind{lease.ControlPlane, lease.Pool, lease.Egress} {
+		for _, a := range n.want[k] {
+			configured = append(configured, a.Key)
+		}
+	}
+	var members []string
+	for _, k := range sortedKeys(n.members) {
+		if n.members[k].Alive {
+			members = append(members, k)
+		}
+	}
+	n.mu.Unlock()
+	for _, v := range vips {
+		if !slices.Contains(configured, v) {
+			refuse(v, v+" is not one of this node's VIPs (VIPD_ADDRESS: "+strings.Join(configured, ",")+")")
+		}
+	}
+	if out != nil {
+		return out
+	}
+	if len(vips) == 0 {
+		vips = sortedKeys(holds)
+	}
+	v := strings.Join(vips, ",")
+	switch {
+	case to == n.cfg.Cluster.Name:
+		refuse(v, to+" is this node, which holds "+v+" already")
+	case to != "" && !slices.Contains(members, to):
+		refuse(v, "no member named "+to+" (members: "+strings.Join(members, ", ")+")")
+	case slices.Contains(st.Witnesses, to):
+		refuse(v, to+" is a witness: it votes and never holds")
+	case to != "" && !slices.Contains(st.Voters, to):
+		refuse(v, to+" is not a voter of the lease election yet (voters: "+strings.Join(st.Voters, ", ")+")")
+	}
+	return out
+}
 
 // LeaseStatusDoc is the cluster's section of /status in the lease election.
 type LeaseStatusDoc struct {
