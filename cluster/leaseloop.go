@@ -108,6 +108,7 @@ type leaseLoop struct {
 
 	// Run's goroutine only.
 	held        map[string]time.Time
+	elsewhere   map[string]string // not held here: the reason last given
 	kinds       map[string]lease.Kind
 	healthy     bool
 	failedUntil time.Time
@@ -124,13 +125,14 @@ type leaseLoop struct {
 func newLeaseLoop(m leaseMachine, clock Clock, net peerSender, store stateSaver, log *slog.Logger) *leaseLoop {
 	return &leaseLoop{
 		m: m, clock: clock, net: net, store: store, log: log,
-		events:  make(chan lease.Event, 256),
-		wake:    make(chan struct{}, 1),
-		held:    map[string]time.Time{},
-		kinds:   map[string]lease.Kind{},
-		holds:   map[string]time.Time{},
-		stepped: make(chan struct{}),
-		stopped: make(chan struct{}),
+		events:    make(chan lease.Event, 256),
+		wake:      make(chan struct{}, 1),
+		held:      map[string]time.Time{},
+		elsewhere: map[string]string{},
+		kinds:     map[string]lease.Kind{},
+		holds:     map[string]time.Time{},
+		stepped:   make(chan struct{}),
+		stopped:   make(chan struct{}),
 	}
 }
 
@@ -317,7 +319,8 @@ func (l *leaseLoop) apply(now time.Time, out lease.Output) error {
 // for every address no longer held. An end already past is passed on as
 // it is: the executor does not act on it.
 func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
-	leader := l.m.Status().Leader
+	st := l.m.Status()
+	leader := st.Leader
 	var ds []LeaseDecision
 	for _, k := range sortedKeys(holds) {
 		until := holds[k]
@@ -341,6 +344,28 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		if leader != "" {
 			reason = "lease not renewed (leader " + leader + ")"
 		}
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
+	}
+	// Who holds the others, for /status and logs (control-plane and
+	// egress addresses: the pools have their own status).
+	for _, k := range sortedKeys(l.kinds) {
+		if _, mine := holds[k]; mine || l.kinds[k] == lease.Pool {
+			delete(l.elsewhere, k)
+			continue
+		}
+		reason := "no holder yet: no leader"
+		switch h := st.Holders[k]; {
+		case h != "" && h != st.Name:
+			reason = h + " holds it"
+		case leader != "" && leader != st.Name:
+			reason = "placed by the leader, " + leader
+		case leader != "":
+			reason = "not placed on this node"
+		}
+		if l.elsewhere[k] == reason {
+			continue
+		}
+		l.elsewhere[k] = reason
 		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
 	}
 	if len(ds) > 0 {
