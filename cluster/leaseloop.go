@@ -112,7 +112,7 @@ type leaseLoop struct {
 	kinds       map[string]lease.Kind
 	healthy     bool
 	failedUntil time.Time
-	keyErrAt    time.Time // gossip rejected for another key (keyEvent)
+	vetoUntil   time.Time // a lone node counts as unhealthy until then (keyEvent, conflictEvent)
 	sentHealth  *bool
 
 	mu       sync.Mutex
@@ -205,7 +205,10 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 		l.failedUntil = now.Add(failedPause)
 		ev = l.health(now)
 	case keyEvent:
-		l.keyErrAt = now
+		l.veto(now.Add(KeyVeto))
+		ev = l.health(now)
+	case conflictEvent:
+		l.veto(now.Add(ConflictHold))
 		ev = l.health(now)
 	}
 	var outs []lease.Output
@@ -222,7 +225,7 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 		}
 		next = out.Next
 	}
-	for _, t := range []time.Time{l.failedUntil, l.keyVetoEnd()} {
+	for _, t := range []time.Time{l.failedUntil, l.vetoUntil} {
 		if !t.IsZero() && now.Before(t) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -251,12 +254,17 @@ type failedEvent struct{ lease.Event }
 // cluster of its own, never holds the VIP beside the real cluster.
 type keyEvent struct{ lease.Event }
 
-// keyVetoEnd is when the last key error stops counting (zero: none).
-func (l *leaseLoop) keyVetoEnd() time.Time {
-	if l.keyErrAt.IsZero() {
-		return time.Time{}
+// conflictEvent reports another node gossiping under this node's name
+// (a cloned VM): the same veto as keyEvent, for ConflictHold. The
+// cluster's member keeps what it holds (the machine refuses the clone at
+// join); the clone, alone in a cluster of its own, holds nothing.
+type conflictEvent struct{ lease.Event }
+
+// veto extends the lone node's veto to at least until.
+func (l *leaseLoop) veto(until time.Time) {
+	if until.After(l.vetoUntil) {
+		l.vetoUntil = until
 	}
-	return l.keyErrAt.Add(KeyVeto)
 }
 
 // lone reports whether this node is alone in its configuration (or in
@@ -271,7 +279,7 @@ func (l *leaseLoop) health(now time.Time) lease.Event {
 		return nil
 	}
 	h := l.healthy && (l.failedUntil.IsZero() || !now.Before(l.failedUntil))
-	if end := l.keyVetoEnd(); !end.IsZero() && now.Before(end) && l.lone() {
+	if now.Before(l.vetoUntil) && l.lone() {
 		h = false
 	}
 	if !l.failedUntil.IsZero() && !now.Before(l.failedUntil) {

@@ -65,6 +65,8 @@ type LeaseNode struct {
 	want    map[lease.Kind][]lease.Address
 	running bool
 
+	localAddr string // this node's gossip address (set once after Create)
+
 	mMembers *prometheus.GaugeVec
 	mQuorum  prometheus.Gauge
 	mTerm    prometheus.Gauge
@@ -180,6 +182,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		return nil, err
 	}
 	n.ml = ml
+	n.localAddr = ml.LocalNode().Address()
 	return n, nil
 }
 
@@ -690,7 +693,11 @@ func (e *leaseEvents) NotifyJoin(m *memberlist.Node) {
 	(*LeaseNode)(e).memberChanged(m, true)
 }
 func (e *leaseEvents) NotifyLeave(m *memberlist.Node) {
-	e.log.Info("member left or declared dead", "member", m.Name, "addr", m.Address())
+	how := "declared dead"
+	if m.State == memberlist.StateLeft {
+		how = "left"
+	}
+	e.log.Info("member "+how, "member", m.Name, "addr", m.Address())
 	(*LeaseNode)(e).memberChanged(m, false)
 }
 func (e *leaseEvents) NotifyUpdate(m *memberlist.Node) { (*LeaseNode)(e).memberChanged(m, true) }
@@ -700,5 +707,16 @@ func (e *leaseEvents) NotifyUpdate(m *memberlist.Node) { (*LeaseNode)(e).memberC
 type leaseConflicts LeaseNode
 
 func (c *leaseConflicts) NotifyConflict(existing, other *memberlist.Node) {
+	n := (*LeaseNode)(c)
+	if existing.Name == n.cfg.Cluster.Name {
+		// memberlist holds its node lock here: no calls back into it.
+		addr := other.Address()
+		if existing.Address() != n.localAddr {
+			addr = existing.Address()
+		}
+		c.log.Error("another node uses this node's name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "other", addr)
+		n.loop.post(conflictEvent{})
+		return
+	}
 	c.log.Error("two nodes use one name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "addr", existing.Address(), "other", other.Address())
 }
