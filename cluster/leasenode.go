@@ -71,6 +71,7 @@ type LeaseNode struct {
 	mQuorum  prometheus.Gauge
 	mTerm    prometheus.Gauge
 	mLeader  prometheus.Gauge
+	mBroken  *prometheus.GaugeVec
 	mSendErr prometheus.Counter
 	mRecvBad prometheus.Counter
 }
@@ -160,6 +161,9 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		mLeader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "vipd_election_leader", Help: "1 while this node is the lease election's leader.",
 		}),
+		mBroken: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vipd_vip_broken", Help: "1 while this node cannot hold the VIP (acquire failed, interface down) and leaves it to the others.",
+		}, []string{"vip"}),
 		mSendErr: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vipd_election_send_errors_total", Help: "Lease election messages the transport could not send (peer unknown, socket error, too many in flight).",
 		}),
@@ -167,11 +171,14 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 			Name: "vipd_election_messages_dropped_total", Help: "Lease election messages received and dropped as unreadable (bad envelope, oversized, from this node's own name).",
 		}),
 	}
+	for _, a := range cfg.Addresses {
+		n.mBroken.WithLabelValues(a.Key).Set(0)
+	}
 	n.loop = newLeaseLoop(m, cfg.Clock, n, st, log)
 	n.loop.witness = cfg.Machine.Role == lease.Witness
 	n.loop.meta = n.publishMeta
 	if reg != nil {
-		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mSendErr, n.mRecvBad, leaseRemaining{n}} {
+		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, leaseRemaining{n}} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -202,6 +209,9 @@ func (n *LeaseNode) SetHealthy(healthy bool) { n.loop.post(lease.Health{Healthy:
 // decides the holds), so it is only logged at debug level.
 func (n *LeaseNode) SetHolding(vip string, holding bool) {
 	n.log.Debug("core holding", "vip", vip, "holding", holding)
+	if holding {
+		n.mBroken.WithLabelValues(vip).Set(0)
+	}
 }
 
 // SetFailed reports that this node could not hold vip (interface down,
@@ -209,6 +219,7 @@ func (n *LeaseNode) SetHolding(vip string, holding bool) {
 // goes to another node.
 func (n *LeaseNode) SetFailed(vip, reason string) {
 	n.log.Warn("cannot hold an address: stepping aside for a while", "vip", vip, "reason", reason, "pause", failedPause)
+	n.mBroken.WithLabelValues(vip).Set(1)
 	n.loop.post(failedEvent{})
 }
 
