@@ -52,7 +52,9 @@ type peerState struct {
 	gen        uint64
 	sentGen    uint64
 	keys       map[string]bool
-	ackedGen   uint64
+	ackedGen   uint64 // gen of the latest ack (by Seq)
+	ackSeq     uint64
+	boot       int64
 	grantedGen uint64
 	grantEnd   time.Time // leader's clock: every grant it gave ends before this
 	pending    *grant
@@ -424,8 +426,12 @@ func (m *Machine) onAck(from string, a *ack) {
 	if a.Term != l.term {
 		return
 	}
-	if a.Gen > p.ackedGen {
-		p.ackedGen = a.Gen
+	if a.Boot != p.boot {
+		// the node restarted: what it holds is what it says now
+		p.boot, p.ackSeq, p.ackedGen = a.Boot, 0, a.Gen
+	}
+	if a.Seq > p.ackSeq {
+		p.ackSeq, p.ackedGen = a.Seq, a.Gen
 	}
 	if a.Gen != p.gen || len(p.keys) == 0 || !m.leaseValid() {
 		return
