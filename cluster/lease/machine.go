@@ -428,11 +428,16 @@ func (m *Machine) campaignTick() int64 {
 		return 0
 	}
 	// Campaign timing is liveness only: voters refuse while they promised a
-	// lease, whoever asks. A failed (split) campaign is retried after a
-	// third of an election timeout.
+	// lease, whoever asks. A failed campaign (split votes, or a voter whose
+	// promise to the old leader runs a little longer) is retried after an
+	// eighth of an election timeout.
 	e := int64(m.cfg.ElectionTicks)
 	st := m.stagger()
-	t := max(m.lastLeaderTick+e+st, m.lastCampaign+e/3+2*st+1)
+	retry := max(2, e/8) // the campaign was lost: rejections from a majority
+	if rs := m.rn.BasicStatus().RaftState; rs == raft.StateCandidate || rs == raft.StatePreCandidate {
+		retry = e / 2 // answers may still be on their way
+	}
+	t := max(m.lastLeaderTick+e+st, m.lastCampaign+retry+2*st)
 	return max(t, m.fenceTick)
 }
 
