@@ -393,3 +393,35 @@ func TestPlannedTransfer(t *testing.T) {
 		t.Logf("%s: longest handover gap %v", profile, w.longest)
 	}
 }
+
+// Node loss on a healthy LAN: the holder dies, another node holds within
+// the profile's budget (default 1.0 s, fast 250 ms), over many seeds.
+func TestFailoverBudget(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		budget  time.Duration
+	}{{"default", time.Second}, {"fast", 250 * time.Millisecond}} {
+		var all []time.Duration
+		for seed := int64(1); seed <= 15; seed++ {
+			s := threeNodes(t, tc.profile, seed)
+			for i := 0; i < 3; i++ {
+				old := s.Holders(cpKey)[0]
+				start := s.Now()
+				got := time.Duration(0)
+				s.OnHold = func(key, node string, _ time.Time) {
+					if key == cpKey && node != old && got == 0 {
+						got = s.Now() - start
+					}
+				}
+				s.Crash(old, true, 2*time.Second)
+				s.Run(4 * time.Second)
+				if got == 0 || got > tc.budget {
+					fail(t, s, "%s seed %d: failover %v, budget %v", tc.profile, seed, got, tc.budget)
+				}
+				all = append(all, got)
+			}
+			noViolations(t, s)
+		}
+		t.Logf("%s: %d failovers: p50 %v, p99 %v, max %v", tc.profile, len(all), Percentile(all, 0.5), Percentile(all, 0.99), Percentile(all, 1))
+	}
+}
