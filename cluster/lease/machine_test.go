@@ -322,7 +322,7 @@ func TestStaleTransferCannotWin(t *testing.T) {
 		n.run(10 * time.Millisecond)
 	}
 	n.step("c", Health{Healthy: false}) // the handover target is no longer eligible
-	n.run(2 * time.Second)             // raft aborts the transfer after an election timeout
+	n.run(2 * time.Second)              // raft aborts the transfer after an election timeout
 	if st := n.nodes["a"].m.Status(); st.Leader != "a" || st.LeaseUntil.IsZero() {
 		t.Fatalf("a should lead with a lease again: %+v", st)
 	}
