@@ -216,6 +216,55 @@ func TestWitness(t *testing.T) {
 	if st := s.Status("w"); len(st.Holds) != 0 {
 		fail(t, s, "the witness holds %v", st.Holds)
 	}
+	// the witness never stays leader when a voter can lead
+	s = setup(6)
+	for i := 0; i < 6; i++ {
+		h := s.Holders(cpKey)[0]
+		s.Crash(h, true, 500*time.Millisecond)
+		s.Run(4 * time.Second)
+		noViolations(t, s)
+		if st := s.Status("cp1"); st.Leader == "w" {
+			fail(t, s, "the witness leads: %+v", st)
+		}
+	}
+}
+
+// Mixed versions: an address claimed by a live old-protocol member is
+// never granted; once the old member stops claiming it, it is placed.
+func TestLegacyClaims(t *testing.T) {
+	s := threeNodes(t, "default", 9)
+	pool := "10.0.1.1/32"
+	s.Legacy("old1", []string{cpKey, pool})
+	s.Run(2 * time.Second)
+	if h := s.Holders(cpKey); len(h) != 0 {
+		fail(t, s, "granted an address an old member claims: %v", h)
+	}
+	if h := s.Holders(pool); len(h) != 0 {
+		fail(t, s, "granted an address an old member claims: %v", h)
+	}
+	s.Legacy("old1", nil) // upgraded (or gone)
+	s.Run(2 * time.Second)
+	noViolations(t, s)
+	if len(s.Holders(cpKey)) != 1 || len(s.Holders(pool)) != 1 {
+		fail(t, s, "holders after the old member left: %v %v", s.Holders(cpKey), s.Holders(pool))
+	}
+}
+
+// Idle cost: wakeups (Steps) per node per second of a quiet 3-node cluster.
+func TestIdleWakeups(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		max     float64
+	}{{"default", 25}, {"fast", 110}} {
+		s := threeNodes(t, tc.profile, 1)
+		before := s.Steps
+		s.Run(60 * time.Second)
+		per := float64(s.Steps-before) / 3 / 60
+		t.Logf("%s: %.1f steps per node per second", tc.profile, per)
+		if per > tc.max {
+			t.Errorf("%s: %.1f steps per node per second, want <= %v", tc.profile, per, tc.max)
+		}
+	}
 }
 
 // Non-transitive partitions with faults on the holder: the holder loses
