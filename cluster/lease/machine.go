@@ -97,6 +97,7 @@ type Machine struct {
 	prevLead       uint64
 	leaderTransfer string // what our leader's last header announced (Transfer)
 	leaderName     string
+	lastLead       uint64 // the last leader this node followed (not a rival when it falls silent)
 
 	// leader lease
 	readSeq  uint64
@@ -125,7 +126,6 @@ type Machine struct {
 
 	leaving bool
 	left    bool
-	removed bool
 
 	// per Step output
 	out      map[string]*envelope
@@ -463,8 +463,8 @@ func (m *Machine) stagger() int64 {
 	me := candidate{name: m.cfg.Name, healthy: m.health, priority: m.cfg.Priority}
 	for _, v := range m.conf.Voters {
 		info, ok := m.members[v]
-		if !ok || v == m.id {
-			continue
+		if !ok || v == m.id || v == m.lastLead {
+			continue // the silent leader is not a rival
 		}
 		md, ok := m.viewMeta[info.Name]
 		if !ok {
@@ -478,7 +478,10 @@ func (m *Machine) stagger() int64 {
 			rank++
 		}
 	}
-	return min(rank, int64(m.cfg.ElectionTicks/2))
+	// ranks at least 20 ms apart: voters' promises end a little apart
+	// (receipt times, tick phases), a tick of 10 ms does not separate them
+	unit := max(1, int64((20*time.Millisecond+m.cfg.Tick-1)/m.cfg.Tick))
+	return min(rank*unit, int64(m.cfg.ElectionTicks/2))
 }
 
 func (m *Machine) maybeCampaign() {
@@ -671,6 +674,7 @@ func (m *Machine) roleChange() {
 	wasLeader := m.prevState == raft.StateLeader
 	m.prevState, m.prevTerm, m.prevLead = state, term, lead
 	if lead != raft.None && lead != m.id {
+		m.lastLead = lead
 		m.leaderName = m.nameOf(lead)
 	} else if lead == raft.None {
 		m.leaderName = ""
