@@ -474,3 +474,108 @@ func TestFailoverBudget(t *testing.T) {
 		t.Logf("%s: %d failovers: p50 %v, p99 %v, max %v", tc.profile, len(all), Percentile(all, 0.5), Percentile(all, 0.99), Percentile(all, 1))
 	}
 }
+
+// Autopilot never takes the voters below MinVoters (3): a 3-node cluster
+// that loses a node keeps it as a voter and keeps its holder.
+func TestAutopilotFloor(t *testing.T) {
+	s := threeNodes(t, "default", 2)
+	s.Delete("n3")
+	s.Run(45 * time.Second)
+	noViolations(t, s)
+	if st := s.Status("n1"); len(st.Voters) != 3 {
+		fail(t, s, "voters %v, want n3 kept (floor 3)", st.Voters)
+	}
+	if len(s.Holders(cpKey)) != 1 {
+		fail(t, s, "holders %v", s.Holders(cpKey))
+	}
+}
+
+// A member partitioned away longer than RemoveAfter is removed (4 voters:
+// the floor allows it); when it comes back it wipes its state and rejoins.
+func TestRemovedNodeRejoins(t *testing.T) {
+	s := threeNodes(t, "default", 4)
+	s.AddNode("n4", NodeOpts{ExpectPeers: true})
+	s.Run(3 * time.Second)
+	s.Partition([]string{"n1", "n2", "n3"}, []string{"n4"})
+	s.Run(30 * time.Second)
+	if st := s.Status("n1"); len(st.Voters) != 3 {
+		fail(t, s, "voters %v, want n4 removed", st.Voters)
+	}
+	s.Heal()
+	s.Run(5 * time.Second)
+	noViolations(t, s)
+	if st := s.Status("n1"); len(st.Voters) != 4 || s.Status("n4").ClusterID != st.ClusterID {
+		fail(t, s, "voters %v, n4 cluster %x, want n4 back", st.Voters, s.Status("n4").ClusterID)
+	}
+}
+
+// vipd forget removes a dead member at once.
+func TestForget(t *testing.T) {
+	s := threeNodes(t, "default", 6)
+	s.Delete("n3")
+	s.Run(2 * time.Second)
+	s.Forget("n2", "n3") // through a follower or the leader
+	s.Run(2 * time.Second)
+	if st := s.Status("n1"); len(st.Voters) != 2 {
+		fail(t, s, "voters %v, want n3 forgotten", st.Voters)
+	}
+	noViolations(t, s)
+}
+
+// An unhealthy holder gives the VIP to a healthy node (and leadership with
+// it); it does not get it back without preemption.
+func TestHealthFlap(t *testing.T) {
+	s := threeNodes(t, "default", 8)
+	w := watch(s, cpKey)
+	for i := 0; i < 4; i++ {
+		h := s.Holders(cpKey)[0]
+		s.SetHealthy(h, false)
+		w.run(2 * time.Second)
+		got := s.Holders(cpKey)
+		if len(got) != 1 || got[0] == h {
+			fail(t, s, "after %s turned unhealthy: holders %v", h, got)
+		}
+		if st := s.Status(got[0]); st.Leader != got[0] {
+			fail(t, s, "holder %s is not the leader (%s)", got[0], st.Leader)
+		}
+		s.SetHealthy(h, true)
+		w.run(2 * time.Second)
+		if now := s.Holders(cpKey); len(now) != 1 || now[0] != got[0] {
+			fail(t, s, "the VIP moved back without preemption: %v", now)
+		}
+	}
+	noViolations(t, s)
+	if w.longest > 300*time.Millisecond {
+		fail(t, s, "gap %v when the holder turned unhealthy", w.longest)
+	}
+	t.Logf("longest gap %v", w.longest)
+}
+
+// Preemption: a higher-priority node takes the VIP after PreemptDelay, not
+// before; without PreemptDelay it never does.
+func TestPreemption(t *testing.T) {
+	for _, delay := range []time.Duration{0, 3 * time.Second} {
+		cfg := lease.ProfileConfig("default")
+		cfg.PreemptDelay = delay
+		s := New(cfg, 3)
+		s.Want(addrs(1))
+		s.AddNode("n1", NodeOpts{})
+		s.Run(100 * time.Millisecond)
+		s.AddNode("n2", NodeOpts{ExpectPeers: true})
+		s.Run(time.Second)
+		s.AddNode("hi", NodeOpts{ExpectPeers: true, Priority: 10})
+		s.Run(2 * time.Second)
+		if h := s.Holders(cpKey); len(h) != 1 || h[0] != "n1" {
+			fail(t, s, "delay %v: holders %v before the delay, want n1", delay, h)
+		}
+		s.Run(3 * time.Second)
+		want := "n1"
+		if delay > 0 {
+			want = "hi"
+		}
+		if h := s.Holders(cpKey); len(h) != 1 || h[0] != want {
+			fail(t, s, "delay %v: holders %v, want %s", delay, h, want)
+		}
+		noViolations(t, s)
+	}
+}
