@@ -502,6 +502,13 @@ func (m *Machine) checkTransfer() {
 // control-plane addresses, or away from a witness or a leaving leader.
 func (m *Machine) maybeTransfer() {
 	l := m.lead
+	if m.leaving && len(m.conf.Voters) == 1 && len(m.conf.Learners) == 0 {
+		// the last member: nothing to hand over to
+		m.left = true
+		m.lead = nil
+		m.note("left the cluster (last member)")
+		return
+	}
 	if !l.lastTransfer.IsZero() && m.now.Sub(l.lastTransfer) < m.electionTimeout() {
 		return
 	}

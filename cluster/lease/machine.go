@@ -513,6 +513,9 @@ func (m *Machine) drive() {
 	m.maybeCampaign()
 	if m.lead != nil {
 		m.leaderDecide()
+		if m.left {
+			return
+		}
 		m.ready()
 	} else if m.leaving || m.refused != "" {
 		m.followerLeave()

@@ -579,3 +579,30 @@ func TestPreemption(t *testing.T) {
 		noViolations(t, s)
 	}
 }
+
+// A graceful leave of the holder hands the VIP over with a short gap and
+// removes the node from the configuration.
+func TestGracefulLeave(t *testing.T) {
+	s := threeNodes(t, "default", 12)
+	s.AddNode("n4", NodeOpts{ExpectPeers: true})
+	s.Run(3 * time.Second)
+	w := watch(s, cpKey)
+	h := s.Holders(cpKey)[0]
+	s.Leave(h)
+	w.run(3 * time.Second)
+	noViolations(t, s)
+	got := s.Holders(cpKey)
+	if len(got) != 1 || got[0] == h {
+		fail(t, s, "after %s left: holders %v", h, got)
+	}
+	st := s.Status(got[0])
+	for _, v := range st.Voters {
+		if v == h {
+			fail(t, s, "%s still a voter: %v", h, st.Voters)
+		}
+	}
+	if w.longest > 100*time.Millisecond {
+		fail(t, s, "leave gap %v", w.longest)
+	}
+	t.Logf("leave gap %v", w.longest)
+}
