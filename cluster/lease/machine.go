@@ -111,6 +111,7 @@ type Machine struct {
 	health       bool
 	healthySince time.Time
 	want         []Address
+	wantGen      int
 	view         []Member
 	viewMeta     map[string]meta
 
@@ -366,6 +367,7 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 		m.health = e.Healthy
 	case Want:
 		m.want = append([]Address(nil), e.Addresses...)
+		m.wantGen++
 		sort.Slice(m.want, func(i, j int) bool { return m.want[i].Key < m.want[j].Key })
 	case View:
 		m.setView(e.Members)
@@ -900,3 +902,6 @@ func (m *Machine) next() time.Time {
 func unmarshalPB(b []byte, msg proto.Message) error {
 	return proto.Unmarshal(b, msg)
 }
+
+// ClusterID is the id of the cluster this node belongs to (0: none yet).
+func (m *Machine) ClusterID() uint64 { return m.cluster }

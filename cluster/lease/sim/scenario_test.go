@@ -606,3 +606,54 @@ func TestGracefulLeave(t *testing.T) {
 	}
 	t.Logf("leave gap %v", w.longest)
 }
+
+// 1,000 pool addresses spread over three nodes; a node dies and every
+// address it held is held elsewhere within detection + 1 s; one message per
+// node per renewal carries them (the envelope count does not grow with
+// the addresses).
+func TestThousandPoolAddresses(t *testing.T) {
+	s := New(lease.ProfileConfig("default"), 21)
+	s.Want(addrs(1000))
+	s.AddNode("n1", NodeOpts{})
+	s.Run(100 * time.Millisecond)
+	s.AddNode("n2", NodeOpts{ExpectPeers: true})
+	s.AddNode("n3", NodeOpts{ExpectPeers: true})
+	s.Run(6 * time.Second)
+	per := map[string]int{}
+	for i := 0; i < 1000; i++ {
+		h := s.Holders(fmt.Sprintf("10.0.1.%d/32", i))
+		if len(h) != 1 {
+			fail(t, s, "address %d held by %v", i, h)
+		}
+		per[h[0]]++
+	}
+	if len(per) != 3 || per["n1"] < 200 || per["n2"] < 200 || per["n3"] < 200 {
+		t.Fatalf("spread %v", per)
+	}
+	victim := "n2"
+	if s.Holders(cpKey)[0] == victim {
+		victim = "n3"
+	}
+	steps := s.Steps
+	s.Run(10 * time.Second)
+	t.Logf("spread %v, %.1f steps per node per second with 1,000 addresses", per, float64(s.Steps-steps)/3/10)
+	start := s.Now()
+	s.Crash(victim, true, -1)
+	cfg := lease.ProfileConfig("default")
+	budget := time.Duration(cfg.ElectionTicks)*cfg.Tick + time.Second
+	for s.Now()-start < budget {
+		s.Run(50 * time.Millisecond)
+		missing := 0
+		for i := 0; i < 1000; i++ {
+			if len(s.Holders(fmt.Sprintf("10.0.1.%d/32", i))) != 1 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			t.Logf("all 1,000 held again %v after %s died", s.Now()-start, victim)
+			noViolations(t, s)
+			return
+		}
+	}
+	fail(t, s, "addresses of %s not held again within %v", victim, budget)
+}

@@ -410,7 +410,7 @@ func (s *Sim) apply(n *Node, out lease.Output) {
 }
 
 func (s *Sim) checkHolds(n *Node, h map[string]time.Time) {
-	cluster := n.m.Status().ClusterID
+	cluster := n.m.ClusterID()
 	for key, recs := range s.holds {
 		if _, ok := h[key]; !ok {
 			if r, ok := recs[n.Name]; ok && r.end.After(s.now) {
