@@ -571,28 +571,30 @@ func (m *Machine) maybeTransfer() {
 	m.rn.TransferLeader(id)
 }
 
-func (m *Machine) transferRequest(to string) {
+// transferRequest: vipd handover. to "" means the best eligible node other
+// than except (the node that asked, which holds the control-plane
+// addresses).
+func (m *Machine) transferRequest(to, except string) {
 	if m.lead == nil {
 		if m.leaderName != "" {
 			m.env(m.leaderName).h.Handover = orBest(to, m.cfg.Name)
 		}
 		return
 	}
-	if to == "" || to == m.cfg.Name {
+	if to == "" || to == except {
 		best := ""
-		for n, p := range m.lead.peers {
-			if !m.eligible(n) {
+		for _, n := range m.eligibleNames() {
+			if n == except {
 				continue
 			}
 			if best == "" || better(m.candidateOf(n), m.candidateOf(best), "control-plane") {
 				best = n
 			}
-			_ = p
 		}
 		to = best
 	}
-	if to == "" {
-		m.note("no eligible node to hand over to")
+	if to == "" || !m.eligible(to) {
+		m.note("no eligible node to hand over to", "asked", to)
 		return
 	}
 	m.lead.handover = to
@@ -652,9 +654,9 @@ func (m *Machine) request(h *header) {
 	}
 	if h.Handover != "" {
 		if h.Handover[0] == '*' {
-			m.transferRequest("")
+			m.transferRequest("", h.Handover[1:])
 		} else {
-			m.transferRequest(h.Handover)
+			m.transferRequest(h.Handover, "")
 		}
 	}
 }
