@@ -562,7 +562,11 @@ func (m *Machine) maybeTransfer() {
 	}
 	l.transferTo = target
 	l.transferAt = m.now
-	m.leaseEnd = m.now // break before make: release before the transferee may win
+	// Break before make: release before the transferee may win. Hook for a
+	// later agreed make-before-break: keep holding here for a bounded
+	// overlap that the transferee acknowledges in its forced vote, and let
+	// the simulator's invariant accept exactly that overlap.
+	m.leaseEnd = m.now
 	m.reads = map[string]time.Time{}
 	for n := range l.peers {
 		m.env(n) // every voter hears the announcement
