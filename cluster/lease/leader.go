@@ -95,8 +95,13 @@ func (m *Machine) becomeLeader() {
 	m.syncPeers()
 	if h := m.pendingHandoff; h != nil && h.until.After(m.now) {
 		for k, n := range h.holders {
+			if n == m.cfg.Name {
+				continue // this node released its own grants above
+			}
 			p := l.peers[n]
 			if p == nil {
+				// not a member any more: nobody gets k before its grant ran out
+				l.releasing[k] = release{from: n, gen: ^uint64(0), until: h.until}
 				continue
 			}
 			l.assign[k] = n
@@ -472,6 +477,10 @@ func (l *leaderState) handoff(m *Machine) *handoff {
 		if n != m.cfg.Name {
 			h.Holders[k] = n
 		}
+	}
+	// an address on its way from A to B is still A's until A let go
+	for k, r := range l.releasing {
+		h.Holders[k] = r.from
 	}
 	for _, p := range l.peers {
 		if p.grantEnd.After(end) {
