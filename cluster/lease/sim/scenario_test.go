@@ -388,6 +388,9 @@ func TestDuplicateName(t *testing.T) {
 	if st := twin.m.Status(); st.ClusterID != 0 {
 		fail(t, s, "duplicate joined: %+v", st)
 	}
+	if s.NoteCount["refused a duplicate name"] == 0 {
+		fail(t, s, "the leader never refused the duplicate")
+	}
 	if st := s.Status("n1"); len(st.Voters) != 3 {
 		fail(t, s, "voters changed: %v", st.Voters)
 	}
