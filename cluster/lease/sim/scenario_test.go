@@ -679,3 +679,18 @@ func TestHandoverFromGrantee(t *testing.T) {
 		fail(t, s, "after handover from %s: holders %v", h, got)
 	}
 }
+
+// A machine rebuilt under the same name (its old incarnation is dead)
+// replaces the old member.
+func TestSameNameReplacesDeadIncarnation(t *testing.T) {
+	s := threeNodes(t, "default", 14)
+	s.Delete("n2")
+	s.Run(2 * time.Second)
+	s.AddNode("n2", NodeOpts{ExpectPeers: true})
+	s.Run(4 * time.Second)
+	noViolations(t, s)
+	st := s.Status("n1")
+	if len(st.Voters) != 3 || s.Status("n2").ClusterID != st.ClusterID || len(s.Status("n2").Voters) != 3 {
+		fail(t, s, "voters %v, n2 %+v", st.Voters, s.Status("n2"))
+	}
+}
