@@ -694,3 +694,23 @@ func TestSameNameReplacesDeadIncarnation(t *testing.T) {
 		fail(t, s, "voters %v, n2 %+v", st.Voters, s.Status("n2"))
 	}
 }
+
+// Addresses leave and join the wanted set (a pool shrinks, an egress
+// policy is added): a removed address is released everywhere, a new one
+// placed.
+func TestWantChanges(t *testing.T) {
+	s := threeNodes(t, "default", 15)
+	s.Want(addrs(1)) // 10.0.1.1 and 10.0.1.2 go
+	s.Run(time.Second)
+	for _, k := range []string{"10.0.1.1/32", "10.0.1.2/32"} {
+		if h := s.Holders(k); len(h) != 0 {
+			fail(t, s, "%s still held by %v after it left the wanted set", k, h)
+		}
+	}
+	s.Want(append(addrs(1), lease.Address{Key: "10.0.2.1/32", Kind: lease.Egress}))
+	s.Run(time.Second)
+	if h := s.Holders("10.0.2.1/32"); len(h) != 1 {
+		fail(t, s, "new egress address held by %v", h)
+	}
+	noViolations(t, s)
+}
