@@ -178,8 +178,9 @@ type Output struct {
 	Send    []Message
 	// Holds maps address Key -> lease end: this node may hold these now,
 	// each until its end. An address absent here must be released NOW (the
-	// runtime releases it at its end anyway). Holds is complete on every
-	// Output.
+	// runtime releases it at its end anyway), before Send is handed to the
+	// transport: a vote or a transfer in Send may rely on the release.
+	// Holds is complete on every Output.
 	Holds map[string]time.Time
 	// Meta, when non-nil, is published as this node's memberlist metadata
 	// (cluster id, role, leader, term, voter set hash).
@@ -213,5 +214,5 @@ type Status struct {
 	Quorum     bool // this node is leader with a valid lease, or follows a live leader
 	Healthy    bool
 	Leaving    bool
-	Removed    bool // this node was removed from the configuration
+	Removed    bool // this node left the cluster (Leave completed); it holds nothing and stays inert
 }

@@ -33,7 +33,7 @@ type header struct {
 	Transfer    string   `json:"x,omitempty"` // the leader is handing leadership to this node
 	Handoff     *handoff `json:"h,omitempty"`
 	JoinRefused string   `json:"jr,omitempty"`
-	Removed     bool     `json:"rm,omitempty"` // you are not in the configuration: wipe and rejoin
+	Removed     uint64   `json:"rm,omitempty"` // this raft id (yours) is not in the configuration: wipe and rejoin
 
 	// Node -> leader (or any member, which forwards).
 	Ack      *ack   `json:"k,omitempty"`
@@ -72,6 +72,7 @@ type ack struct {
 	Priority   int    `json:"p,omitempty"`
 	Role       Role   `json:"r,omitempty"`
 	Leaving    bool   `json:"l,omitempty"`
+	Boot       int64  `json:"b,omitempty"` // this process's start: Seq restarts with it
 }
 
 // join asks the leader to add a node as a learner.

@@ -58,7 +58,7 @@ func (m *Machine) receive(r Receive) {
 		// Another cluster: the View decides whether to merge.
 		return
 	}
-	if h.Removed && h.Term >= m.rn.BasicStatus().GetTerm() && !m.leaving {
+	if h.Removed == m.id && h.Term >= m.rn.BasicStatus().GetTerm() && !m.leaving {
 		m.wipe("the leader says this node is not in the configuration")
 		return
 	}
@@ -87,6 +87,13 @@ func (m *Machine) receive(r Receive) {
 			continue
 		}
 		t := msg.GetType()
+		if !known && m.lead != nil && m.membersKnown() && (t == pb.MsgVote || t == pb.MsgPreVote || t == pb.MsgHeartbeatResp || t == pb.MsgAppResp) {
+			// a node removed from the configuration (e.g. during a partition)
+			// must wipe and rejoin
+			rm := m.env(h.From)
+			rm.h.Removed = h.ID
+			continue
+		}
 		if (t == pb.MsgVote || t == pb.MsgPreVote) && m.refuseVote(msg, h) {
 			continue
 		}
@@ -96,13 +103,6 @@ func (m *Machine) receive(r Receive) {
 		}
 		if t == pb.MsgTimeoutNow {
 			m.takeHandoff(h.From, h.Handoff)
-		}
-		if !known && m.lead != nil && m.membersKnown() && (t == pb.MsgVote || t == pb.MsgPreVote || t == pb.MsgHeartbeatResp || t == pb.MsgAppResp) {
-			// a node removed from the configuration (e.g. during a partition)
-			// must wipe and rejoin
-			rm := m.env(h.From)
-			rm.h.Removed = true
-			continue
 		}
 		before := m.rn.BasicStatus().GetTerm()
 		if err := m.rn.Step(msg); err != nil {
@@ -220,7 +220,7 @@ func (m *Machine) onAssign(from string, a *assign) {
 	if m.health {
 		hf = int64(m.now.Sub(m.healthySince))
 	}
-	m.env(from).h.Ack = &ack{Term: m.hold.term, Seq: m.hold.seq, Gen: m.hold.gen, Healthy: m.health && m.cfg.Role == Voter, HealthyFor: hf, Priority: m.cfg.Priority, Role: m.cfg.Role, Leaving: m.leaving}
+	m.env(from).h.Ack = &ack{Term: m.hold.term, Seq: m.hold.seq, Gen: m.hold.gen, Healthy: m.health && m.cfg.Role == Voter, HealthyFor: hf, Priority: m.cfg.Priority, Role: m.cfg.Role, Leaving: m.leaving, Boot: m.base.UnixNano()}
 }
 
 func (m *Machine) onGrant(g *grant) {
