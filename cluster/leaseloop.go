@@ -267,9 +267,10 @@ func (l *leaseLoop) veto(until time.Time) {
 	}
 }
 
-// lone reports whether this node is alone in its configuration (or in
-// none yet).
-func (l *leaseLoop) lone() bool { return len(l.m.Status().Voters) <= 1 }
+// lone reports whether this node is the only voter of its cluster (it
+// bootstrapped alone). A node still looking for a cluster is not: it must
+// stay able to bootstrap the real one.
+func (l *leaseLoop) lone() bool { return len(l.m.Status().Voters) == 1 }
 
 // health returns the Health event to send when the effective health
 // (healthy and not paused after a failure) differs from what the machine

@@ -65,7 +65,8 @@ type LeaseNode struct {
 	want    map[lease.Kind][]lease.Address
 	running bool
 
-	localAddr string // this node's gossip address (set once after Create)
+	localAddr  string               // this node's gossip address (set once after Create)
+	vetoPosted map[string]time.Time // postVeto's last post by kind
 
 	mMembers *prometheus.GaugeVec
 	mQuorum  prometheus.Gauge
@@ -142,13 +143,14 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	}
 	n := &LeaseNode{
 		cfg: cfg, peers: peers, log: log, state: st,
-		syncReq:  make(chan struct{}, 1),
-		pushReq:  make(chan struct{}, 1),
-		sendSem:  make(chan struct{}, maxReliableInFlight),
-		joinedCh: make(chan struct{}),
-		members:  map[string]lease.Member{},
-		addrs:    map[string]string{},
-		want:     map[lease.Kind][]lease.Address{lease.ControlPlane: cfg.Addresses},
+		syncReq:    make(chan struct{}, 1),
+		pushReq:    make(chan struct{}, 1),
+		sendSem:    make(chan struct{}, maxReliableInFlight),
+		joinedCh:   make(chan struct{}),
+		members:    map[string]lease.Member{},
+		addrs:      map[string]string{},
+		vetoPosted: map[string]time.Time{},
+		want:       map[lease.Kind][]lease.Address{lease.ControlPlane: cfg.Addresses},
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Members by state: alive and dead as memberlist sees them; voters, learners and witnesses of the lease election's configuration.",
 		}, []string{"state"}),
@@ -184,13 +186,31 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 			}
 		}
 	}
-	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() { n.loop.post(keyEvent{}) })
+	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() { n.postVeto(keyEvent{}) })
 	if err != nil {
 		return nil, err
 	}
 	n.ml = ml
 	n.localAddr = ml.LocalNode().Address()
 	return n, nil
+}
+
+// postVeto hands a key error or name conflict to the loop, at most once a
+// second of each kind: memberlist logs one per packet, which must not
+// crowd the machine's messages out of the queue.
+func (n *LeaseNode) postVeto(ev lease.Event) {
+	now := n.cfg.Clock.Now()
+	kind := fmt.Sprintf("%T", ev)
+	n.mu.Lock()
+	last := n.vetoPosted[kind]
+	ok := last.IsZero() || now.Sub(last) >= time.Second
+	if ok {
+		n.vetoPosted[kind] = now
+	}
+	n.mu.Unlock()
+	if ok {
+		n.loop.post(ev)
+	}
 }
 
 // leftBefore reports whether a machine restored from its state belongs to
@@ -726,7 +746,7 @@ func (c *leaseConflicts) NotifyConflict(existing, other *memberlist.Node) {
 			addr = existing.Address()
 		}
 		c.log.Error("another node uses this node's name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "other", addr)
-		n.loop.post(conflictEvent{})
+		n.postVeto(conflictEvent{})
 		return
 	}
 	c.log.Error("two nodes use one name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "addr", existing.Address(), "other", other.Address())
