@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -67,6 +68,7 @@ type LeaseNode struct {
 
 	localAddr  string               // this node's gossip address (set once after Create)
 	vetoPosted map[string]time.Time // postVeto's last post by kind
+	broken     map[string]string    // VIPs this node could not hold, with why (until it holds them)
 
 	mMembers *prometheus.GaugeVec
 	mQuorum  prometheus.Gauge
@@ -150,6 +152,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		members:    map[string]lease.Member{},
 		addrs:      map[string]string{},
 		vetoPosted: map[string]time.Time{},
+		broken:     map[string]string{},
 		want:       map[lease.Kind][]lease.Address{lease.ControlPlane: cfg.Addresses},
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Members by state: alive and dead as memberlist sees them; voters, learners and witnesses of the lease election's configuration.",
@@ -231,6 +234,9 @@ func (n *LeaseNode) SetHolding(vip string, holding bool) {
 	n.log.Debug("core holding", "vip", vip, "holding", holding)
 	if holding {
 		n.mBroken.WithLabelValues(vip).Set(0)
+		n.mu.Lock()
+		delete(n.broken, vip)
+		n.mu.Unlock()
 	}
 }
 
@@ -240,6 +246,9 @@ func (n *LeaseNode) SetHolding(vip string, holding bool) {
 func (n *LeaseNode) SetFailed(vip, reason string) {
 	n.log.Warn("cannot hold an address: stepping aside for a while", "vip", vip, "reason", reason, "pause", failedPause)
 	n.mBroken.WithLabelValues(vip).Set(1)
+	n.mu.Lock()
+	n.broken[vip] = "last attempt failed " + n.cfg.Clock.Now().Format("15:04:05") + ": " + reason
+	n.mu.Unlock()
 	n.loop.post(failedEvent{})
 }
 
@@ -615,6 +624,7 @@ type LeaseStatusDoc struct {
 	Holders    map[string]string    `json:"holders"`
 	Holds      map[string]time.Time `json:"holds"`
 	Members    []LeaseMemberStatus  `json:"members"`
+	Broken     map[string]string    `json:"broken,omitempty"`
 }
 
 // LeaseMemberStatus is one memberlist member in /status.
@@ -633,6 +643,9 @@ func (n *LeaseNode) Status() any {
 		doc.LeaseLeft = st.LeaseUntil.Sub(n.cfg.Clock.Now()).Round(time.Millisecond).String()
 	}
 	n.mu.Lock()
+	if len(n.broken) > 0 {
+		doc.Broken = maps.Clone(n.broken)
+	}
 	for _, k := range sortedKeys(n.members) {
 		doc.Members = append(doc.Members, LeaseMemberStatus{Name: k, Addr: n.addrs[k], Alive: n.members[k].Alive})
 	}

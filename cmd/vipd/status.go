@@ -416,6 +416,9 @@ func printLease(w io.Writer, b []byte, now time.Time) error {
 	if c.LeaseLeft != "" {
 		fmt.Fprintf(w, "leader lease:\t%s left\n", c.LeaseLeft)
 	}
+	for _, v := range slices.Sorted(maps.Keys(c.Broken)) {
+		fmt.Fprintf(w, "CANNOT HOLD %s:\t%s\n", v, c.Broken[v])
+	}
 	fmt.Fprintf(w, "voters:\t%s\n", strings.Join(c.Voters, ", "))
 	if len(c.Learners) > 0 {
 		fmt.Fprintf(w, "learners:\t%s\n", strings.Join(c.Learners, ", "))
