@@ -102,7 +102,6 @@ type leaseLoop struct {
 	witness bool
 
 	events chan lease.Event
-	wake   chan struct{}
 	// stopped is closed when run returns (waiters stop waiting).
 	stopped chan struct{}
 
@@ -126,7 +125,6 @@ func newLeaseLoop(m leaseMachine, clock Clock, net peerSender, store stateSaver,
 	return &leaseLoop{
 		m: m, clock: clock, net: net, store: store, log: log,
 		events:    make(chan lease.Event, 256),
-		wake:      make(chan struct{}, 1),
 		held:      map[string]time.Time{},
 		elsewhere: map[string]string{},
 		kinds:     map[string]lease.Kind{},
@@ -170,7 +168,6 @@ func (l *leaseLoop) run(ctx context.Context) error {
 			return ctx.Err()
 		case ev = <-l.events:
 		case <-timer.C():
-		case <-l.wake:
 		}
 		if err := l.step(timer, ev); err != nil {
 			return err
@@ -223,7 +220,9 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 		if err := l.apply(now, out); err != nil {
 			return err
 		}
-		next = out.Next
+		if !out.Next.IsZero() && (next.IsZero() || out.Next.Before(next)) {
+			next = out.Next
+		}
 	}
 	for _, t := range []time.Time{l.failedUntil, l.vetoUntil} {
 		if !t.IsZero() && now.Before(t) && (next.IsZero() || t.Before(next)) {
