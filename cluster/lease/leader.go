@@ -693,8 +693,8 @@ func (m *Machine) membership() {
 	if l.confPending && m.now.Sub(l.confAt) > 4*m.electionTimeout() {
 		l.confPending = false
 	}
-	if l.confPending || !m.leaseValid() {
-		return
+	if l.confPending || !m.leaseValid() || len(m.conf.VotersOutgoing) > 0 {
+		return // one change at a time; a joint configuration leaves by itself
 	}
 	st := m.rn.Status()
 	// joins
@@ -748,15 +748,28 @@ func (m *Machine) membership() {
 			return
 		}
 	}
-	// promote caught-up learners
+	// promote every caught-up learner in one change (joint consensus when
+	// more than one): a cluster of one that three nodes join goes to three
+	// voters at once, not through a fragile two
+	var promote []*pb.ConfChangeSingle
+	var names []string
 	for _, id := range m.conf.Learners {
 		pr, ok := st.Progress[id]
 		info := m.members[id]
 		p := l.peers[info.Name]
 		if ok && p != nil && m.alive(p) && p.acked && pr.Match >= st.GetCommit() {
-			m.proposeConf(pb.ConfChangeAddNode, id, info)
+			promote = append(promote, &pb.ConfChangeSingle{Type: pb.ConfChangeAddNode.Enum(), NodeId: new(id)})
+			names = append(names, info.Name)
+		}
+	}
+	if len(promote) > 0 {
+		if err := m.rn.ProposeConfChange(&pb.ConfChangeV2{Changes: promote}); err != nil {
+			m.note("configuration change not proposed", "err", err)
 			return
 		}
+		l.confPending, l.confAt = true, m.now
+		m.note("configuration change", "change", "promote", "nodes", names)
+		return
 	}
 	// autopilot: remove a member silent for RemoveAfter while the rest keep
 	// a majority of the current configuration and the voters stay >= MinVoters

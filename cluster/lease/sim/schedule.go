@@ -170,9 +170,25 @@ func RunSchedule(profile string, seed int64, o ScheduleOptions) Result {
 			nm := name()
 			s.AddNode(nm, NodeOpts{ExpectPeers: true, Priority: r.Intn(2)})
 			victim := pick()
+			// the operator's rule: delete a machine only while its cluster has
+			// at least three voters that are all up (the replacement joined)
+			safe := func() bool {
+				st := s.Status(victim)
+				up := 0
+				for _, v := range append(append([]string{}, st.Voters...), st.Witnesses...) {
+					if nd := s.nodes[v]; nd != nil && nd.Up {
+						up++
+					}
+				}
+				return up >= 3 && up == len(st.Voters)+len(st.Witnesses)
+			}
 			if victim != "" && len(deleted) == 0 && s.nodes[victim].Role == lease.Voter {
 				deleted[victim] = true
-				s.After(time.Duration(2+r.Intn(3))*time.Second, func() { s.Delete(victim) })
+				s.After(time.Duration(2+r.Intn(3))*time.Second, func() {
+					if safe() {
+						s.Delete(victim)
+					}
+				})
 				s.After(cfg.RemoveAfter+5*time.Second, func() { delete(deleted, victim) })
 			}
 		case k < 18: // graceful leave; the machine comes back later as a new member

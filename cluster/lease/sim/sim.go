@@ -53,7 +53,7 @@ type Sim struct {
 	Steps      int
 
 	lastFault time.Duration
-	NoteCount map[string]int // how often each decision was noted
+	NoteCount map[string]int      // how often each decision was noted
 	legacy    map[string][]string // old-protocol members and the addresses they claim
 
 	// Observers
