@@ -15,9 +15,11 @@ package election
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -390,4 +392,85 @@ func (c *cluster) requireOneHolder(from, to time.Time, overlap, maxGap time.Dura
 		c.t.Errorf("client outage %v (limit %v)", v.outage.Round(time.Millisecond), maxGap)
 	}
 	return v
+}
+
+// leaseConf is the agreed configuration a node of the lease election
+// reports on /status.
+type leaseConf struct {
+	Voters    []string `json:"voters"`
+	Learners  []string `json:"learners"`
+	Witnesses []string `json:"witnesses"`
+}
+
+func (l leaseConf) String() string {
+	return fmt.Sprintf("voters %v learners %v witnesses %v", l.Voters, l.Learners, l.Witnesses)
+}
+
+// conf returns the node's agreed configuration; lease is false when the
+// node runs another election (or does not answer).
+func (c *cluster) conf(ctx context.Context, name string) (conf leaseConf, lease bool) {
+	out, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "1", "http://127.0.0.1:9469/status")
+	if err != nil {
+		return conf, false
+	}
+	var st struct {
+		Components struct {
+			Cluster struct {
+				Election string `json:"election"`
+				leaseConf
+			} `json:"cluster"`
+		} `json:"components"`
+	}
+	if json.Unmarshal(out, &st) != nil || st.Components.Cluster.Election != "lease" {
+		return conf, false
+	}
+	return st.Components.Cluster.leaseConf, true
+}
+
+// formed waits up to within until every named node that runs the lease
+// election reports exactly these voters and witnesses and no learner (a
+// cluster whose nodes never joined would pass every fault test alone).
+// Nodes of the gossip election are not asked. It fails the test with what
+// each node reports.
+func (c *cluster) formed(ctx context.Context, within time.Duration, voters, witnesses []string) bool {
+	c.t.Helper()
+	want := leaseConf{Voters: sorted(voters), Witnesses: sorted(witnesses)}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var got []string
+	for {
+		ok := true
+		got = got[:0]
+		for _, name := range append(append([]string(nil), voters...), witnesses...) {
+			conf, lease := c.conf(ctx, name)
+			if !lease {
+				// The gossip election, or not answering: a voter that
+				// does not answer is not part of anything.
+				if _, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "1", "http://127.0.0.1:9469/status"); err != nil {
+					ok = false
+					got = append(got, name+": no status")
+				}
+				continue
+			}
+			if !slices.Equal(sorted(conf.Voters), want.Voters) || !slices.Equal(sorted(conf.Witnesses), want.Witnesses) || len(conf.Learners) > 0 {
+				ok = false
+			}
+			got = append(got, name+": "+conf.String())
+		}
+		if ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Errorf("the cluster did not agree on %s within %v: %s", want, within, strings.Join(got, "; "))
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	out := append([]string{}, s...)
+	sort.Strings(out)
+	return out
 }

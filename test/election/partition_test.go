@@ -56,6 +56,9 @@ func TestNonTransitivePartitions(t *testing.T) {
 				c.run(c.bin, name, c.addrs(others(all, name)...))
 			}
 			h := c.holder(ctx)
+			if !c.formed(ctx, 10*time.Second, all, nil) {
+				t.FailNow()
+			}
 			o := others(all, h)
 			at := time.Now()
 			if err := f.apply(ctx, c.Lab, c.node(h), c.node(o[0]), c.node(o[1])); err != nil {

@@ -49,6 +49,9 @@ func testReplacement(t *testing.T, r replacement) {
 		c.run(c.bin, name, c.addrs(others(old, name)...))
 	}
 	first := c.holder(ctx)
+	if !c.formed(ctx, 10*time.Second, old, nil) {
+		t.FailNow()
+	}
 	start := time.Now()
 	t.Logf("holder %s at %v; replacing %v by %v", first, start.Sub(c.origin).Round(time.Millisecond), old, green)
 	alive := append([]string(nil), old...)
@@ -59,6 +62,10 @@ func testReplacement(t *testing.T, r replacement) {
 		t.Logf("%v: %s joins", time.Since(c.origin).Round(time.Millisecond), name)
 	}
 	remove := func(name string) {
+		// Membership follows the machines: by now every machine alive is
+		// a voter (joined and promoted) and every one deleted is gone
+		// from the configuration (left, or removed once dead long enough).
+		c.formed(ctx, 2*time.Second, alive, nil)
 		if r.graceful {
 			c.stop(name)
 		}
@@ -90,6 +97,9 @@ func testReplacement(t *testing.T, r replacement) {
 	}
 	// The last deletion has to be survived too: watch for a while.
 	time.Sleep(6 * time.Second)
+	if r.graceful {
+		c.formed(ctx, 2*time.Second, green, nil)
+	}
 	overlap := time.Duration(0)
 	if r.graceful {
 		overlap = plannedOverlap

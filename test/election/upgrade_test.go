@@ -75,8 +75,11 @@ func testUpgrade(t *testing.T, prev string, upgradedEnv []string) {
 		c.run(c.bin, next, c.addrs(others(all, next)...), upgradedEnv...)
 		upgraded = append(upgraded, next)
 		t.Logf("%v: %s upgraded (holders were %v)", time.Since(c.origin).Round(time.Millisecond), next, h)
-		c.waitMember(ctx, next, 3, false)
+		c.waitMember(ctx, next, 3)
 		time.Sleep(2 * time.Second)
+	}
+	if len(upgradedEnv) > 0 {
+		c.formed(ctx, 10*time.Second, all, nil)
 	}
 	time.Sleep(3 * time.Second)
 	v := c.requireOneHolder(start, time.Now(), plannedOverlap, maxOutage)
@@ -90,18 +93,12 @@ func testUpgrade(t *testing.T, prev string, upgradedEnv []string) {
 }
 
 // waitMember waits until the node's memberlist counts n members alive
-// and, with voters and the lease election, until its agreed configuration
-// has n voters (a joined node has been promoted from learner).
-func (c *cluster) waitMember(ctx context.Context, name string, n int, voters bool) {
+// (either election: discovery, not the agreed configuration; see formed).
+func (c *cluster) waitMember(ctx context.Context, name string, n int) {
 	c.t.Helper()
 	want := strconv.Itoa(n)
-	err := waitFor(ctx, name+" to count "+want+" members", func() bool {
-		m := c.metrics(ctx, name)
-		if m[`vipd_cluster_members{state="alive"}`] != want {
-			return false
-		}
-		v, ok := m[`vipd_cluster_members{state="voters"}`]
-		return !voters || !ok || v == want
+	err := waitFor(ctx, name+" to see "+want+" members alive", func() bool {
+		return c.metrics(ctx, name)[`vipd_cluster_members{state="alive"}`] == want
 	})
 	if err != nil {
 		c.t.Fatalf("%v\n%s", err, tail(c.procs[name].Output(), 40))
