@@ -133,6 +133,22 @@ func newCluster(t *testing.T, nodes int, witnesses ...string) *cluster {
 		for _, name := range names {
 			t.Logf("--- vipd %s:\n%s", name, tail(c.procs[name].Output(), 80))
 		}
+		// The election's own counters, from every node still running.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, name := range names {
+			if c.gone[name] || c.procs[name].Exited() {
+				continue
+			}
+			var lines []string
+			for k, v := range c.metrics(ctx, name) {
+				if strings.HasPrefix(k, "vipd_election") || strings.HasPrefix(k, "vipd_cluster") {
+					lines = append(lines, k+" "+v)
+				}
+			}
+			sort.Strings(lines)
+			t.Logf("--- %s metrics: %s", name, strings.Join(lines, "; "))
+		}
 	})
 	return c
 }
@@ -287,7 +303,7 @@ func waitFor(ctx context.Context, what string, cond func() bool) error {
 // metrics returns the node's /metrics samples by name and labels (nil if
 // vipd does not answer).
 func (c *cluster) metrics(ctx context.Context, name string) map[string]string {
-	out, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "1", "http://127.0.0.1:9469/metrics")
+	out, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "3", "http://127.0.0.1:9469/metrics")
 	if err != nil {
 		return nil
 	}
@@ -409,7 +425,7 @@ func (l leaseConf) String() string {
 // conf returns the node's agreed configuration; lease is false when the
 // node runs another election (or does not answer).
 func (c *cluster) conf(ctx context.Context, name string) (conf leaseConf, lease bool) {
-	out, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "1", "http://127.0.0.1:9469/status")
+	out, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "3", "http://127.0.0.1:9469/status")
 	if err != nil {
 		return conf, false
 	}
@@ -446,7 +462,7 @@ func (c *cluster) formed(ctx context.Context, within time.Duration, voters, witn
 			if !lease {
 				// The gossip election, or not answering: a voter that
 				// does not answer is not part of anything.
-				if _, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "1", "http://127.0.0.1:9469/status"); err != nil {
+				if _, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "3", "http://127.0.0.1:9469/status"); err != nil {
 					ok = false
 					got = append(got, name+": no status")
 				}
