@@ -215,4 +215,3 @@ type Status struct {
 	Leaving    bool
 	Removed    bool // this node was removed from the configuration
 }
-

@@ -83,32 +83,65 @@ func (m *Machine) setView(ms []Member) {
 	m.maybeMerge()
 }
 
-// clusterWins: the deterministic comparison of two clusters that meet:
-// more voters wins, then the lower cluster id.
-func clusterWins(aVoters int, a uint64, bVoters int, b uint64) bool {
-	if aVoters != bVoters {
-		return aVoters > bVoters
+// clusterView is what the metadata shows of one cluster.
+type clusterView struct {
+	id     uint64
+	led    bool // a live member names a leader
+	voters int
+}
+
+// wins is the deterministic comparison of two clusters that meet: one
+// with a leader beats one without, then more voters, then the lower id.
+func (a clusterView) wins(b clusterView) bool {
+	if a.led != b.led {
+		return a.led
 	}
-	return a < b
+	if a.voters != b.voters {
+		return a.voters > b.voters
+	}
+	return a.id < b.id
+}
+
+// clusters seen in the view.
+func (m *Machine) clusters() map[uint64]clusterView {
+	cs := map[uint64]clusterView{}
+	for _, md := range m.viewMeta {
+		if !md.Alive || md.Cluster == 0 {
+			continue
+		}
+		c := cs[md.Cluster]
+		c.id = md.Cluster
+		c.led = c.led || md.Leader != ""
+		c.voters = max(c.voters, md.Voters)
+		cs[md.Cluster] = c
+	}
+	return cs
 }
 
 // maybeMerge: a live member of another cluster whose cluster wins the
 // comparison makes this node wipe its state and join that cluster.
 func (m *Machine) maybeMerge() {
-	if m.rn == nil || m.cluster == 0 || m.conf == nil {
+	if m.rn == nil || m.cluster == 0 {
 		return
 	}
-	mine := len(m.conf.Voters)
-	for name, md := range m.viewMeta {
-		if !md.Alive || md.Cluster == 0 || md.Cluster == m.cluster {
-			continue
+	mine := clusterView{id: m.cluster} // a joiner that never received the configuration counts none
+	if m.conf != nil {
+		mine.voters = len(m.conf.Voters)
+	}
+	mine.led = m.rn.BasicStatus().Lead != raft.None
+	if c, ok := m.clusters()[m.cluster]; ok {
+		mine.led = mine.led || c.led
+		mine.voters = max(mine.voters, c.voters)
+	}
+	best := mine
+	for _, c := range m.clusters() {
+		if c.id != m.cluster && c.wins(best) {
+			best = c
 		}
-		if clusterWins(md.Voters, md.Cluster, mine, m.cluster) {
-			m.note("another cluster wins the merge: joining it", "member", name, "cluster", fmt.Sprintf("%016x", md.Cluster))
-			m.wipe("merging into another cluster")
-			m.noBootstrap = true
-			return
-		}
+	}
+	if best.id != m.cluster {
+		m.note("another cluster wins the merge: joining it", "cluster", fmt.Sprintf("%016x", best.id))
+		m.wipe("merging into another cluster")
 	}
 }
 
@@ -116,15 +149,13 @@ func (m *Machine) maybeMerge() {
 // bootstraps one when it is the lowest name among the stateless nodes it
 // sees once the discovery window has passed.
 func (m *Machine) discover() {
-	best, bestVoters := uint64(0), 0
-	for _, md := range m.viewMeta {
-		if !md.Alive || md.Cluster == 0 {
-			continue
-		}
-		if best == 0 || clusterWins(md.Voters, md.Cluster, bestVoters, best) {
-			best, bestVoters = md.Cluster, md.Voters
+	var bc clusterView
+	for _, c := range m.clusters() {
+		if c.led && (bc.id == 0 || c.wins(bc)) {
+			bc = c
 		}
 	}
+	best := bc.id
 	if best != 0 {
 		if m.joinCluster != best {
 			m.joinCluster = best
@@ -155,7 +186,7 @@ func (m *Machine) discover() {
 		}
 		return
 	}
-	if m.noBootstrap || m.now.Before(m.base.Add(m.cfg.Discover)) {
+	if m.now.Before(m.base.Add(m.cfg.Discover)) || (m.noBootstrap && m.now.Before(m.wipedAt.Add(5*m.cfg.Discover))) {
 		return
 	}
 	for name, md := range m.viewMeta {

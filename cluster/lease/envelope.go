@@ -36,9 +36,9 @@ type header struct {
 	Removed     bool     `json:"rm,omitempty"` // you are not in the configuration: wipe and rejoin
 
 	// Node -> leader (or any member, which forwards).
-	Ack    *ack   `json:"k,omitempty"`
-	Join   *join  `json:"j,omitempty"`
-	Leave  string `json:"l,omitempty"` // name of the node that leaves
+	Ack      *ack   `json:"k,omitempty"`
+	Join     *join  `json:"j,omitempty"`
+	Leave    string `json:"l,omitempty"` // name of the node that leaves
 	Forget   string `json:"fg,omitempty"`
 	Handover string `json:"ho,omitempty"` // vipd handover at a follower: the holder it asks for ("*name": any but name)
 }
@@ -158,4 +158,18 @@ func decode(b []byte) (*envelope, error) {
 		e.msgs = append(e.msgs, m)
 	}
 	return e, nil
+}
+
+// Describe renders an envelope for traces and debugging.
+func Describe(b []byte) string {
+	e, err := decode(b)
+	if err != nil {
+		return "undecodable: " + err.Error()
+	}
+	hb, _ := json.Marshal(&e.h)
+	s := string(hb)
+	for _, m := range e.msgs {
+		s += fmt.Sprintf(" %s(t%d i%d c%d n%d)", m.GetType(), m.GetTerm(), m.GetIndex(), m.GetCommit(), len(m.GetEntries()))
+	}
+	return s
 }

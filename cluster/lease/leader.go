@@ -653,14 +653,14 @@ func (m *Machine) membership() {
 		return
 	}
 	// leaves and forgets
-	for name := range l.leaves {
+	for _, name := range sortedKeys(l.leaves) {
 		delete(l.leaves, name)
 		if id := m.idOf(name); id != 0 && id != m.id {
 			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})
 			return
 		}
 	}
-	for name := range l.forgets {
+	for _, name := range sortedKeys(l.forgets) {
 		delete(l.forgets, name)
 		if id := m.idOf(name); id != 0 && id != m.id {
 			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})

@@ -86,7 +86,7 @@ type Machine struct {
 
 	// raft's election counter is bounded so raft never campaigns by itself
 	// (its randomized timeout is not deterministic); this machine decides.
-	electionBound int64
+	electionBound  int64
 	lastLeaderTick int64 // tick of the last message from a leader
 	lastCampaign   int64
 	fenceTick      int64     // no votes and no campaign before this tick (restart)
@@ -119,6 +119,8 @@ type Machine struct {
 
 	pendingHandoff *pendingHandoff
 	noBootstrap    bool
+	wipedAt        time.Time
+	snapNeeded     bool
 
 	leaving bool
 	left    bool
@@ -332,6 +334,7 @@ func (m *Machine) wipe(reason string) {
 	// wipe must not open a hole.
 	m.fenceTick = m.ticks + int64(m.cfg.ElectionTicks)
 	m.noBootstrap = true
+	m.wipedAt = m.now
 }
 
 func (m *Machine) note(msg string, attrs ...any) {
@@ -488,6 +491,11 @@ func (m *Machine) drive() {
 		m.discover()
 		return
 	}
+	m.maybeMerge()
+	if m.rn == nil {
+		m.discover()
+		return
+	}
 	m.ready()
 	m.maybeCampaign()
 	if m.lead != nil {
@@ -577,6 +585,7 @@ func (m *Machine) apply(ent *pb.Entry) {
 			}
 		}
 		m.conf = m.rn.ApplyConfChange(cc)
+		m.snapNeeded = true // a joiner's snapshot must include it
 		if m.lead != nil {
 			m.lead.confPending = false
 		}
@@ -606,9 +615,10 @@ func (m *Machine) compact() {
 		return
 	}
 	first, _ := m.st.FirstIndex()
-	if m.applied < first+8 {
+	if m.applied < first+8 && !m.snapNeeded {
 		return
 	}
+	m.snapNeeded = false
 	if _, err := m.st.CreateSnapshot(m.applied, m.conf, m.appData()); err != nil {
 		return
 	}
@@ -758,6 +768,7 @@ func (m *Machine) output() Output {
 		out.Persist = m.persist()
 		m.dirty = false
 	}
+	sort.Strings(m.outOrder) // deterministic: the simulator replays runs
 	for _, name := range m.outOrder {
 		e := m.out[name]
 		e.h.From = m.cfg.Name
