@@ -75,7 +75,7 @@ func TestKubeadmFirstNode(t *testing.T) {
 	for _, name := range []string{"n1", "n2", "n3"} {
 		c.waitMember(ctx, name, 3)
 	}
-	c.formed(ctx, 15*time.Second, []string{"n1", "n2", "n3"}, nil)
+	c.formed(ctx, formWithin, []string{"n1", "n2", "n3"}, nil)
 	// Settle past the joins' election timeouts before judging.
 	time.Sleep(3 * time.Second)
 	v := c.requireOneHolder(joined, time.Now(), 0, maxOutage)

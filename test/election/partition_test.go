@@ -59,7 +59,7 @@ func TestNonTransitivePartitions(t *testing.T) {
 				c.run(c.bin, name, c.addrs(others(all, name)...))
 			}
 			h := c.holder(ctx)
-			if !c.formed(ctx, 10*time.Second, all, nil) {
+			if !c.formed(ctx, formWithin, all, nil) {
 				t.FailNow()
 			}
 			o := others(all, h)

@@ -79,7 +79,7 @@ func testUpgrade(t *testing.T, prev string, upgradedEnv []string) {
 		time.Sleep(2 * time.Second)
 	}
 	if len(upgradedEnv) > 0 {
-		c.formed(ctx, 10*time.Second, all, nil)
+		c.formed(ctx, formWithin, all, nil)
 	}
 	time.Sleep(3 * time.Second)
 	v := c.requireOneHolder(start, time.Now(), plannedOverlap, maxOutage)

@@ -29,7 +29,7 @@ func witnessCluster(t *testing.T) (*cluster, context.Context, string) {
 	if h == "n3" {
 		t.Fatal("the witness holds the VIP")
 	}
-	if !c.formed(ctx, 10*time.Second, []string{"n1", "n2"}, []string{"n3"}) {
+	if !c.formed(ctx, formWithin, []string{"n1", "n2"}, []string{"n3"}) {
 		t.FailNow()
 	}
 	return c, ctx, h

@@ -49,7 +49,7 @@ func testReplacement(t *testing.T, r replacement) {
 		c.run(c.bin, name, c.addrs(others(old, name)...))
 	}
 	first := c.holder(ctx)
-	if !c.formed(ctx, 10*time.Second, old, nil) {
+	if !c.formed(ctx, formWithin, old, nil) {
 		t.FailNow()
 	}
 	start := time.Now()
