@@ -103,6 +103,8 @@ type leaseLoop struct {
 
 	events chan lease.Event
 	wake   chan struct{}
+	// stopped is closed when run returns (waiters stop waiting).
+	stopped chan struct{}
 
 	// Run's goroutine only.
 	held        map[string]time.Time
@@ -127,6 +129,7 @@ func newLeaseLoop(m leaseMachine, clock Clock, net peerSender, store stateSaver,
 		kinds:   map[string]lease.Kind{},
 		holds:   map[string]time.Time{},
 		stepped: make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
 }
 
@@ -150,6 +153,7 @@ func (l *leaseLoop) post(ev lease.Event) bool {
 // addresses), because a node that sends what it has not stored may vote
 // twice in a term.
 func (l *leaseLoop) run(ctx context.Context) error {
+	defer close(l.stopped)
 	timer := l.clock.NewTimer(0)
 	defer timer.Stop()
 	if err := l.step(timer, lease.Tick{}); err != nil {

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,6 +101,17 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	persisted, err := st.Load()
 	if err != nil {
 		return nil, fmt.Errorf("VIPD_STATE_DIR: %w", err)
+	}
+	if persisted == nil {
+		// A node without state is a new incarnation: its raft id must
+		// differ from any id a previous life under this name had.
+		var b [8]byte
+		for cfg.Machine.Incarnation == 0 {
+			if _, err := rand.Read(b[:]); err != nil {
+				return nil, fmt.Errorf("lease election: drawing an incarnation: %w", err)
+			}
+			cfg.Machine.Incarnation = binary.BigEndian.Uint64(b[:])
+		}
 	}
 	m, err := newMachine(cfg.Machine, persisted, cfg.Clock.Now())
 	if err != nil {
@@ -339,8 +352,16 @@ func (n *LeaseNode) memberChanged(m *memberlist.Node, alive bool) {
 	if m.Name == n.cfg.Cluster.Name {
 		return
 	}
+	mb := lease.Member{Name: m.Name, Alive: alive, Meta: slices.Clone(m.Meta)}
+	if old, err := decodeMeta(m.Meta); err == nil {
+		// A node of the previous release (the gossip election): the
+		// addresses it claims, which the leader never grants while it is
+		// alive (the upgrade meeting). The machine ignores these for
+		// members that publish its own metadata.
+		mb.Claims = old.Holding
+	}
 	n.mu.Lock()
-	n.members[m.Name] = lease.Member{Name: m.Name, Alive: alive, Meta: slices.Clone(m.Meta)}
+	n.members[m.Name] = mb
 	n.addrs[m.Name] = m.Address()
 	n.mu.Unlock()
 	n.postView()
@@ -392,6 +413,8 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 			return rs, nil
 		}
 		select {
+		case <-n.loop.stopped:
+			return nil, errors.New("the election stopped during the handover")
 		case <-ctx.Done():
 			rs := make([]HandoverResult, 0, len(vips))
 			for _, v := range vips {

@@ -94,6 +94,14 @@ func (tn testNode) addr() string { return tn.n.ml.LocalNode().Address() }
 func startNode(t *testing.T, name string, keys [][]byte, peers ...string) testNode {
 	t.Helper()
 	m := newEcho("meta-of-" + name)
+	tn := startWith(t, name, m, keys, peers...)
+	tn.m = m
+	return tn
+}
+
+// startWith runs a LeaseNode on loopback with machine m.
+func startWith(t *testing.T, name string, m leaseMachine, keys [][]byte, peers ...string) testNode {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	n, err := newLeaseWith(LeaseConfig{
 		Cluster: Config{Name: name, Bind: netip.MustParseAddrPort("127.0.0.1:0"), Peers: peers, Keys: keys, Insecure: len(keys) == 0,
@@ -116,7 +124,7 @@ func startNode(t *testing.T, name string, keys [][]byte, peers ...string) testNo
 		return runErr
 	}
 	t.Cleanup(func() { _ = stop() })
-	return testNode{n: n, m: m, stop: stop, reg: reg}
+	return testNode{n: n, stop: stop, reg: reg}
 }
 
 // Messages go over memberlist's encrypted transport both ways (UDP when
@@ -264,5 +272,145 @@ func TestLeaseNodeDropsGarbage(t *testing.T) {
 	defer a.m.mu.Unlock()
 	if len(a.m.got) != 0 {
 		t.Fatalf("garbage reached the machine: %v", a.m.got)
+	}
+}
+
+// transferMachine holds intVIP until it is asked to transfer or leave;
+// then (unless stuck) it lets go and reports b as the holder.
+type transferMachine struct {
+	mu      sync.Mutex
+	stuck   bool
+	moved   bool
+	removed bool
+	asked   []string
+}
+
+func (m *transferMachine) Step(now time.Time, ev lease.Event) lease.Output {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch e := ev.(type) {
+	case lease.Transfer:
+		m.asked = append(m.asked, "transfer to "+e.To)
+		m.moved = !m.stuck
+	case lease.Leave:
+		m.asked = append(m.asked, "leave")
+		m.moved, m.removed = !m.stuck, !m.stuck
+	}
+	out := lease.Output{Holds: map[string]time.Time{}, Next: now.Add(20 * time.Millisecond)}
+	if !m.moved {
+		out.Holds[intVIP] = now.Add(time.Second)
+	}
+	return out
+}
+
+func (m *transferMachine) Status() lease.Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	holder := "a"
+	if m.moved {
+		holder = "b"
+	}
+	return lease.Status{Leader: holder, Holders: map[string]string{intVIP: holder}, Removed: m.removed}
+}
+
+// vipd handover and SIGTERM: Transfer and Leave reach the machine; the
+// call returns once another node holds the address, with the time taken;
+// a successor that never takes it is reported at the deadline; the
+// election stopping during a transfer ends the wait at once.
+func TestLeaseNodeHandOver(t *testing.T) {
+	m := &transferMachine{}
+	a := startWith(t, "a", m, [][]byte{keyA})
+	waitHeld := func() {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			if _, h, _ := a.n.loop.snapshot(); len(h) == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("never held")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitHeld()
+	rs, err := a.n.HandOver(context.Background(), nil, "b", false)
+	if err != nil || len(rs) != 1 || !rs[0].OK || rs[0].To != "b" || rs[0].VIP != intVIP {
+		t.Fatalf("handover: %+v %v", rs, err)
+	}
+
+	m.mu.Lock()
+	m.moved, m.stuck = false, true
+	m.mu.Unlock()
+	a.n.loop.post(lease.Tick{})
+	waitHeld()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	rs, err = a.n.HandOver(ctx, nil, "", true)
+	cancel()
+	if err == nil || len(rs) != 1 || rs[0].OK || !strings.Contains(rs[0].Reason, "still held here") {
+		t.Fatalf("stuck leave: %+v %v", rs, err)
+	}
+
+	// Stop during a transfer: the wait ends with the election.
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.n.HandOver(context.Background(), nil, "", false)
+		done <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; { // the transfer is under way (the machine is stuck)
+		m.mu.Lock()
+		n := len(m.asked)
+		m.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the transfer never reached the machine")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := a.stop(); err == nil || !strings.Contains(err.Error(), "context canceled") {
+		t.Fatalf("run: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "stopped during the handover") {
+			t.Fatalf("handover after the stop: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handover still waits after the election stopped")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if strings.Join(m.asked, ", ") != "transfer to b, leave, transfer to " {
+		t.Fatalf("machine asked %v", m.asked)
+	}
+}
+
+// The metrics follow the machine's status and the holds.
+func TestLeaseNodeMetrics(t *testing.T) {
+	m := &transferMachine{}
+	a := startWith(t, "a", m, [][]byte{keyA})
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, h, _ := a.n.loop.snapshot(); len(h) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	n, err := testutil.GatherAndCount(a.reg, "vipd_lease_remaining_seconds")
+	if err != nil || n != 1 {
+		t.Fatalf("remaining series %d %v", n, err)
+	}
+	if v := testutil.ToFloat64(leaseRemaining{a.n}); v <= 0 || v > 1 {
+		t.Fatalf("remaining %v s, want in (0, 1]", v)
+	}
+	if v := testutil.ToFloat64(a.n.mLeader); v != 1 {
+		t.Fatalf("leader %v", v)
+	}
+	doc := a.n.Status().(LeaseStatusDoc)
+	if doc.Election != "lease" || doc.Leader != "a" || doc.Holders[intVIP] != "a" || len(doc.Holds) != 1 {
+		t.Fatalf("status %+v", doc)
 	}
 }

@@ -91,6 +91,7 @@ type Machine struct {
 	lastCampaign   int64
 	fenceTick      int64     // no votes and no campaign before this tick (restart)
 	fenceUntil     time.Time // no votes before this time (former leader: its lease and grants)
+	fenceExcept    string    // ... except the forced vote of the transferee it handed them to
 	prevState      raft.StateType
 	prevTerm       uint64
 	prevLead       uint64
@@ -426,8 +427,12 @@ func (m *Machine) campaignTick() int64 {
 	if m.rn.BasicStatus().RaftState == raft.StateLeader {
 		return 0
 	}
+	// Campaign timing is liveness only: voters refuse while they promised a
+	// lease, whoever asks. A failed (split) campaign is retried after a
+	// third of an election timeout.
 	e := int64(m.cfg.ElectionTicks)
-	t := max(m.lastLeaderTick, m.lastCampaign) + e + m.stagger()
+	st := m.stagger()
+	t := max(m.lastLeaderTick+e+st, m.lastCampaign+e/3+2*st+1)
 	return max(t, m.fenceTick)
 }
 
@@ -457,7 +462,7 @@ func (m *Machine) stagger() int64 {
 			continue
 		}
 		md, ok := m.viewMeta[info.Name]
-		if !ok || !md.Alive {
+		if !ok {
 			continue
 		}
 		if md.Role == Witness {
@@ -679,6 +684,13 @@ func (m *Machine) roleChange() {
 		if end.After(m.fenceUntil) {
 			m.fenceUntil = end
 		}
+		// the transferee was handed every running grant: its forced vote
+		// may pass the fence
+		m.fenceExcept = ""
+		if m.lead != nil {
+			m.fenceExcept = m.lead.transferTo
+		}
+		m.lastLeaderTick = m.ticks // no campaign for an election timeout
 		m.lead = nil
 		m.leaseEnd = time.Time{}
 		m.reads = map[string]time.Time{}
@@ -760,6 +772,11 @@ func (m *Machine) queueRaft(msg *pb.Message) {
 		return
 	}
 	m.env(to).msgs = append(m.env(to).msgs, msg)
+	if msg.GetType() == pb.MsgSnap {
+		// the snapshot is handed to the transport now; if it is lost, the
+		// follower's next rejection makes raft probe (and send it) again
+		m.rn.ReportSnapshot(msg.GetTo(), raft.SnapshotFinish)
+	}
 }
 
 func (m *Machine) output() Output {

@@ -72,7 +72,7 @@ func (m *Machine) receive(r Receive) {
 			}
 		}
 	}
-	if fromLeader {
+	if fromLeader || (h.From == m.leaderName && h.Term == bs.GetTerm()) {
 		m.leaderTransfer = h.Transfer
 	}
 	if m.lead != nil && h.Ack != nil {
@@ -148,7 +148,7 @@ func (m *Machine) refuseVote(msg *pb.Message, h *header) bool {
 		m.note("refused a vote: restarted less than an election timeout ago", "from", h.From)
 		return true
 	}
-	if m.now.Before(m.fenceUntil) {
+	if m.now.Before(m.fenceUntil) && !(m.fenceExcept == h.From && bytes.Equal(msg.GetContext(), campaignTransfer)) {
 		m.note("refused a vote: former leader's lease or grants still run", "from", h.From)
 		return true
 	}
@@ -162,7 +162,7 @@ func (m *Machine) refuseVote(msg *pb.Message, h *header) bool {
 	if !inLease {
 		return false
 	}
-	if bytes.Equal(msg.GetContext(), campaignTransfer) && m.leaderTransfer == h.From {
+	if bytes.Equal(msg.GetContext(), campaignTransfer) && (m.leaderTransfer == h.From || m.fenceExcept == h.From) {
 		return false // the transfer our leader announced
 	}
 	if m.lead != nil && m.lead.transferTo == h.From && bytes.Equal(msg.GetContext(), campaignTransfer) {

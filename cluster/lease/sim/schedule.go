@@ -86,7 +86,9 @@ func RunSchedule(profile string, seed int64, o ScheduleOptions) Result {
 	var dead string
 	s.OnHold = func(key, node string, _ time.Time) {
 		if measuring && key == want[0].Key && node != dead {
-			res.Failovers = append(res.Failovers, s.Now()-from)
+			if s.lastFault == from { // no other fault in between
+				res.Failovers = append(res.Failovers, s.Now()-from)
+			}
 			measuring = false
 		}
 	}
@@ -216,7 +218,7 @@ func RunSchedule(profile string, seed int64, o ScheduleOptions) Result {
 	}
 	res.Violations = s.Violations
 	res.Steps = s.Steps
-	if res.Failed() {
+	if res.Failed() || o.TraceAll {
 		res.Trace = s.Trace()
 	}
 	return res

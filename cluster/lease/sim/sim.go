@@ -52,6 +52,8 @@ type Sim struct {
 	TraceAll   bool
 	Steps      int
 
+	lastFault time.Duration
+
 	// Observers
 	OnHold func(key, node string, at time.Time)
 }
@@ -80,6 +82,7 @@ type Node struct {
 	lastView  string
 	inc       uint64
 	Notes     []lease.Note
+	claims    string
 }
 
 type event struct {
@@ -129,6 +132,9 @@ func (s *Sim) Now() time.Duration { return s.now.Sub(s.epoch) }
 func (s *Sim) Rand() *rand.Rand { return s.rnd }
 
 func (s *Sim) logf(format string, a ...any) {
+	if strings.HasPrefix(format, "FAULT") {
+		s.lastFault = s.Now()
+	}
 	line := fmt.Sprintf("%9.3fs ", s.now.Sub(s.epoch).Seconds()) + fmt.Sprintf(format, a...)
 	s.trace = append(s.trace, line)
 	if !s.TraceAll && len(s.trace) > 400 {
@@ -207,9 +213,22 @@ func (s *Sim) AddNode(name string, o NodeOpts) *Node {
 // Node returns a node by name.
 func (s *Sim) Node(name string) *Node { return s.nodes[name] }
 
+// AddTwin starts a machine that calls itself claims (another machine
+// with a name already in use); the simulator routes messages for claims to
+// the original, so the twin only ever sends.
+func (s *Sim) AddTwin(simName, claims string) *Node {
+	n := s.AddNode(simName, NodeOpts{ExpectPeers: true})
+	n.claims = claims
+	s.start(n, nil, true)
+	return n
+}
+
 func (s *Sim) cfgFor(n *Node, expect bool) lease.Config {
 	c := s.Cfg
 	c.Name = n.Name
+	if n.claims != "" {
+		c.Name = n.claims
+	}
 	c.Role = n.Role
 	c.Priority = n.Priority
 	c.ExpectPeers = expect

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vipd/vipd/cluster"
 )
@@ -80,5 +81,26 @@ func TestForgetLeaseWithoutDaemon(t *testing.T) {
 	code := execute([]string{"forget", "--state-dir", dir, "cp-old"}, &out, &errOut)
 	if code == 0 || !strings.Contains(errOut.String(), "run vipd forget cp-old on a node where vipd runs") || strings.Count(strings.TrimSpace(errOut.String()), "\n") != 0 {
 		t.Fatalf("exit %d, %q", code, errOut.String())
+	}
+}
+
+// vipd status shows the lease election: leader, term, voters, learners,
+// witnesses, the leader's lease and who holds what.
+func TestPrintStatusLease(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 10, 0, time.UTC)
+	doc := cluster.LeaseStatusDoc{Election: "lease", Role: "voter", State: "StateLeader", Leader: "cp-1", Term: 7, Quorum: true,
+		Voters: []string{"cp-1", "cp-2", "w"}, Learners: []string{"cp-3"}, Witnesses: []string{"w"}, LeaseLeft: "612ms",
+		Holders: map[string]string{"10.0.0.1/32": "cp-1"}, Holds: map[string]time.Time{"10.0.0.1/32": now.Add(700 * time.Millisecond)},
+		Members: []cluster.LeaseMemberStatus{{Name: "cp-2", Addr: "10.0.0.12:7950", Alive: true}}}
+	s := Status{Node: "cp-1", Version: "v1", Mode: "l2", Started: now.Add(-time.Minute), Components: map[string]any{"cluster": doc}}
+	var b bytes.Buffer
+	if err := printStatus(&b, s, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"lease election, voter (StateLeader), leader cp-1, term 7, quorum true", "leader lease:", "612ms left",
+		"voters:", "cp-1, cp-2, w", "learners:", "cp-3", "witnesses:", "10.0.0.1/32", "700ms", "cp-2", "10.0.0.12:7950"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
 	}
 }
