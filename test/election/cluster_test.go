@@ -262,16 +262,24 @@ func (c *cluster) stop(name string) {
 }
 
 // holder waits until exactly one node has held the VIP for 500 ms and the
-// client is served through it.
+// client is served through it, and returns it. Nothing has been done to
+// the cluster yet, so from the start two holders are never allowed.
 func (c *cluster) holder(ctx context.Context) string {
 	c.t.Helper()
-	h, err := c.mon.WaitStable(ctx, 500*time.Millisecond)
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	for {
+		h, err := c.mon.WaitStable(ctx, 500*time.Millisecond)
+		if err != nil {
+			c.t.Fatal(err)
+		}
 		name, err := c.Client.Probe(ctx, c.vip.String()+":6443", 300*time.Millisecond)
-		if err == nil && name == h {
+		if now := c.mon.Now(); err == nil && name == h && len(now) == 1 && now[0] == h {
+			v := c.observe(c.origin, time.Now())
+			if v.twoBound > 0 || len(v.twoARP) > 0 {
+				c.t.Errorf("two holders while the nodes started: %s", v)
+			}
+			if len(v.moves) > 1 {
+				c.t.Logf("the VIP moved while the nodes started: %v", v.moves)
+			}
 			return h
 		}
 		if ctx.Err() != nil {
