@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -51,6 +52,7 @@ type LeaseNode struct {
 	state stateFile
 
 	syncReq  chan struct{}
+	pushReq  chan struct{} // metadata changed: push it to every member
 	sendSem  chan struct{}
 	sends    sync.WaitGroup
 	joinedCh chan struct{}
@@ -120,6 +122,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	n := &LeaseNode{
 		cfg: cfg, peers: peers, log: log, state: st,
 		syncReq:  make(chan struct{}, 1),
+		pushReq:  make(chan struct{}, 1),
 		sendSem:  make(chan struct{}, maxReliableInFlight),
 		joinedCh: make(chan struct{}),
 		members:  map[string]lease.Member{},
@@ -229,8 +232,14 @@ func (n *LeaseNode) Run(ctx context.Context, decide func([]LeaseDecision)) error
 		defer close(syncDone)
 		n.syncLoop(ctx)
 	}()
+	pushDone := make(chan struct{})
+	go func() {
+		defer close(pushDone)
+		n.pushLoop(ctx)
+	}()
 	err := n.loop.run(ctx)
 	<-syncDone
+	<-pushDone
 	n.sends.Wait()
 	return err
 }
@@ -330,6 +339,35 @@ func (n *LeaseNode) publishMeta(meta []byte) {
 	n.meta = append([]byte(nil), meta...)
 	n.mu.Unlock()
 	_ = n.ml.UpdateNode(time.Nanosecond) // queues the broadcast; does not wait
+	select {
+	case n.pushReq <- struct{}{}:
+	default:
+	}
+}
+
+// pushLoop pushes this node's metadata to every member when it changed,
+// until ctx is done: a ping to each carries memberlist's queued broadcast
+// with it. Gossip rounds are seconds apart in the default profile (their
+// only other job is discovery), and the machine's discovery and joins read
+// the metadata (cluster id, leader): a node that bootstraps must be seen
+// by the others within a round trip, not at the next gossip round.
+func (n *LeaseNode) pushLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.pushReq:
+		}
+		var wg sync.WaitGroup
+		for _, m := range n.ml.Members() {
+			if m.Name == n.cfg.Cluster.Name {
+				continue
+			}
+			addr := &net.UDPAddr{IP: m.Addr, Port: int(m.Port)}
+			wg.Go(func() { _, _ = n.ml.Ping(m.Name, addr) })
+		}
+		wg.Wait()
+	}
 }
 
 // postView gives the machine memberlist's current view.
@@ -392,7 +430,11 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 		st, holds, stepped := n.loop.snapshot()
 		done := true
 		for _, v := range vips {
-			if _, mine := holds[v]; mine || st.Holders[v] == "" || st.Holders[v] == n.cfg.Cluster.Name {
+			_, mine := holds[v]
+			elsewhere := st.Holders[v] != "" && st.Holders[v] != n.cfg.Cluster.Name
+			// A node that left the configuration no longer hears who
+			// holds what: released is all it can know.
+			if mine || !elsewhere && !(stopping && st.Removed) {
 				done = false
 			}
 		}
@@ -408,7 +450,14 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 		if done {
 			rs := make([]HandoverResult, 0, len(vips))
 			for _, v := range vips {
-				rs = append(rs, HandoverResult{VIP: v, To: st.Holders[v], OK: true, At: start, Took: n.cfg.Clock.Now().Sub(start), Reason: "lease transferred"})
+				r := HandoverResult{VIP: v, To: st.Holders[v], OK: true, At: start, Took: n.cfg.Clock.Now().Sub(start), Reason: "lease transferred"}
+				if r.To == n.cfg.Cluster.Name {
+					r.To = ""
+				}
+				if r.To == "" {
+					r.Reason = "released and left the configuration (the successor is not known here)"
+				}
+				rs = append(rs, r)
 			}
 			return rs, nil
 		}
