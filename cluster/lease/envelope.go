@@ -72,6 +72,7 @@ type ack struct {
 	Priority   int    `json:"p,omitempty"`
 	Role       Role   `json:"r,omitempty"`
 	Leaving    bool   `json:"l,omitempty"`
+	Boot       int64  `json:"b,omitempty"` // this process's start: Seq restarts with it
 }
 
 // join asks the leader to add a node as a learner.

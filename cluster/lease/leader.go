@@ -19,6 +19,7 @@ type leaderState struct {
 	peers     map[string]*peerState
 	assign    map[string]string // key -> node that holds it (or is being granted it)
 	releasing map[string]release
+	eligSince map[string]time.Time
 	beat      bool
 
 	transferTo   string
@@ -33,6 +34,11 @@ type leaderState struct {
 	forgets     map[string]bool
 }
 
+// PoolSettle is how long a node must have been eligible before pool and
+// egress addresses whose rendezvous winner it is move to it (a joining node
+// is ready before it gets its share; one move per address, not a flap).
+const PoolSettle = 2 * time.Second
+
 type peerState struct {
 	name         string
 	lastHeard    time.Time
@@ -46,7 +52,9 @@ type peerState struct {
 	gen        uint64
 	sentGen    uint64
 	keys       map[string]bool
-	ackedGen   uint64
+	ackedGen   uint64 // gen of the latest ack (by Seq)
+	ackSeq     uint64
+	boot       int64
 	grantedGen uint64
 	grantEnd   time.Time // leader's clock: every grant it gave ends before this
 	pending    *grant
@@ -60,6 +68,15 @@ type release struct {
 
 func (l *leaderState) peer(name string) *peerState { return l.peers[name] }
 
+func (l *leaderState) releasingFrom(name string) bool {
+	for _, r := range l.releasing {
+		if r.from == name {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *Machine) becomeLeader() {
 	l := &leaderState{
 		term:      m.rn.BasicStatus().GetTerm(),
@@ -67,6 +84,7 @@ func (m *Machine) becomeLeader() {
 		peers:     map[string]*peerState{},
 		assign:    map[string]string{},
 		releasing: map[string]release{},
+		eligSince: map[string]time.Time{},
 		leaves:    map[string]bool{},
 		forgets:   map[string]bool{},
 	}
@@ -258,9 +276,30 @@ func (m *Machine) place() {
 	cp := m.controlPlaneHolder(elig)
 	legacy := m.legacyClaims()
 	wanted := map[string]bool{}
+	in := map[string]bool{}
+	var poolCands []string
+	for _, n := range elig {
+		in[n] = true
+		if _, ok := l.eligSince[n]; !ok {
+			l.eligSince[n] = m.now
+		}
+		if m.now.Sub(l.eligSince[n]) >= PoolSettle {
+			poolCands = append(poolCands, n)
+		}
+	}
+	for n := range l.eligSince {
+		if !in[n] {
+			delete(l.eligSince, n)
+		}
+	}
+	if len(poolCands) == 0 {
+		poolCands = elig
+	}
 	for k, r := range l.releasing {
 		p := l.peers[r.from]
-		if p == nil || p.ackedGen >= r.gen || !m.now.Before(r.until) {
+		// released when its ack shows it let go, or when its last grant ran
+		// out (a removed member can only run out)
+		if (p != nil && p.ackedGen >= r.gen) || !m.now.Before(r.until) {
 			delete(l.releasing, k)
 		}
 	}
@@ -272,13 +311,16 @@ func (m *Machine) place() {
 		case legacy[a.Key]:
 		case a.Kind == ControlPlane:
 			desired = cp
-		case cur != "" && m.eligible(cur):
-			desired = cur
 		default:
-			for _, n := range elig {
+			// rendezvous over the nodes eligible for PoolSettle (all
+			// eligible ones if none is settled yet), and the current holder
+			for _, n := range poolCands {
 				if desired == "" || rendezvous(n, a.Key) > rendezvous(desired, a.Key) {
 					desired = n
 				}
+			}
+			if cur != "" && m.eligible(cur) && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
+				desired = cur
 			}
 		}
 		if desired == cur {
@@ -384,8 +426,12 @@ func (m *Machine) onAck(from string, a *ack) {
 	if a.Term != l.term {
 		return
 	}
-	if a.Gen > p.ackedGen {
-		p.ackedGen = a.Gen
+	if a.Boot != p.boot {
+		// the node restarted: what it holds is what it says now
+		p.boot, p.ackSeq, p.ackedGen = a.Boot, 0, a.Gen
+	}
+	if a.Seq > p.ackSeq {
+		p.ackSeq, p.ackedGen = a.Seq, a.Gen
 	}
 	if a.Gen != p.gen || len(p.keys) == 0 || !m.leaseValid() {
 		return
@@ -654,6 +700,9 @@ func (m *Machine) membership() {
 	}
 	// leaves and forgets
 	for _, name := range sortedKeys(l.leaves) {
+		if p := l.peers[name]; p != nil && (len(p.keys) > 0 || l.releasingFrom(name)) {
+			continue // hand its addresses over first
+		}
 		delete(l.leaves, name)
 		if id := m.idOf(name); id != 0 && id != m.id {
 			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})
