@@ -7,9 +7,10 @@ import (
 )
 
 // witnessEnv makes a node a witness: it votes and never holds. It runs no
-// apiserver (newCluster starts none for it) and its VIP interface does not
-// matter; it gets the same env file as the others otherwise.
-var witnessEnv = []string{"VIPD_ROLE=witness"}
+// apiserver (newCluster starts none for it) and names a VIP interface that
+// does not exist (it needs none); it gets the same env file as the others
+// otherwise (VIPD_ADDRESS included).
+var witnessEnv = []string{"VIPD_ROLE=witness", "VIPD_INTERFACE=novip0"}
 
 // hold is how long a test watches after a fault: several lease lengths and
 // failure-detection times, so a holder that would lose its lease (or a
