@@ -471,6 +471,11 @@ func (c *cluster) formed(ctx context.Context, within time.Duration, voters, witn
 		ok := true
 		got = got[:0]
 		for _, name := range append(append([]string(nil), voters...), witnesses...) {
+			if p := c.procs[name]; p != nil && p.Exited() {
+				out := strings.TrimSpace(p.Output())
+				c.t.Errorf("the cluster cannot agree on %s: vipd on %s exited: %s", want, name, out[strings.LastIndexByte(out, '\n')+1:])
+				return false
+			}
 			conf, lease := c.conf(ctx, name)
 			if !lease {
 				// The gossip election, or not answering: a voter that
