@@ -33,6 +33,7 @@ var replacements = []replacement{
 // throughout, never a client outage over 3 s, and the VIP ends on a new
 // node.
 func TestReplacement(t *testing.T) {
+	t.Parallel()
 	for _, r := range replacements {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()

@@ -63,7 +63,7 @@ const (
 func prerequisites(t *testing.T) string {
 	t.Helper()
 	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip", "nft", "tcpdump", "tar", "git")
+	testenv.RequireCommands(t, "ip", "nft", "tcpdump", "curl", "tar", "git")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin, err := lab.VipdBinary(ctx, t.TempDir())

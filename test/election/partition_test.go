@@ -49,6 +49,7 @@ var partitions = []fault{
 // question from the client) and the client's outage is bounded; healed,
 // one holder.
 func TestNonTransitivePartitions(t *testing.T) {
+	t.Parallel()
 	for _, f := range partitions {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()

@@ -23,6 +23,7 @@ const staleWithin = time.Second
 // there is one holder again, the client's outage is bounded, and the node
 // is a voter again.
 func TestHolderCrashRestart(t *testing.T) {
+	t.Parallel()
 	for _, wipe := range []bool{false, true} {
 		name := "keep-state"
 		if wipe {

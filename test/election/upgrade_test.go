@@ -26,6 +26,7 @@ const previousRelease = "6e34dcb"
 //   - to-lease: each upgraded node also gets VIPD_ELECTION=lease, the
 //     upgrade that ends on the consensus election.
 func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
+	t.Parallel()
 	commit := previousRelease
 	if v := os.Getenv("VIPD_TEST_PREVIOUS_COMMIT"); v != "" {
 		commit = v

@@ -40,6 +40,7 @@ func witnessCluster(t *testing.T) (*cluster, context.Context, string) {
 // loss of any one of the three (the machine goes: vipd killed, link gone),
 // with a bounded outage, and the witness never holds.
 func TestWitnessLoseAnyOne(t *testing.T) {
+	t.Parallel()
 	for _, lose := range []string{"holder", "other", "witness"} {
 		t.Run(lose, func(t *testing.T) {
 			t.Parallel()
