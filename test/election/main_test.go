@@ -6,17 +6,17 @@ import (
 	"testing"
 )
 
-// TestMain runs up to six of these tests at once unless -parallel is
+// TestMain runs up to four of these tests at once unless -parallel is
 // given: they spend most of their time waiting (30 s between machine
 // deletions, seconds of watching after each fault), each in a lab of its
-// own, so six at a time keep the package near two minutes on two cores
+// own, so four at a time keep the package near two minutes on two cores
 // instead of four.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	given := false
 	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
 	if !given {
-		_ = flag.Set("test.parallel", "6")
+		_ = flag.Set("test.parallel", "4")
 	}
 	os.Exit(m.Run())
 }

@@ -20,11 +20,13 @@ const previousRelease = "6e34dcb"
 // binary swapped, and started again on the same state directory; the
 // holder goes last, as docs/l2.md's upgrade advice says. Mixed versions
 // run side by side meanwhile. One holder throughout and the VIP moves at
-// most once. Two ways:
+// most once. Three ways:
 //   - keep-settings: the env file stays as it is, so the new binary runs the
 //     election its defaults choose;
 //   - to-lease: each upgraded node also gets VIPD_ELECTION=lease, the
-//     upgrade that ends on the consensus election.
+//     upgrade that ends on the consensus election;
+//   - lease-restart: a cluster already on the lease election restarted node
+//     by node (the next upgrade), each back on its own state.
 func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 	t.Parallel()
 	commit := previousRelease
@@ -39,27 +41,38 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 		t.Fatalf("previous release: %v", err)
 	}
 	for _, tc := range []struct {
-		name string
-		env  []string // given to the upgraded nodes
+		name    string
+		from    string   // the binary the cluster starts on ("" is this one)
+		fromEnv []string // given to the nodes before their upgrade
+		env     []string // given to the upgraded nodes
 	}{
-		{"keep-settings", nil},
-		{"to-lease", electionEnv},
+		{"keep-settings", prev, nil, nil},
+		{"to-lease", prev, nil, electionEnv},
+		// The next upgrade: a lease cluster restarted node by node
+		// (systemctl restart), each coming back on its own state.
+		{"lease-restart", "", electionEnv, electionEnv},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testUpgrade(t, prev, tc.env)
+			testUpgrade(t, tc.from, tc.fromEnv, tc.env)
 		})
 	}
 }
 
-func testUpgrade(t *testing.T, prev string, upgradedEnv []string) {
+func testUpgrade(t *testing.T, from string, fromEnv, upgradedEnv []string) {
 	c := newCluster(t, 3)
-	// The previous release gets the env file as it was.
+	if from == "" {
+		from = c.bin
+	}
+	// The env file as it was before the upgrade.
 	c.env = testEnv()
 	ctx := ctxT(t, 120*time.Second)
 	all := []string{"n1", "n2", "n3"}
 	for _, name := range all {
-		c.run(prev, name, c.addrs(others(all, name)...))
+		c.run(from, name, c.addrs(others(all, name)...), fromEnv...)
+	}
+	if len(fromEnv) > 0 {
+		c.formed(ctx, formWithin, all, nil)
 	}
 	first := c.holder(ctx)
 	start := time.Now()
