@@ -274,3 +274,55 @@ func testLogger(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// The lab's TestClusterStopAndRejoin in process: three times, the holder
+// stops gracefully and starts again from its state; a holder is back each
+// time and the restarted node becomes a voter again.
+func TestLeaseIntegrationStopAndRejoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds")
+	}
+	h := newHoldLog()
+	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
+	nodes := map[string]*realNode{}
+	nodes["a"] = startReal(t, "a", dirs["a"], h)
+	h.waitHolder(t, 5*time.Second)
+	nodes["b"] = startReal(t, "b", dirs["b"], h, nodes["a"].addr())
+	nodes["c"] = startReal(t, "c", dirs["c"], h, nodes["a"].addr())
+	voters := func(on string) []string {
+		st, _, _ := nodes[on].n.loop.snapshot()
+		return st.Voters
+	}
+	waitVoters := func(on string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for len(voters(on)) != want {
+			if time.Now().After(deadline) {
+				st, _, _ := nodes[on].n.loop.snapshot()
+				t.Fatalf("%s: voters %v learners %v, want %d", on, st.Voters, st.Learners, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitVoters("a", 3)
+	for i := 0; i < 3; i++ {
+		holder := h.waitHolder(t, 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		rs, err := nodes[holder].n.HandOver(ctx, nil, "", true)
+		cancel()
+		nodes[holder].stop()
+		next := h.waitHolder(t, 10*time.Second, holder)
+		t.Logf("round %d: %s left (%v %+v), %s holds", i, holder, err, rs, next)
+		var peer string
+		for n := range nodes {
+			if n != holder {
+				peer = n
+			}
+		}
+		nodes[holder] = startReal(t, holder, dirs[holder], h, nodes[peer].addr())
+		waitVoters(next, 3)
+	}
+	if bad := h.overlaps(); len(bad) > 0 {
+		t.Fatalf("two holders at once:\n%s", strings.Join(bad, "\n"))
+	}
+}

@@ -111,6 +111,7 @@ type leaseLoop struct {
 	kinds       map[string]lease.Kind
 	healthy     bool
 	failedUntil time.Time
+	keyErrAt    time.Time // gossip rejected for another key (keyEvent)
 	sentHealth  *bool
 
 	mu       sync.Mutex
@@ -201,6 +202,9 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 	case failedEvent:
 		l.failedUntil = now.Add(failedPause)
 		ev = l.health(now)
+	case keyEvent:
+		l.keyErrAt = now
+		ev = l.health(now)
 	}
 	var outs []lease.Output
 	if ev != nil {
@@ -216,8 +220,10 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 		}
 		next = out.Next
 	}
-	if !l.failedUntil.IsZero() && now.Before(l.failedUntil) && (next.IsZero() || l.failedUntil.Before(next)) {
-		next = l.failedUntil
+	for _, t := range []time.Time{l.failedUntil, l.keyVetoEnd()} {
+		if !t.IsZero() && now.Before(t) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
 	}
 	wait := idleWake
 	if !next.IsZero() {
@@ -237,6 +243,24 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 // failedEvent is SetFailed, turned by step into a pause of health.
 type failedEvent struct{ lease.Event }
 
+// keyEvent reports gossip rejected for another key (either side's):
+// while it is recent, a node that is alone in its configuration counts
+// as unhealthy, so that a node with the wrong key, which bootstraps a
+// cluster of its own, never holds the VIP beside the real cluster.
+type keyEvent struct{ lease.Event }
+
+// keyVetoEnd is when the last key error stops counting (zero: none).
+func (l *leaseLoop) keyVetoEnd() time.Time {
+	if l.keyErrAt.IsZero() {
+		return time.Time{}
+	}
+	return l.keyErrAt.Add(KeyVeto)
+}
+
+// lone reports whether this node is alone in its configuration (or in
+// none yet).
+func (l *leaseLoop) lone() bool { return len(l.m.Status().Voters) <= 1 }
+
 // health returns the Health event to send when the effective health
 // (healthy and not paused after a failure) differs from what the machine
 // was last told, else nil.
@@ -245,6 +269,9 @@ func (l *leaseLoop) health(now time.Time) lease.Event {
 		return nil
 	}
 	h := l.healthy && (l.failedUntil.IsZero() || !now.Before(l.failedUntil))
+	if end := l.keyVetoEnd(); !end.IsZero() && now.Before(end) && l.lone() {
+		h = false
+	}
 	if !l.failedUntil.IsZero() && !now.Before(l.failedUntil) {
 		l.failedUntil = time.Time{}
 	}

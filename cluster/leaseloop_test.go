@@ -463,3 +463,36 @@ func TestRealClockIsMonotonic(t *testing.T) {
 		t.Fatal("monotonic arithmetic")
 	}
 }
+
+// A gossip key error keeps a node that is alone in its configuration from
+// holding (it may be the one with the wrong key, in a cluster of its own)
+// for KeyVeto; a node in a real cluster is not affected.
+func TestLeaseLoopKeyVeto(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		voters []string
+		want   []string
+	}{
+		{"alone", []string{"a"}, []string{"lease.Health{Healthy:false}", "lease.Health{Healthy:true}", "lease.Health{Healthy:false}", "lease.Health{Healthy:true}"}},
+		{"in a cluster", []string{"a", "b", "c"}, []string{"lease.Health{Healthy:false}", "lease.Health{Healthy:true}"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			m := &toyMachine{status: lease.Status{Voters: tc.voters}}
+			l, _, _ := startLoop(t, m, clk)
+			postWait(t, l, lease.Health{Healthy: true})
+			postWait(t, l, keyEvent{})
+			advance(t, l, clk, KeyVeto-time.Millisecond)
+			advance(t, l, clk, time.Millisecond)
+			var hs []string
+			for _, e := range m.events() {
+				if strings.HasPrefix(e, "lease.Health") {
+					hs = append(hs, e)
+				}
+			}
+			if !slices.Equal(hs, tc.want) {
+				t.Fatalf("health fed\n got %v\nwant %v", hs, tc.want)
+			}
+		})
+	}
+}

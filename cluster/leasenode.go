@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,6 +120,23 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	if err != nil {
 		return nil, fmt.Errorf("VIPD_STATE_DIR: lease state %s: %w (%s)", st.path, err, leaseStateAdvice)
 	}
+	if persisted != nil && leftBefore(m.Status(), cfg.Machine.Name) {
+		// This node left (a graceful stop) or was removed before it
+		// stopped: its state is of a configuration without it, where it
+		// promised nothing. It joins again as a new member.
+		log.Info("this node left the cluster before it stopped: joining again as a new member", "state", st.path)
+		cfg.Machine.Incarnation = 0
+		var b [8]byte
+		for cfg.Machine.Incarnation == 0 {
+			if _, err := rand.Read(b[:]); err != nil {
+				return nil, fmt.Errorf("lease election: drawing an incarnation: %w", err)
+			}
+			cfg.Machine.Incarnation = binary.BigEndian.Uint64(b[:])
+		}
+		if m, err = newMachine(cfg.Machine, nil, cfg.Clock.Now()); err != nil {
+			return nil, fmt.Errorf("lease election: %w", err)
+		}
+	}
 	n := &LeaseNode{
 		cfg: cfg, peers: peers, log: log, state: st,
 		syncReq:  make(chan struct{}, 1),
@@ -157,12 +175,21 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 			}
 		}
 	}
-	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() {})
+	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() { n.loop.post(keyEvent{}) })
 	if err != nil {
 		return nil, err
 	}
 	n.ml = ml
 	return n, nil
+}
+
+// leftBefore reports whether a machine restored from its state belongs to
+// a cluster whose configuration no longer lists this node.
+func leftBefore(st lease.Status, name string) bool {
+	if st.ClusterID == 0 || len(st.Voters) == 0 {
+		return false
+	}
+	return !slices.Contains(st.Voters, name) && !slices.Contains(st.Learners, name) && !slices.Contains(st.Witnesses, name)
 }
 
 // SetHealthy feeds this node's apiserver health to the machine.
@@ -411,7 +438,10 @@ func (n *LeaseNode) memberChanged(m *memberlist.Node, alive bool) {
 // or ctx ends.
 func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]HandoverResult, error) {
 	start := n.cfg.Clock.Now()
-	_, holds, _ := n.loop.snapshot()
+	st0, holds, _ := n.loop.snapshot()
+	if rs := n.refuseHandover(st0, holds, vips, to, stopping, start); rs != nil {
+		return rs, nil
+	}
 	if len(vips) == 0 {
 		vips = sortedKeys(holds)
 	}
@@ -484,6 +514,56 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 // leaveWait bounds the wait for this node's removal from the
 // configuration at a graceful stop, once its addresses moved.
 const leaveWait = 500 * time.Millisecond
+
+// refuseHandover checks a vipd handover request before anything moves:
+// a VIP this node does not have, a successor that is not a member or is
+// this node. It returns nil when the request may go on.
+func (n *LeaseNode) refuseHandover(st lease.Status, holds map[string]time.Time, vips []string, to string, stopping bool, now time.Time) []HandoverResult {
+	if stopping {
+		return nil
+	}
+	var out []HandoverResult
+	refuse := func(v, reason string) {
+		out = append(out, HandoverResult{VIP: v, To: to, Reason: reason, At: now, Refused: true})
+	}
+	n.mu.Lock()
+	var configured []string
+	for _, k := range []lease.Kind{lease.ControlPlane, lease.Pool, lease.Egress} {
+		for _, a := range n.want[k] {
+			configured = append(configured, a.Key)
+		}
+	}
+	var members []string
+	for _, k := range sortedKeys(n.members) {
+		if n.members[k].Alive {
+			members = append(members, k)
+		}
+	}
+	n.mu.Unlock()
+	for _, v := range vips {
+		if !slices.Contains(configured, v) {
+			refuse(v, v+" is not one of this node's VIPs (VIPD_ADDRESS: "+strings.Join(configured, ",")+")")
+		}
+	}
+	if out != nil {
+		return out
+	}
+	if len(vips) == 0 {
+		vips = sortedKeys(holds)
+	}
+	v := strings.Join(vips, ",")
+	switch {
+	case to == n.cfg.Cluster.Name:
+		refuse(v, to+" is this node, which holds "+v+" already")
+	case to != "" && !slices.Contains(members, to):
+		refuse(v, "no member named "+to+" (members: "+strings.Join(members, ", ")+")")
+	case slices.Contains(st.Witnesses, to):
+		refuse(v, to+" is a witness: it votes and never holds")
+	case to != "" && !slices.Contains(st.Voters, to):
+		refuse(v, to+" is not a voter of the lease election yet (voters: "+strings.Join(st.Voters, ", ")+")")
+	}
+	return out
+}
 
 // LeaseStatusDoc is the cluster's section of /status in the lease election.
 type LeaseStatusDoc struct {

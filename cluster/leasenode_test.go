@@ -310,7 +310,7 @@ func (m *transferMachine) Status() lease.Status {
 	if m.moved {
 		holder = "b"
 	}
-	return lease.Status{Leader: holder, Holders: map[string]string{intVIP: holder}, Removed: m.removed}
+	return lease.Status{Leader: holder, Holders: map[string]string{intVIP: holder}, Removed: m.removed, Voters: []string{"a", "b"}}
 }
 
 // vipd handover and SIGTERM: Transfer and Leave reach the machine; the
@@ -320,6 +320,10 @@ func (m *transferMachine) Status() lease.Status {
 func TestLeaseNodeHandOver(t *testing.T) {
 	m := &transferMachine{}
 	a := startWith(t, "a", m, [][]byte{keyA})
+	a.n.mu.Lock()
+	a.n.want[lease.ControlPlane] = []lease.Address{{Key: intVIP, Kind: lease.ControlPlane}}
+	a.n.members["b"] = lease.Member{Name: "b", Alive: true}
+	a.n.mu.Unlock()
 	waitHeld := func() {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); ; {
@@ -412,5 +416,41 @@ func TestLeaseNodeMetrics(t *testing.T) {
 	doc := a.n.Status().(LeaseStatusDoc)
 	if doc.Election != "lease" || doc.Leader != "a" || doc.Holders[intVIP] != "a" || len(doc.Holds) != 1 {
 		t.Fatalf("status %+v", doc)
+	}
+}
+
+// vipd handover refuses, in one line and before anything moves, a VIP
+// this node does not have, a successor that is not a member, this node,
+// or a witness.
+func TestLeaseNodeHandOverRefusals(t *testing.T) {
+	m := &transferMachine{}
+	a := startWith(t, "a", m, [][]byte{keyA})
+	a.n.mu.Lock()
+	a.n.want[lease.ControlPlane] = []lease.Address{{Key: intVIP, Kind: lease.ControlPlane}}
+	a.n.members["b"] = lease.Member{Name: "b", Alive: true}
+	a.n.members["w"] = lease.Member{Name: "w", Alive: true}
+	a.n.mu.Unlock()
+	for _, tc := range []struct {
+		vips []string
+		to   string
+		want string
+	}{
+		{[]string{"10.9.9.9/32"}, "", "10.9.9.9/32 is not one of this node's VIPs"},
+		{nil, "n9", "no member named n9 (members: b, w)"},
+		{nil, "a", "a is this node"},
+	} {
+		rs, err := a.n.HandOver(context.Background(), tc.vips, tc.to, false)
+		if err != nil || len(rs) != 1 || !rs[0].Refused || !strings.Contains(rs[0].Reason, tc.want) {
+			t.Errorf("handover %v to %q: %+v %v, want a refusal containing %q", tc.vips, tc.to, rs, err, tc.want)
+		}
+	}
+	st := lease.Status{Witnesses: []string{"w"}, Voters: []string{"a", "b", "w"}}
+	if rs := a.n.refuseHandover(st, nil, []string{intVIP}, "w", false, time.Now()); len(rs) != 1 || !strings.Contains(rs[0].Reason, "w is a witness") {
+		t.Errorf("to a witness: %+v", rs)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.asked) != 0 {
+		t.Fatalf("a refused handover reached the machine: %v", m.asked)
 	}
 }
