@@ -178,8 +178,9 @@ type Output struct {
 	Send    []Message
 	// Holds maps address Key -> lease end: this node may hold these now,
 	// each until its end. An address absent here must be released NOW (the
-	// runtime releases it at its end anyway). Holds is complete on every
-	// Output.
+	// runtime releases it at its end anyway), before Send is handed to the
+	// transport: a vote or a transfer in Send may rely on the release.
+	// Holds is complete on every Output.
 	Holds map[string]time.Time
 	// Meta, when non-nil, is published as this node's memberlist metadata
 	// (cluster id, role, leader, term, voter set hash).

@@ -33,7 +33,7 @@ type header struct {
 	Transfer    string   `json:"x,omitempty"` // the leader is handing leadership to this node
 	Handoff     *handoff `json:"h,omitempty"`
 	JoinRefused string   `json:"jr,omitempty"`
-	Removed     bool     `json:"rm,omitempty"` // you are not in the configuration: wipe and rejoin
+	Removed     uint64   `json:"rm,omitempty"` // this raft id (yours) is not in the configuration: wipe and rejoin
 
 	// Node -> leader (or any member, which forwards).
 	Ack      *ack   `json:"k,omitempty"`

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"encoding/json"
+	"fmt"
 	"hash/fnv"
 	"sort"
 	"time"
@@ -20,6 +21,7 @@ type leaderState struct {
 	assign    map[string]string // key -> node that holds it (or is being granted it)
 	releasing map[string]release
 	eligSince map[string]time.Time
+	placeSig  string
 	beat      bool
 
 	transferTo   string
@@ -295,6 +297,14 @@ func (m *Machine) place() {
 	if len(poolCands) == 0 {
 		poolCands = elig
 	}
+	// Nothing that decides placement changed, nothing is being released and
+	// every address is placed: skip the pass over every address (a leader
+	// with 1,000 addresses steps on every message it receives).
+	sig := fmt.Sprintf("%v|%v|%s|%d|%d|%v", elig, poolCands, cp, len(legacy), m.wantGen, sortedKeys(legacy))
+	if sig == l.placeSig && len(l.releasing) == 0 && len(l.assign) == len(m.want) {
+		return
+	}
+	l.placeSig = sig
 	for k, r := range l.releasing {
 		p := l.peers[r.from]
 		// released when its ack shows it let go, or when its last grant ran
@@ -502,6 +512,13 @@ func (m *Machine) checkTransfer() {
 // control-plane addresses, or away from a witness or a leaving leader.
 func (m *Machine) maybeTransfer() {
 	l := m.lead
+	if m.leaving && len(m.conf.Voters) == 1 && len(m.conf.Learners) == 0 {
+		// the last member: nothing to hand over to
+		m.left = true
+		m.lead = nil
+		m.note("left the cluster (last member)")
+		return
+	}
 	if !l.lastTransfer.IsZero() && m.now.Sub(l.lastTransfer) < m.electionTimeout() {
 		return
 	}

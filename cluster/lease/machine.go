@@ -97,6 +97,7 @@ type Machine struct {
 	prevLead       uint64
 	leaderTransfer string // what our leader's last header announced (Transfer)
 	leaderName     string
+	lastLead       uint64 // the last leader this node followed (not a rival when it falls silent)
 
 	// leader lease
 	readSeq  uint64
@@ -110,6 +111,7 @@ type Machine struct {
 	health       bool
 	healthySince time.Time
 	want         []Address
+	wantGen      int
 	view         []Member
 	viewMeta     map[string]meta
 
@@ -125,7 +127,6 @@ type Machine struct {
 
 	leaving bool
 	left    bool
-	removed bool
 
 	// per Step output
 	out      map[string]*envelope
@@ -366,6 +367,7 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 		m.health = e.Healthy
 	case Want:
 		m.want = append([]Address(nil), e.Addresses...)
+		m.wantGen++
 		sort.Slice(m.want, func(i, j int) bool { return m.want[i].Key < m.want[j].Key })
 	case View:
 		m.setView(e.Members)
@@ -428,11 +430,16 @@ func (m *Machine) campaignTick() int64 {
 		return 0
 	}
 	// Campaign timing is liveness only: voters refuse while they promised a
-	// lease, whoever asks. A failed (split) campaign is retried after a
-	// third of an election timeout.
+	// lease, whoever asks. A failed campaign (split votes, or a voter whose
+	// promise to the old leader runs a little longer) is retried after an
+	// eighth of an election timeout.
 	e := int64(m.cfg.ElectionTicks)
 	st := m.stagger()
-	t := max(m.lastLeaderTick+e+st, m.lastCampaign+e/3+2*st+1)
+	retry := max(2, e/8) // the campaign was lost: rejections from a majority
+	if rs := m.rn.BasicStatus().RaftState; rs == raft.StateCandidate || rs == raft.StatePreCandidate {
+		retry = e / 2 // answers may still be on their way
+	}
+	t := max(m.lastLeaderTick+e+st, m.lastCampaign+retry+2*st)
 	return max(t, m.fenceTick)
 }
 
@@ -458,8 +465,8 @@ func (m *Machine) stagger() int64 {
 	me := candidate{name: m.cfg.Name, healthy: m.health, priority: m.cfg.Priority}
 	for _, v := range m.conf.Voters {
 		info, ok := m.members[v]
-		if !ok || v == m.id {
-			continue
+		if !ok || v == m.id || v == m.lastLead {
+			continue // the silent leader is not a rival
 		}
 		md, ok := m.viewMeta[info.Name]
 		if !ok {
@@ -473,7 +480,10 @@ func (m *Machine) stagger() int64 {
 			rank++
 		}
 	}
-	return min(rank, int64(m.cfg.ElectionTicks/2))
+	// ranks at least 20 ms apart: voters' promises end a little apart
+	// (receipt times, tick phases), a tick of 10 ms does not separate them
+	unit := max(1, int64((20*time.Millisecond+m.cfg.Tick-1)/m.cfg.Tick))
+	return min(rank*unit, int64(m.cfg.ElectionTicks/2))
 }
 
 func (m *Machine) maybeCampaign() {
@@ -505,6 +515,9 @@ func (m *Machine) drive() {
 	m.maybeCampaign()
 	if m.lead != nil {
 		m.leaderDecide()
+		if m.left {
+			return
+		}
 		m.ready()
 	} else if m.leaving || m.refused != "" {
 		m.followerLeave()
@@ -666,6 +679,7 @@ func (m *Machine) roleChange() {
 	wasLeader := m.prevState == raft.StateLeader
 	m.prevState, m.prevTerm, m.prevLead = state, term, lead
 	if lead != raft.None && lead != m.id {
+		m.lastLead = lead
 		m.leaderName = m.nameOf(lead)
 	} else if lead == raft.None {
 		m.leaderName = ""
@@ -888,3 +902,6 @@ func (m *Machine) next() time.Time {
 func unmarshalPB(b []byte, msg proto.Message) error {
 	return proto.Unmarshal(b, msg)
 }
+
+// ClusterID is the id of the cluster this node belongs to (0: none yet).
+func (m *Machine) ClusterID() uint64 { return m.cluster }

@@ -58,7 +58,7 @@ func (m *Machine) receive(r Receive) {
 		// Another cluster: the View decides whether to merge.
 		return
 	}
-	if h.Removed && h.Term >= m.rn.BasicStatus().GetTerm() && !m.leaving {
+	if h.Removed == m.id && h.Term >= m.rn.BasicStatus().GetTerm() && !m.leaving {
 		m.wipe("the leader says this node is not in the configuration")
 		return
 	}
@@ -87,8 +87,19 @@ func (m *Machine) receive(r Receive) {
 			continue
 		}
 		t := msg.GetType()
+		if !known && m.lead != nil && m.membersKnown() && (t == pb.MsgVote || t == pb.MsgPreVote || t == pb.MsgHeartbeatResp || t == pb.MsgAppResp) {
+			// a node removed from the configuration (e.g. during a partition)
+			// must wipe and rejoin
+			rm := m.env(h.From)
+			rm.h.Removed = h.ID
+			continue
+		}
 		if (t == pb.MsgVote || t == pb.MsgPreVote) && m.refuseVote(msg, h) {
 			continue
+		}
+		if t == pb.MsgVote || t == pb.MsgPreVote {
+			// another node campaigns: give it its round before trying again
+			m.lastCampaign = m.ticks
 		}
 		if t == pb.MsgTimeoutNow && (h.Transfer != m.cfg.Name || h.Handoff == nil || msg.GetTerm() != m.rn.BasicStatus().GetTerm()) {
 			m.note("ignored a transfer the sender does not announce", "from", h.From)
@@ -96,13 +107,6 @@ func (m *Machine) receive(r Receive) {
 		}
 		if t == pb.MsgTimeoutNow {
 			m.takeHandoff(h.From, h.Handoff)
-		}
-		if !known && m.lead != nil && m.membersKnown() && (t == pb.MsgVote || t == pb.MsgPreVote || t == pb.MsgHeartbeatResp || t == pb.MsgAppResp) {
-			// a node removed from the configuration (e.g. during a partition)
-			// must wipe and rejoin
-			rm := m.env(h.From)
-			rm.h.Removed = true
-			continue
 		}
 		before := m.rn.BasicStatus().GetTerm()
 		if err := m.rn.Step(msg); err != nil {

@@ -216,6 +216,55 @@ func TestWitness(t *testing.T) {
 	if st := s.Status("w"); len(st.Holds) != 0 {
 		fail(t, s, "the witness holds %v", st.Holds)
 	}
+	// the witness never stays leader when a voter can lead
+	s = setup(6)
+	for i := 0; i < 6; i++ {
+		h := s.Holders(cpKey)[0]
+		s.Crash(h, true, 500*time.Millisecond)
+		s.Run(4 * time.Second)
+		noViolations(t, s)
+		if st := s.Status("cp1"); st.Leader == "w" {
+			fail(t, s, "the witness leads: %+v", st)
+		}
+	}
+}
+
+// Mixed versions: an address claimed by a live old-protocol member is
+// never granted; once the old member stops claiming it, it is placed.
+func TestLegacyClaims(t *testing.T) {
+	s := threeNodes(t, "default", 9)
+	pool := "10.0.1.1/32"
+	s.Legacy("old1", []string{cpKey, pool})
+	s.Run(2 * time.Second)
+	if h := s.Holders(cpKey); len(h) != 0 {
+		fail(t, s, "granted an address an old member claims: %v", h)
+	}
+	if h := s.Holders(pool); len(h) != 0 {
+		fail(t, s, "granted an address an old member claims: %v", h)
+	}
+	s.Legacy("old1", nil) // upgraded (or gone)
+	s.Run(2 * time.Second)
+	noViolations(t, s)
+	if len(s.Holders(cpKey)) != 1 || len(s.Holders(pool)) != 1 {
+		fail(t, s, "holders after the old member left: %v %v", s.Holders(cpKey), s.Holders(pool))
+	}
+}
+
+// Idle cost: wakeups (Steps) per node per second of a quiet 3-node cluster.
+func TestIdleWakeups(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		max     float64
+	}{{"default", 25}, {"fast", 110}} {
+		s := threeNodes(t, tc.profile, 1)
+		before := s.Steps
+		s.Run(60 * time.Second)
+		per := float64(s.Steps-before) / 3 / 60
+		t.Logf("%s: %.1f steps per node per second", tc.profile, per)
+		if per > tc.max {
+			t.Errorf("%s: %.1f steps per node per second, want <= %v", tc.profile, per, tc.max)
+		}
+	}
 }
 
 // Non-transitive partitions with faults on the holder: the holder loses
@@ -392,4 +441,219 @@ func TestPlannedTransfer(t *testing.T) {
 		}
 		t.Logf("%s: longest handover gap %v", profile, w.longest)
 	}
+}
+
+// Node loss on a healthy LAN: the holder dies, another node holds within
+// the profile's budget (default 1.0 s, fast 250 ms), over many seeds.
+func TestFailoverBudget(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		budget  time.Duration
+	}{{"default", time.Second}, {"fast", 250 * time.Millisecond}} {
+		var all []time.Duration
+		for seed := int64(1); seed <= 15; seed++ {
+			s := threeNodes(t, tc.profile, seed)
+			for i := 0; i < 3; i++ {
+				old := s.Holders(cpKey)[0]
+				start := s.Now()
+				got := time.Duration(0)
+				s.OnHold = func(key, node string, _ time.Time) {
+					if key == cpKey && node != old && got == 0 {
+						got = s.Now() - start
+					}
+				}
+				s.Crash(old, true, 2*time.Second)
+				s.Run(4 * time.Second)
+				if got == 0 || got > tc.budget {
+					fail(t, s, "%s seed %d: failover %v, budget %v", tc.profile, seed, got, tc.budget)
+				}
+				all = append(all, got)
+			}
+			noViolations(t, s)
+		}
+		t.Logf("%s: %d failovers: p50 %v, p99 %v, max %v", tc.profile, len(all), Percentile(all, 0.5), Percentile(all, 0.99), Percentile(all, 1))
+	}
+}
+
+// Autopilot never takes the voters below MinVoters (3): a 3-node cluster
+// that loses a node keeps it as a voter and keeps its holder.
+func TestAutopilotFloor(t *testing.T) {
+	s := threeNodes(t, "default", 2)
+	s.Delete("n3")
+	s.Run(45 * time.Second)
+	noViolations(t, s)
+	if st := s.Status("n1"); len(st.Voters) != 3 {
+		fail(t, s, "voters %v, want n3 kept (floor 3)", st.Voters)
+	}
+	if len(s.Holders(cpKey)) != 1 {
+		fail(t, s, "holders %v", s.Holders(cpKey))
+	}
+}
+
+// A member partitioned away longer than RemoveAfter is removed (4 voters:
+// the floor allows it); when it comes back it wipes its state and rejoins.
+func TestRemovedNodeRejoins(t *testing.T) {
+	s := threeNodes(t, "default", 4)
+	s.AddNode("n4", NodeOpts{ExpectPeers: true})
+	s.Run(3 * time.Second)
+	s.Partition([]string{"n1", "n2", "n3"}, []string{"n4"})
+	s.Run(30 * time.Second)
+	if st := s.Status("n1"); len(st.Voters) != 3 {
+		fail(t, s, "voters %v, want n4 removed", st.Voters)
+	}
+	s.Heal()
+	s.Run(5 * time.Second)
+	noViolations(t, s)
+	if st := s.Status("n1"); len(st.Voters) != 4 || s.Status("n4").ClusterID != st.ClusterID {
+		fail(t, s, "voters %v, n4 cluster %x, want n4 back", st.Voters, s.Status("n4").ClusterID)
+	}
+}
+
+// vipd forget removes a dead member at once.
+func TestForget(t *testing.T) {
+	s := threeNodes(t, "default", 6)
+	s.Delete("n3")
+	s.Run(2 * time.Second)
+	s.Forget("n2", "n3") // through a follower or the leader
+	s.Run(2 * time.Second)
+	if st := s.Status("n1"); len(st.Voters) != 2 {
+		fail(t, s, "voters %v, want n3 forgotten", st.Voters)
+	}
+	noViolations(t, s)
+}
+
+// An unhealthy holder gives the VIP to a healthy node (and leadership with
+// it); it does not get it back without preemption.
+func TestHealthFlap(t *testing.T) {
+	s := threeNodes(t, "default", 8)
+	w := watch(s, cpKey)
+	for i := 0; i < 4; i++ {
+		h := s.Holders(cpKey)[0]
+		s.SetHealthy(h, false)
+		w.run(2 * time.Second)
+		got := s.Holders(cpKey)
+		if len(got) != 1 || got[0] == h {
+			fail(t, s, "after %s turned unhealthy: holders %v", h, got)
+		}
+		if st := s.Status(got[0]); st.Leader != got[0] {
+			fail(t, s, "holder %s is not the leader (%s)", got[0], st.Leader)
+		}
+		s.SetHealthy(h, true)
+		w.run(2 * time.Second)
+		if now := s.Holders(cpKey); len(now) != 1 || now[0] != got[0] {
+			fail(t, s, "the VIP moved back without preemption: %v", now)
+		}
+	}
+	noViolations(t, s)
+	if w.longest > 300*time.Millisecond {
+		fail(t, s, "gap %v when the holder turned unhealthy", w.longest)
+	}
+	t.Logf("longest gap %v", w.longest)
+}
+
+// Preemption: a higher-priority node takes the VIP after PreemptDelay, not
+// before; without PreemptDelay it never does.
+func TestPreemption(t *testing.T) {
+	for _, delay := range []time.Duration{0, 3 * time.Second} {
+		cfg := lease.ProfileConfig("default")
+		cfg.PreemptDelay = delay
+		s := New(cfg, 3)
+		s.Want(addrs(1))
+		s.AddNode("n1", NodeOpts{})
+		s.Run(100 * time.Millisecond)
+		s.AddNode("n2", NodeOpts{ExpectPeers: true})
+		s.Run(time.Second)
+		s.AddNode("hi", NodeOpts{ExpectPeers: true, Priority: 10})
+		s.Run(2 * time.Second)
+		if h := s.Holders(cpKey); len(h) != 1 || h[0] != "n1" {
+			fail(t, s, "delay %v: holders %v before the delay, want n1", delay, h)
+		}
+		s.Run(3 * time.Second)
+		want := "n1"
+		if delay > 0 {
+			want = "hi"
+		}
+		if h := s.Holders(cpKey); len(h) != 1 || h[0] != want {
+			fail(t, s, "delay %v: holders %v, want %s", delay, h, want)
+		}
+		noViolations(t, s)
+	}
+}
+
+// A graceful leave of the holder hands the VIP over with a short gap and
+// removes the node from the configuration.
+func TestGracefulLeave(t *testing.T) {
+	s := threeNodes(t, "default", 12)
+	s.AddNode("n4", NodeOpts{ExpectPeers: true})
+	s.Run(3 * time.Second)
+	w := watch(s, cpKey)
+	h := s.Holders(cpKey)[0]
+	s.Leave(h)
+	w.run(3 * time.Second)
+	noViolations(t, s)
+	got := s.Holders(cpKey)
+	if len(got) != 1 || got[0] == h {
+		fail(t, s, "after %s left: holders %v", h, got)
+	}
+	st := s.Status(got[0])
+	for _, v := range st.Voters {
+		if v == h {
+			fail(t, s, "%s still a voter: %v", h, st.Voters)
+		}
+	}
+	if w.longest > 100*time.Millisecond {
+		fail(t, s, "leave gap %v", w.longest)
+	}
+	t.Logf("leave gap %v", w.longest)
+}
+
+// 1,000 pool addresses spread over three nodes; a node dies and every
+// address it held is held elsewhere within detection + 1 s; one message per
+// node per renewal carries them (the envelope count does not grow with
+// the addresses).
+func TestThousandPoolAddresses(t *testing.T) {
+	s := New(lease.ProfileConfig("default"), 21)
+	s.Want(addrs(1000))
+	s.AddNode("n1", NodeOpts{})
+	s.Run(100 * time.Millisecond)
+	s.AddNode("n2", NodeOpts{ExpectPeers: true})
+	s.AddNode("n3", NodeOpts{ExpectPeers: true})
+	s.Run(6 * time.Second)
+	per := map[string]int{}
+	for i := 0; i < 1000; i++ {
+		h := s.Holders(fmt.Sprintf("10.0.1.%d/32", i))
+		if len(h) != 1 {
+			fail(t, s, "address %d held by %v", i, h)
+		}
+		per[h[0]]++
+	}
+	if len(per) != 3 || per["n1"] < 200 || per["n2"] < 200 || per["n3"] < 200 {
+		t.Fatalf("spread %v", per)
+	}
+	victim := "n2"
+	if s.Holders(cpKey)[0] == victim {
+		victim = "n3"
+	}
+	steps := s.Steps
+	s.Run(10 * time.Second)
+	t.Logf("spread %v, %.1f steps per node per second with 1,000 addresses", per, float64(s.Steps-steps)/3/10)
+	start := s.Now()
+	s.Crash(victim, true, -1)
+	cfg := lease.ProfileConfig("default")
+	budget := time.Duration(cfg.ElectionTicks)*cfg.Tick + time.Second
+	for s.Now()-start < budget {
+		s.Run(50 * time.Millisecond)
+		missing := 0
+		for i := 0; i < 1000; i++ {
+			if len(s.Holders(fmt.Sprintf("10.0.1.%d/32", i))) != 1 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			t.Logf("all 1,000 held again %v after %s died", s.Now()-start, victim)
+			noViolations(t, s)
+			return
+		}
+	}
+	fail(t, s, "addresses of %s not held again within %v", victim, budget)
 }

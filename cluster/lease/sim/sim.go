@@ -53,6 +53,7 @@ type Sim struct {
 	Steps      int
 
 	lastFault time.Duration
+	legacy    map[string][]string // old-protocol members and the addresses they claim
 
 	// Observers
 	OnHold func(key, node string, at time.Time)
@@ -409,7 +410,7 @@ func (s *Sim) apply(n *Node, out lease.Output) {
 }
 
 func (s *Sim) checkHolds(n *Node, h map[string]time.Time) {
-	cluster := n.m.Status().ClusterID
+	cluster := n.m.ClusterID()
 	for key, recs := range s.holds {
 		if _, ok := h[key]; !ok {
 			if r, ok := recs[n.Name]; ok && r.end.After(s.now) {
@@ -525,6 +526,10 @@ func (s *Sim) gossip() {
 			ms = append(ms, lease.Member{Name: o, Alive: alive, Meta: on.meta})
 			fmt.Fprintf(&sb, "%s:%v:%s;", o, alive, on.meta)
 		}
+		for _, o := range sortedNames(s.legacy) {
+			ms = append(ms, lease.Member{Name: o, Alive: true, Meta: []byte("old"), Claims: s.legacy[o]})
+			fmt.Fprintf(&sb, "%s:legacy:%v;", o, s.legacy[o])
+		}
 		key := sb.String()
 		if key == n.lastView {
 			continue
@@ -576,5 +581,29 @@ func (s *Sim) Up() []string {
 			out = append(out, n)
 		}
 	}
+	return out
+}
+
+// Legacy makes an old-protocol member (the previous release) appear in
+// every node's View claiming keys; nil claims removes it.
+func (s *Sim) Legacy(name string, claims []string) {
+	if s.legacy == nil {
+		s.legacy = map[string][]string{}
+	}
+	if claims == nil {
+		delete(s.legacy, name)
+	} else {
+		s.legacy[name] = claims
+	}
+	s.logf("legacy member %s claims %v", name, claims)
+	s.gossip()
+}
+
+func sortedNames(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
 	return out
 }

@@ -9,7 +9,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vipd/vipd/cluster/lease/sim"
@@ -25,9 +27,10 @@ func main() {
 	profiles := flag.String("profile", "default,fast", "with -lease: comma-separated profiles")
 	replay := flag.Int64("replay", 0, "with -lease: run this one seed of -profile and print its whole trace")
 	faults := flag.Duration("faults", 30*time.Second, "with -lease: simulated fault time per schedule")
+	jobs := flag.Int("j", runtime.GOMAXPROCS(0), "with -lease: schedules run in parallel")
 	flag.Parse()
 	if *leaseMode {
-		os.Exit(runLease(strings.Split(*profiles, ","), *first, *seeds, *replay, *faults))
+		os.Exit(runLease(strings.Split(*profiles, ","), *first, *seeds, *replay, *faults, *jobs))
 	}
 	start := time.Now()
 	var simulated time.Duration
@@ -54,7 +57,7 @@ func main() {
 	}
 }
 
-func runLease(profiles []string, first int64, seeds int, replay int64, faults time.Duration) int {
+func runLease(profiles []string, first int64, seeds int, replay int64, faults time.Duration, jobs int) int {
 	if replay != 0 {
 		r := sim.RunSchedule(profiles[0], replay, sim.ScheduleOptions{Faults: faults, TraceAll: true})
 		fmt.Println(r.Trace)
@@ -74,8 +77,25 @@ func runLease(profiles []string, first int64, seeds int, replay int64, faults ti
 		if p == "fast" {
 			budget = 250 * time.Millisecond
 		}
-		for seed := first; seed < first+int64(seeds); seed++ {
-			r := sim.RunSchedule(p, seed, sim.ScheduleOptions{Faults: faults})
+		results := make([]sim.Result, seeds)
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for w := 0; w < max(1, jobs); w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range next {
+					results[i] = sim.RunSchedule(p, first+int64(i), sim.ScheduleOptions{Faults: faults})
+				}
+			}()
+		}
+		for i := 0; i < seeds; i++ {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		for i, r := range results {
+			seed := first + int64(i)
 			steps += r.Steps
 			fo = append(fo, r.Failovers...)
 			if sim.Percentile(r.Failovers, 1) > budget {
