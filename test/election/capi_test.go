@@ -97,7 +97,7 @@ func testReplacement(t *testing.T, r replacement) {
 		}
 	}
 	// The last deletion has to be survived too: watch for a while.
-	time.Sleep(6 * time.Second)
+	time.Sleep(hold)
 	if r.graceful {
 		c.formed(ctx, 2*time.Second, green, nil)
 	}
