@@ -96,6 +96,9 @@ type cluster struct {
 	probe  *lab.Prober
 	origin time.Time
 	env    []string // given to every vipd this cluster starts (electionEnv)
+	// apart: the nodes start unable to hear each other, so holder() does
+	// not judge the start (the test does, with its own allowance).
+	apart bool
 }
 
 // newCluster builds nodes n1..nN and a client; every node but the named
@@ -277,7 +280,7 @@ func (c *cluster) holder(ctx context.Context) string {
 		name, err := c.Client.Probe(ctx, c.vip.String()+":6443", 300*time.Millisecond)
 		if now := c.mon.Now(); err == nil && name == h && len(now) == 1 && now[0] == h {
 			v := c.observe(c.origin, time.Now())
-			if v.twoBound > 0 || len(v.twoARP) > 0 {
+			if !c.apart && (v.twoBound > 0 || len(v.twoARP) > 0) {
 				c.t.Errorf("two holders while the nodes started: %s", v)
 			}
 			if len(v.moves) > 1 {
