@@ -214,5 +214,5 @@ type Status struct {
 	Quorum     bool // this node is leader with a valid lease, or follows a live leader
 	Healthy    bool
 	Leaving    bool
-	Removed    bool // this node was removed from the configuration
+	Removed    bool // this node left the cluster (Leave completed); it holds nothing and stays inert
 }

@@ -95,8 +95,13 @@ func (m *Machine) becomeLeader() {
 	m.syncPeers()
 	if h := m.pendingHandoff; h != nil && h.until.After(m.now) {
 		for k, n := range h.holders {
+			if n == m.cfg.Name {
+				continue // this node released its own grants above
+			}
 			p := l.peers[n]
 			if p == nil {
+				// not a member any more: nobody gets k before its grant ran out
+				l.releasing[k] = release{from: n, gen: ^uint64(0), until: h.until}
 				continue
 			}
 			l.assign[k] = n
@@ -473,6 +478,10 @@ func (l *leaderState) handoff(m *Machine) *handoff {
 			h.Holders[k] = n
 		}
 	}
+	// an address on its way from A to B is still A's until A let go
+	for k, r := range l.releasing {
+		h.Holders[k] = r.from
+	}
 	for _, p := range l.peers {
 		if p.grantEnd.After(end) {
 			end = p.grantEnd
@@ -562,7 +571,11 @@ func (m *Machine) maybeTransfer() {
 	}
 	l.transferTo = target
 	l.transferAt = m.now
-	m.leaseEnd = m.now // break before make: release before the transferee may win
+	// Break before make: release before the transferee may win. Hook for a
+	// later agreed make-before-break: keep holding here for a bounded
+	// overlap that the transferee acknowledges in its forced vote, and let
+	// the simulator's invariant accept exactly that overlap.
+	m.leaseEnd = m.now
 	m.reads = map[string]time.Time{}
 	for n := range l.peers {
 		m.env(n) // every voter hears the announcement
@@ -571,28 +584,30 @@ func (m *Machine) maybeTransfer() {
 	m.rn.TransferLeader(id)
 }
 
-func (m *Machine) transferRequest(to string) {
+// transferRequest: vipd handover. to "" means the best eligible node other
+// than except (the node that asked, which holds the control-plane
+// addresses).
+func (m *Machine) transferRequest(to, except string) {
 	if m.lead == nil {
 		if m.leaderName != "" {
 			m.env(m.leaderName).h.Handover = orBest(to, m.cfg.Name)
 		}
 		return
 	}
-	if to == "" || to == m.cfg.Name {
+	if to == "" || to == except {
 		best := ""
-		for n, p := range m.lead.peers {
-			if !m.eligible(n) {
+		for _, n := range m.eligibleNames() {
+			if n == except {
 				continue
 			}
 			if best == "" || better(m.candidateOf(n), m.candidateOf(best), "control-plane") {
 				best = n
 			}
-			_ = p
 		}
 		to = best
 	}
-	if to == "" {
-		m.note("no eligible node to hand over to")
+	if to == "" || !m.eligible(to) {
+		m.note("no eligible node to hand over to", "asked", to)
 		return
 	}
 	m.lead.handover = to
@@ -652,9 +667,9 @@ func (m *Machine) request(h *header) {
 	}
 	if h.Handover != "" {
 		if h.Handover[0] == '*' {
-			m.transferRequest("")
+			m.transferRequest("", h.Handover[1:])
 		} else {
-			m.transferRequest(h.Handover)
+			m.transferRequest(h.Handover, "")
 		}
 	}
 }

@@ -372,7 +372,7 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 	case View:
 		m.setView(e.Members)
 	case Transfer:
-		m.transferRequest(e.To)
+		m.transferRequest(e.To, m.cfg.Name)
 	case Leave:
 		if !m.leaving {
 			m.leaving = true
@@ -786,6 +786,12 @@ func (m *Machine) queueRaft(msg *pb.Message) {
 		return
 	}
 	m.env(to).msgs = append(m.env(to).msgs, msg)
+	if t := msg.GetType(); (t == pb.MsgVoteResp || t == pb.MsgPreVoteResp) && !msg.GetReject() {
+		// this node backs a candidate: give it its round before campaigning
+		// (a candidate this node rejects, e.g. one with an older log, does
+		// not hold it back)
+		m.lastCampaign = m.ticks
+	}
 	if msg.GetType() == pb.MsgSnap {
 		// the snapshot is handed to the transport now; if it is lost, the
 		// follower's next rejection makes raft probe (and send it) again

@@ -97,10 +97,6 @@ func (m *Machine) receive(r Receive) {
 		if (t == pb.MsgVote || t == pb.MsgPreVote) && m.refuseVote(msg, h) {
 			continue
 		}
-		if t == pb.MsgVote || t == pb.MsgPreVote {
-			// another node campaigns: give it its round before trying again
-			m.lastCampaign = m.ticks
-		}
 		if t == pb.MsgTimeoutNow && (h.Transfer != m.cfg.Name || h.Handoff == nil || msg.GetTerm() != m.rn.BasicStatus().GetTerm()) {
 			m.note("ignored a transfer the sender does not announce", "from", h.From)
 			continue

@@ -657,3 +657,22 @@ func TestThousandPoolAddresses(t *testing.T) {
 	}
 	fail(t, s, "addresses of %s not held again within %v", victim, budget)
 }
+
+// vipd handover on a follower that holds the VIP under a grant (the leader
+// is unhealthy, so it granted the VIP) moves it to another node.
+func TestHandoverFromGrantee(t *testing.T) {
+	s := threeNodes(t, "default", 13)
+	leader := s.Holders(cpKey)[0]
+	s.SetHealthy(leader, false)
+	s.Run(2 * time.Second)
+	h := s.Holders(cpKey)[0]
+	if h == leader {
+		fail(t, s, "the unhealthy leader still holds")
+	}
+	s.Transfer(h, "")
+	s.Run(2 * time.Second)
+	noViolations(t, s)
+	if got := s.Holders(cpKey); len(got) != 1 || got[0] == h || got[0] == leader {
+		fail(t, s, "after handover from %s: holders %v", h, got)
+	}
+}
