@@ -108,10 +108,11 @@ type leaseLoop struct {
 
 	// Run's goroutine only.
 	held        map[string]time.Time
+	elsewhere   map[string]string // not held here: the reason last given
 	kinds       map[string]lease.Kind
 	healthy     bool
 	failedUntil time.Time
-	keyErrAt    time.Time // gossip rejected for another key (keyEvent)
+	vetoUntil   time.Time // a lone node counts as unhealthy until then (keyEvent, conflictEvent)
 	sentHealth  *bool
 
 	mu       sync.Mutex
@@ -124,13 +125,14 @@ type leaseLoop struct {
 func newLeaseLoop(m leaseMachine, clock Clock, net peerSender, store stateSaver, log *slog.Logger) *leaseLoop {
 	return &leaseLoop{
 		m: m, clock: clock, net: net, store: store, log: log,
-		events:  make(chan lease.Event, 256),
-		wake:    make(chan struct{}, 1),
-		held:    map[string]time.Time{},
-		kinds:   map[string]lease.Kind{},
-		holds:   map[string]time.Time{},
-		stepped: make(chan struct{}),
-		stopped: make(chan struct{}),
+		events:    make(chan lease.Event, 256),
+		wake:      make(chan struct{}, 1),
+		held:      map[string]time.Time{},
+		elsewhere: map[string]string{},
+		kinds:     map[string]lease.Kind{},
+		holds:     map[string]time.Time{},
+		stepped:   make(chan struct{}),
+		stopped:   make(chan struct{}),
 	}
 }
 
@@ -203,7 +205,10 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 		l.failedUntil = now.Add(failedPause)
 		ev = l.health(now)
 	case keyEvent:
-		l.keyErrAt = now
+		l.veto(now.Add(KeyVeto))
+		ev = l.health(now)
+	case conflictEvent:
+		l.veto(now.Add(ConflictHold))
 		ev = l.health(now)
 	}
 	var outs []lease.Output
@@ -220,7 +225,7 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 		}
 		next = out.Next
 	}
-	for _, t := range []time.Time{l.failedUntil, l.keyVetoEnd()} {
+	for _, t := range []time.Time{l.failedUntil, l.vetoUntil} {
 		if !t.IsZero() && now.Before(t) && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -249,17 +254,23 @@ type failedEvent struct{ lease.Event }
 // cluster of its own, never holds the VIP beside the real cluster.
 type keyEvent struct{ lease.Event }
 
-// keyVetoEnd is when the last key error stops counting (zero: none).
-func (l *leaseLoop) keyVetoEnd() time.Time {
-	if l.keyErrAt.IsZero() {
-		return time.Time{}
+// conflictEvent reports another node gossiping under this node's name
+// (a cloned VM): the same veto as keyEvent, for ConflictHold. The
+// cluster's member keeps what it holds (the machine refuses the clone at
+// join); the clone, alone in a cluster of its own, holds nothing.
+type conflictEvent struct{ lease.Event }
+
+// veto extends the lone node's veto to at least until.
+func (l *leaseLoop) veto(until time.Time) {
+	if until.After(l.vetoUntil) {
+		l.vetoUntil = until
 	}
-	return l.keyErrAt.Add(KeyVeto)
 }
 
-// lone reports whether this node is alone in its configuration (or in
-// none yet).
-func (l *leaseLoop) lone() bool { return len(l.m.Status().Voters) <= 1 }
+// lone reports whether this node is the only voter of its cluster (it
+// bootstrapped alone). A node still looking for a cluster is not: it must
+// stay able to bootstrap the real one.
+func (l *leaseLoop) lone() bool { return len(l.m.Status().Voters) == 1 }
 
 // health returns the Health event to send when the effective health
 // (healthy and not paused after a failure) differs from what the machine
@@ -269,7 +280,7 @@ func (l *leaseLoop) health(now time.Time) lease.Event {
 		return nil
 	}
 	h := l.healthy && (l.failedUntil.IsZero() || !now.Before(l.failedUntil))
-	if end := l.keyVetoEnd(); !end.IsZero() && now.Before(end) && l.lone() {
+	if now.Before(l.vetoUntil) && l.lone() {
 		h = false
 	}
 	if !l.failedUntil.IsZero() && !now.Before(l.failedUntil) {
@@ -317,7 +328,8 @@ func (l *leaseLoop) apply(now time.Time, out lease.Output) error {
 // for every address no longer held. An end already past is passed on as
 // it is: the executor does not act on it.
 func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
-	leader := l.m.Status().Leader
+	st := l.m.Status()
+	leader := st.Leader
 	var ds []LeaseDecision
 	for _, k := range sortedKeys(holds) {
 		until := holds[k]
@@ -341,6 +353,28 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		if leader != "" {
 			reason = "lease not renewed (leader " + leader + ")"
 		}
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
+	}
+	// Who holds the others, for /status and logs (control-plane and
+	// egress addresses: the pools have their own status).
+	for _, k := range sortedKeys(l.kinds) {
+		if _, mine := holds[k]; mine || l.kinds[k] == lease.Pool {
+			delete(l.elsewhere, k)
+			continue
+		}
+		reason := "no holder yet: no leader"
+		switch h := st.Holders[k]; {
+		case h != "" && h != st.Name:
+			reason = h + " holds it"
+		case leader != "" && leader != st.Name:
+			reason = "placed by the leader, " + leader
+		case leader != "":
+			reason = "not placed on this node"
+		}
+		if l.elsewhere[k] == reason {
+			continue
+		}
+		l.elsewhere[k] = reason
 		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
 	}
 	if len(ds) > 0 {

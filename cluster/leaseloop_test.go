@@ -496,3 +496,38 @@ func TestLeaseLoopKeyVeto(t *testing.T) {
 		})
 	}
 }
+
+// An address held elsewhere is reported once per change of its holder
+// (vipd status: "n1 holds it"); pool addresses are left to their status.
+func TestLeaseLoopReportsHolderElsewhere(t *testing.T) {
+	clk := newFakeClock()
+	m := &toyMachine{status: lease.Status{Name: "a", Leader: "b", Holders: map[string]string{"10.0.0.100/32": "b"}},
+		script: func(now time.Time, ev lease.Event) lease.Output { return lease.Output{Holds: map[string]time.Time{}} }}
+	var mu sync.Mutex
+	var got []string
+	l := newLeaseLoop(m, clk, &journal{}, &journal{}, discard())
+	l.decide = func(ds []LeaseDecision) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range ds {
+			got = append(got, fmt.Sprintf("%s holder=%v %s", d.Address.Key, d.Holder, d.Reason))
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	postWait(t, l, lease.Want{Addresses: []lease.Address{{Key: "10.0.0.100/32"}, {Key: "10.1.0.1/32", Kind: lease.Pool}}})
+	postWait(t, l, lease.Tick{})
+	m.mu.Lock()
+	m.status.Holders = map[string]string{}
+	m.status.Leader = ""
+	m.mu.Unlock()
+	postWait(t, l, lease.Tick{})
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"10.0.0.100/32 holder=false b holds it", "10.0.0.100/32 holder=false no holder yet: no leader"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("decisions\n got %q\nwant %q", got, want)
+	}
+}

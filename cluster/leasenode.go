@@ -65,10 +65,14 @@ type LeaseNode struct {
 	want    map[lease.Kind][]lease.Address
 	running bool
 
+	localAddr  string               // this node's gossip address (set once after Create)
+	vetoPosted map[string]time.Time // postVeto's last post by kind
+
 	mMembers *prometheus.GaugeVec
 	mQuorum  prometheus.Gauge
 	mTerm    prometheus.Gauge
 	mLeader  prometheus.Gauge
+	mBroken  *prometheus.GaugeVec
 	mSendErr prometheus.Counter
 	mRecvBad prometheus.Counter
 }
@@ -139,13 +143,14 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	}
 	n := &LeaseNode{
 		cfg: cfg, peers: peers, log: log, state: st,
-		syncReq:  make(chan struct{}, 1),
-		pushReq:  make(chan struct{}, 1),
-		sendSem:  make(chan struct{}, maxReliableInFlight),
-		joinedCh: make(chan struct{}),
-		members:  map[string]lease.Member{},
-		addrs:    map[string]string{},
-		want:     map[lease.Kind][]lease.Address{lease.ControlPlane: cfg.Addresses},
+		syncReq:    make(chan struct{}, 1),
+		pushReq:    make(chan struct{}, 1),
+		sendSem:    make(chan struct{}, maxReliableInFlight),
+		joinedCh:   make(chan struct{}),
+		members:    map[string]lease.Member{},
+		addrs:      map[string]string{},
+		vetoPosted: map[string]time.Time{},
+		want:       map[lease.Kind][]lease.Address{lease.ControlPlane: cfg.Addresses},
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Members by state: alive and dead as memberlist sees them; voters, learners and witnesses of the lease election's configuration.",
 		}, []string{"state"}),
@@ -158,6 +163,9 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		mLeader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "vipd_election_leader", Help: "1 while this node is the lease election's leader.",
 		}),
+		mBroken: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vipd_vip_broken", Help: "1 while this node cannot hold the VIP (acquire failed, interface down) and leaves it to the others.",
+		}, []string{"vip"}),
 		mSendErr: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vipd_election_send_errors_total", Help: "Lease election messages the transport could not send (peer unknown, socket error, too many in flight).",
 		}),
@@ -165,22 +173,44 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 			Name: "vipd_election_messages_dropped_total", Help: "Lease election messages received and dropped as unreadable (bad envelope, oversized, from this node's own name).",
 		}),
 	}
+	for _, a := range cfg.Addresses {
+		n.mBroken.WithLabelValues(a.Key).Set(0)
+	}
 	n.loop = newLeaseLoop(m, cfg.Clock, n, st, log)
 	n.loop.witness = cfg.Machine.Role == lease.Witness
 	n.loop.meta = n.publishMeta
 	if reg != nil {
-		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mSendErr, n.mRecvBad, leaseRemaining{n}} {
+		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, leaseRemaining{n}} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
-	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() { n.loop.post(keyEvent{}) })
+	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() { n.postVeto(keyEvent{}) })
 	if err != nil {
 		return nil, err
 	}
 	n.ml = ml
+	n.localAddr = ml.LocalNode().Address()
 	return n, nil
+}
+
+// postVeto hands a key error or name conflict to the loop, at most once a
+// second of each kind: memberlist logs one per packet, which must not
+// crowd the machine's messages out of the queue.
+func (n *LeaseNode) postVeto(ev lease.Event) {
+	now := n.cfg.Clock.Now()
+	kind := fmt.Sprintf("%T", ev)
+	n.mu.Lock()
+	last := n.vetoPosted[kind]
+	ok := last.IsZero() || now.Sub(last) >= time.Second
+	if ok {
+		n.vetoPosted[kind] = now
+	}
+	n.mu.Unlock()
+	if ok {
+		n.loop.post(ev)
+	}
 }
 
 // leftBefore reports whether a machine restored from its state belongs to
@@ -199,6 +229,9 @@ func (n *LeaseNode) SetHealthy(healthy bool) { n.loop.post(lease.Health{Healthy:
 // decides the holds), so it is only logged at debug level.
 func (n *LeaseNode) SetHolding(vip string, holding bool) {
 	n.log.Debug("core holding", "vip", vip, "holding", holding)
+	if holding {
+		n.mBroken.WithLabelValues(vip).Set(0)
+	}
 }
 
 // SetFailed reports that this node could not hold vip (interface down,
@@ -206,6 +239,7 @@ func (n *LeaseNode) SetHolding(vip string, holding bool) {
 // goes to another node.
 func (n *LeaseNode) SetFailed(vip, reason string) {
 	n.log.Warn("cannot hold an address: stepping aside for a while", "vip", vip, "reason", reason, "pause", failedPause)
+	n.mBroken.WithLabelValues(vip).Set(1)
 	n.loop.post(failedEvent{})
 }
 
@@ -690,7 +724,11 @@ func (e *leaseEvents) NotifyJoin(m *memberlist.Node) {
 	(*LeaseNode)(e).memberChanged(m, true)
 }
 func (e *leaseEvents) NotifyLeave(m *memberlist.Node) {
-	e.log.Info("member left or declared dead", "member", m.Name, "addr", m.Address())
+	how := "declared dead"
+	if m.State == memberlist.StateLeft {
+		how = "left"
+	}
+	e.log.Info("member "+how, "member", m.Name, "addr", m.Address())
 	(*LeaseNode)(e).memberChanged(m, false)
 }
 func (e *leaseEvents) NotifyUpdate(m *memberlist.Node) { (*LeaseNode)(e).memberChanged(m, true) }
@@ -700,5 +738,16 @@ func (e *leaseEvents) NotifyUpdate(m *memberlist.Node) { (*LeaseNode)(e).memberC
 type leaseConflicts LeaseNode
 
 func (c *leaseConflicts) NotifyConflict(existing, other *memberlist.Node) {
+	n := (*LeaseNode)(c)
+	if existing.Name == n.cfg.Cluster.Name {
+		// memberlist holds its node lock here: no calls back into it.
+		addr := other.Address()
+		if existing.Address() != n.localAddr {
+			addr = existing.Address()
+		}
+		c.log.Error("another node uses this node's name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "other", addr)
+		n.postVeto(conflictEvent{})
+		return
+	}
 	c.log.Error("two nodes use one name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "addr", existing.Address(), "other", other.Address())
 }

@@ -388,6 +388,9 @@ func TestDuplicateName(t *testing.T) {
 	if st := twin.m.Status(); st.ClusterID != 0 {
 		fail(t, s, "duplicate joined: %+v", st)
 	}
+	if s.NoteCount["refused a duplicate name"] == 0 {
+		fail(t, s, "the leader never refused the duplicate")
+	}
 	if st := s.Status("n1"); len(st.Voters) != 3 {
 		fail(t, s, "voters changed: %v", st.Voters)
 	}
@@ -675,4 +678,39 @@ func TestHandoverFromGrantee(t *testing.T) {
 	if got := s.Holders(cpKey); len(got) != 1 || got[0] == h || got[0] == leader {
 		fail(t, s, "after handover from %s: holders %v", h, got)
 	}
+}
+
+// A machine rebuilt under the same name (its old incarnation is dead)
+// replaces the old member.
+func TestSameNameReplacesDeadIncarnation(t *testing.T) {
+	s := threeNodes(t, "default", 14)
+	s.Delete("n2")
+	s.Run(2 * time.Second)
+	s.AddNode("n2", NodeOpts{ExpectPeers: true})
+	s.Run(4 * time.Second)
+	noViolations(t, s)
+	st := s.Status("n1")
+	if len(st.Voters) != 3 || s.Status("n2").ClusterID != st.ClusterID || len(s.Status("n2").Voters) != 3 {
+		fail(t, s, "voters %v, n2 %+v", st.Voters, s.Status("n2"))
+	}
+}
+
+// Addresses leave and join the wanted set (a pool shrinks, an egress
+// policy is added): a removed address is released everywhere, a new one
+// placed.
+func TestWantChanges(t *testing.T) {
+	s := threeNodes(t, "default", 15)
+	s.Want(addrs(1)) // 10.0.1.1 and 10.0.1.2 go
+	s.Run(time.Second)
+	for _, k := range []string{"10.0.1.1/32", "10.0.1.2/32"} {
+		if h := s.Holders(k); len(h) != 0 {
+			fail(t, s, "%s still held by %v after it left the wanted set", k, h)
+		}
+	}
+	s.Want(append(addrs(1), lease.Address{Key: "10.0.2.1/32", Kind: lease.Egress}))
+	s.Run(time.Second)
+	if h := s.Holders("10.0.2.1/32"); len(h) != 1 {
+		fail(t, s, "new egress address held by %v", h)
+	}
+	noViolations(t, s)
 }

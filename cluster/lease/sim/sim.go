@@ -53,6 +53,7 @@ type Sim struct {
 	Steps      int
 
 	lastFault time.Duration
+	NoteCount map[string]int // how often each decision was noted
 	legacy    map[string][]string // old-protocol members and the addresses they claim
 
 	// Observers
@@ -381,6 +382,10 @@ func (s *Sim) step(n *Node, ev lease.Event) {
 
 func (s *Sim) apply(n *Node, out lease.Output) {
 	for _, note := range out.Notes {
+		if s.NoteCount == nil {
+			s.NoteCount = map[string]int{}
+		}
+		s.NoteCount[note.Msg]++
 		if s.TraceAll || !strings.HasPrefix(note.Msg, "refused a vote") {
 			s.logf("%s: %s %v", n.Name, note.Msg, note.Attrs)
 		}
