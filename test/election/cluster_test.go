@@ -141,7 +141,7 @@ func newCluster(t *testing.T, nodes int, witnesses ...string) *cluster {
 		}
 		sort.Strings(names)
 		for _, name := range names {
-			t.Logf("--- vipd %s:\n%s", name, tail(c.procs[name].Output(), 80))
+			t.Logf("--- vipd %s (info and above):\n%s", name, tail(notDebug(c.procs[name].Output()), 60))
 		}
 		// The election's own counters, from every node still running.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -170,6 +170,17 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// notDebug drops vipd's debug lines (health probes, memberlist chatter).
+func notDebug(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, "level=DEBUG") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func tail(s string, n int) string {
