@@ -16,8 +16,8 @@ import (
 // tests run in (an upgrade test's "previous release"). The source comes from
 // `git archive`, so the work tree and its branches are never touched; the
 // binary is cached under .cache/vipd-at/<full commit>/vipd at the module
-// root (git-ignored), built once even when several tests or work trees ask
-// at the same time. $VIPD_TEST_PREVIOUS_BINARY, when set, is used instead
+// root (git-ignored; the user's cache directory when .cache is unusable),
+// built once even when several tests or work trees ask at the same time. $VIPD_TEST_PREVIOUS_BINARY, when set, is used instead
 // (and must exist).
 func VipdAt(ctx context.Context, commit string) (string, error) {
 	if p := os.Getenv("VIPD_TEST_PREVIOUS_BINARY"); p != "" {
@@ -41,7 +41,20 @@ func VipdAt(ctx context.Context, commit string) (string, error) {
 		return bin, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		// .cache unusable (e.g. a dangling link to a shared cache): the
+		// user's cache directory will do.
+		cache, cerr := os.UserCacheDir()
+		if cerr != nil {
+			return "", fmt.Errorf("%w (and no user cache directory: %w)", err, cerr)
+		}
+		dir = filepath.Join(cache, "vipd-lab", "vipd-at", full)
+		bin = filepath.Join(dir, "vipd")
+		if _, err := os.Stat(bin); err == nil {
+			return bin, nil
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
 	}
 	// One builder at a time; the others wait and find the binary.
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)

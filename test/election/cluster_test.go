@@ -15,9 +15,11 @@ package election
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -39,8 +41,11 @@ var electionEnv = []string{"VIPD_ELECTION=lease"}
 // configuration (e.g. VIPD_QUORUM=off, to see the tests catch two holders).
 func testEnv() []string { return strings.Fields(os.Getenv("VIPD_TEST_ENV")) }
 
-// fastHealth: a failing apiserver is noticed after 3 x 200 ms, as in test/l2.
-var fastHealth = []string{"VIPD_HEALTH_INTERVAL=200ms", "VIPD_HEALTH_TIMEOUT=200ms", "VIPD_FAIL_THRESHOLD=3"}
+// health: checked every 200 ms (the kubeadm test sees the apiserver turn
+// healthy quickly), but slow to call it failed (5 x 1 s): these tests
+// inject no apiserver faults, and on a loaded two-core machine test/l2's
+// 200 ms timeout moves the VIP for a TLS handshake that took too long.
+var health = []string{"VIPD_HEALTH_INTERVAL=200ms", "VIPD_HEALTH_TIMEOUT=1s", "VIPD_FAIL_THRESHOLD=5"}
 
 const (
 	// maxOutage is the issue's bound on what a client may see while
@@ -52,12 +57,16 @@ const (
 	// (a graceful stop hands the VIP over): both sides agree on it, so two
 	// holders for at most this long are allowed there and nowhere else.
 	plannedOverlap = 500 * time.Millisecond
+	// formWithin bounds how long nodes started together, or a node
+	// joining, may take until every node agrees on the configuration
+	// (generous: the shared test machine is often loaded).
+	formWithin = 20 * time.Second
 )
 
 func prerequisites(t *testing.T) string {
 	t.Helper()
 	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip", "nft", "tcpdump", "tar", "git")
+	testenv.RequireCommands(t, "ip", "nft", "tcpdump", "curl", "tar", "git")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin, err := lab.VipdBinary(ctx, t.TempDir())
@@ -87,6 +96,9 @@ type cluster struct {
 	probe  *lab.Prober
 	origin time.Time
 	env    []string // given to every vipd this cluster starts (electionEnv)
+	// apart: the nodes start unable to hear each other, so holder() does
+	// not judge the start (the test does, with its own allowance).
+	apart bool
 }
 
 // newCluster builds nodes n1..nN and a client; every node but the named
@@ -129,7 +141,23 @@ func newCluster(t *testing.T, nodes int, witnesses ...string) *cluster {
 		}
 		sort.Strings(names)
 		for _, name := range names {
-			t.Logf("--- vipd %s:\n%s", name, tail(c.procs[name].Output(), 80))
+			t.Logf("--- vipd %s (info and above):\n%s", name, tail(notDebug(c.procs[name].Output()), 60))
+		}
+		// The election's own counters, from every node still running.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, name := range names {
+			if c.gone[name] || c.procs[name].Exited() {
+				continue
+			}
+			var lines []string
+			for k, v := range c.metrics(ctx, name) {
+				if strings.HasPrefix(k, "vipd_election") || strings.HasPrefix(k, "vipd_cluster") {
+					lines = append(lines, k+" "+v)
+				}
+			}
+			sort.Strings(lines)
+			t.Logf("--- %s metrics: %s", name, strings.Join(lines, "; "))
 		}
 	})
 	return c
@@ -142,6 +170,17 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// notDebug drops vipd's debug lines (health probes, memberlist chatter).
+func notDebug(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, "level=DEBUG") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func tail(s string, n int) string {
@@ -199,11 +238,11 @@ func (c *cluster) addrs(names ...string) string {
 	return strings.Join(p, ",")
 }
 
-// run starts bin as vipd on the node with the VIP, peers, the lab's fast
-// health checks, the cluster's env and extra env ("KEY=value", later wins).
+// run starts bin as vipd on the node with the VIP, peers, the health
+// settings above, the cluster's env and extra env ("KEY=value", later wins).
 func (c *cluster) run(bin, name, peers string, extra ...string) *lab.Proc {
 	c.t.Helper()
-	env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + peers}, fastHealth...)
+	env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + peers}, health...)
 	env = append(append(env, c.env...), extra...)
 	p, err := c.node(name).StartVipd(bin, env...)
 	if err != nil {
@@ -240,16 +279,24 @@ func (c *cluster) stop(name string) {
 }
 
 // holder waits until exactly one node has held the VIP for 500 ms and the
-// client is served through it.
+// client is served through it, and returns it. Nothing has been done to
+// the cluster yet, so from the start two holders are never allowed.
 func (c *cluster) holder(ctx context.Context) string {
 	c.t.Helper()
-	h, err := c.mon.WaitStable(ctx, 500*time.Millisecond)
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	for {
+		h, err := c.mon.WaitStable(ctx, 500*time.Millisecond)
+		if err != nil {
+			c.t.Fatal(err)
+		}
 		name, err := c.Client.Probe(ctx, c.vip.String()+":6443", 300*time.Millisecond)
-		if err == nil && name == h {
+		if now := c.mon.Now(); err == nil && name == h && len(now) == 1 && now[0] == h {
+			v := c.observe(c.origin, time.Now())
+			if !c.apart && (v.twoBound > 0 || len(v.twoARP) > 0) {
+				c.t.Errorf("two holders while the nodes started: %s", v)
+			}
+			if len(v.moves) > 1 {
+				c.t.Logf("the VIP moved while the nodes started: %v", v.moves)
+			}
 			return h
 		}
 		if ctx.Err() != nil {
@@ -257,6 +304,20 @@ func (c *cluster) holder(ctx context.Context) string {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// settled waits up to maxOutage for one node to hold the VIP for 500 ms
+// (a move under way at the end of a test is judged by the watchers, not by
+// this instant) and returns it.
+func (c *cluster) settled(ctx context.Context) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, maxOutage)
+	defer cancel()
+	h, err := c.mon.WaitStable(ctx, 500*time.Millisecond)
+	if err != nil {
+		c.t.Fatalf("no holder at the end: %v", err)
+	}
+	return h
 }
 
 // others returns the nodes in names other than skip.
@@ -285,7 +346,7 @@ func waitFor(ctx context.Context, what string, cond func() bool) error {
 // metrics returns the node's /metrics samples by name and labels (nil if
 // vipd does not answer).
 func (c *cluster) metrics(ctx context.Context, name string) map[string]string {
-	out, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "1", "http://127.0.0.1:9469/metrics")
+	out, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "3", "http://127.0.0.1:9469/metrics")
 	if err != nil {
 		return nil
 	}
@@ -371,23 +432,118 @@ func (c *cluster) requireOneHolder(from, to time.Time, overlap, maxGap time.Dura
 	if v.twoBound > overlap {
 		c.t.Errorf("two nodes had the VIP bound at once for %v (allowed %v)", v.twoBound.Round(time.Millisecond), overlap)
 	}
-	if len(v.twoARP) > 0 {
-		span := v.twoARP[len(v.twoARP)-1].Sent.Sub(v.twoARP[0].Sent) + arpPeriod
-		if overlap == 0 || span > overlap {
-			for i, r := range v.twoARP {
-				if i == 5 {
-					break
-				}
-				var who []string
-				for _, m := range r.MACs {
-					who = append(who, c.nameOfMAC(m))
-				}
-				c.t.Errorf("at %v two MACs answered one ARP question for the VIP: %v", r.Sent.Sub(c.origin).Round(time.Millisecond), who)
-			}
+	// Two MACs answering: each stretch of consecutive rounds is one
+	// overlap, allowed only up to overlap.
+	var bad []lab.ARPRound
+	for i := 0; i < len(v.twoARP); {
+		j := i
+		for j+1 < len(v.twoARP) && v.twoARP[j+1].Sent.Sub(v.twoARP[j].Sent) < arpPeriod*3/2 {
+			j++
 		}
+		if overlap == 0 || v.twoARP[j].Sent.Sub(v.twoARP[i].Sent)+arpPeriod > overlap {
+			bad = append(bad, v.twoARP[i:j+1]...)
+		}
+		i = j + 1
+	}
+	for i, r := range bad {
+		if i == 5 {
+			c.t.Errorf("... and %d more rounds", len(bad)-5)
+			break
+		}
+		var who []string
+		for _, m := range r.MACs {
+			who = append(who, c.nameOfMAC(m))
+		}
+		c.t.Errorf("at %v two MACs answered one ARP question for the VIP: %v", r.Sent.Sub(c.origin).Round(time.Millisecond), who)
 	}
 	if v.outage > maxGap {
 		c.t.Errorf("client outage %v (limit %v)", v.outage.Round(time.Millisecond), maxGap)
 	}
 	return v
+}
+
+// leaseConf is the agreed configuration a node of the lease election
+// reports on /status.
+type leaseConf struct {
+	Voters    []string `json:"voters"`
+	Learners  []string `json:"learners"`
+	Witnesses []string `json:"witnesses"`
+}
+
+func (l leaseConf) String() string {
+	return fmt.Sprintf("voters %v learners %v witnesses %v", l.Voters, l.Learners, l.Witnesses)
+}
+
+// conf returns the node's agreed configuration; lease is false when the
+// node runs another election (or does not answer).
+func (c *cluster) conf(ctx context.Context, name string) (conf leaseConf, lease bool) {
+	out, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "3", "http://127.0.0.1:9469/status")
+	if err != nil {
+		return conf, false
+	}
+	var st struct {
+		Components struct {
+			Cluster struct {
+				Election string `json:"election"`
+				leaseConf
+			} `json:"cluster"`
+		} `json:"components"`
+	}
+	if json.Unmarshal(out, &st) != nil || st.Components.Cluster.Election != "lease" {
+		return conf, false
+	}
+	return st.Components.Cluster.leaseConf, true
+}
+
+// formed waits up to within until every named node that runs the lease
+// election reports exactly these voters and witnesses and no learner (a
+// cluster whose nodes never joined would pass every fault test alone).
+// Nodes of the gossip election are not asked. It fails the test with what
+// each node reports.
+func (c *cluster) formed(ctx context.Context, within time.Duration, voters, witnesses []string) bool {
+	c.t.Helper()
+	want := leaseConf{Voters: sorted(voters), Witnesses: sorted(witnesses)}
+	// Each read may take its time on a loaded machine: the deadline is
+	// checked between rounds, never cuts a read short.
+	deadline := time.Now().Add(within)
+	var got []string
+	for {
+		ok := true
+		got = got[:0]
+		for _, name := range append(append([]string(nil), voters...), witnesses...) {
+			if p := c.procs[name]; p != nil && p.Exited() {
+				out := strings.TrimSpace(p.Output())
+				c.t.Errorf("the cluster cannot agree on %s: vipd on %s exited: %s", want, name, out[strings.LastIndexByte(out, '\n')+1:])
+				return false
+			}
+			conf, lease := c.conf(ctx, name)
+			if !lease {
+				// The gossip election, or not answering: a voter that
+				// does not answer is not part of anything.
+				if _, err := c.node(name).Output(ctx, "curl", "-sf", "--max-time", "3", "http://127.0.0.1:9469/status"); err != nil {
+					ok = false
+					got = append(got, name+": no status")
+				}
+				continue
+			}
+			if !slices.Equal(sorted(conf.Voters), want.Voters) || !slices.Equal(sorted(conf.Witnesses), want.Witnesses) || len(conf.Learners) > 0 {
+				ok = false
+			}
+			got = append(got, name+": "+conf.String())
+		}
+		if ok {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			c.t.Errorf("the cluster did not agree on %s within %v: %s", want, within, strings.Join(got, "; "))
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func sorted(s []string) []string {
+	out := append([]string{}, s...)
+	sort.Strings(out)
+	return out
 }

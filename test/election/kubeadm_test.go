@@ -73,8 +73,9 @@ func TestKubeadmFirstNode(t *testing.T) {
 	c.run(c.bin, "n2", peers)
 	c.run(c.bin, "n3", peers)
 	for _, name := range []string{"n1", "n2", "n3"} {
-		c.waitMember(ctx, name, 3, true)
+		c.waitMember(ctx, name, 3)
 	}
+	c.formed(ctx, formWithin, []string{"n1", "n2", "n3"}, nil)
 	// Settle past the joins' election timeouts before judging.
 	time.Sleep(3 * time.Second)
 	v := c.requireOneHolder(joined, time.Now(), 0, maxOutage)

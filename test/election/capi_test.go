@@ -33,6 +33,7 @@ var replacements = []replacement{
 // throughout, never a client outage over 3 s, and the VIP ends on a new
 // node.
 func TestReplacement(t *testing.T) {
+	t.Parallel()
 	for _, r := range replacements {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
@@ -49,6 +50,9 @@ func testReplacement(t *testing.T, r replacement) {
 		c.run(c.bin, name, c.addrs(others(old, name)...))
 	}
 	first := c.holder(ctx)
+	if !c.formed(ctx, formWithin, old, nil) {
+		t.FailNow()
+	}
 	start := time.Now()
 	t.Logf("holder %s at %v; replacing %v by %v", first, start.Sub(c.origin).Round(time.Millisecond), old, green)
 	alive := append([]string(nil), old...)
@@ -59,6 +63,10 @@ func testReplacement(t *testing.T, r replacement) {
 		t.Logf("%v: %s joins", time.Since(c.origin).Round(time.Millisecond), name)
 	}
 	remove := func(name string) {
+		// Membership follows the machines: by now every machine alive is
+		// a voter (joined and promoted) and every one deleted is gone
+		// from the configuration (left, or removed once dead long enough).
+		c.formed(ctx, 2*time.Second, alive, nil)
 		if r.graceful {
 			c.stop(name)
 		}
@@ -89,14 +97,17 @@ func testReplacement(t *testing.T, r replacement) {
 		}
 	}
 	// The last deletion has to be survived too: watch for a while.
-	time.Sleep(6 * time.Second)
+	time.Sleep(hold)
+	if r.graceful {
+		c.formed(ctx, 2*time.Second, green, nil)
+	}
 	overlap := time.Duration(0)
 	if r.graceful {
 		overlap = plannedOverlap
 	}
 	v := c.requireOneHolder(start, time.Now(), overlap, maxOutage)
-	if n := len(c.mon.Now()); n != 1 || !contains(green, c.mon.Now()[0]) {
-		t.Errorf("after the replacement the VIP is bound on %v, want one of %v", c.mon.Now(), green)
+	if h := c.settled(ctx); !contains(green, h) {
+		t.Errorf("after the replacement the VIP is bound on %s, want one of %v", h, green)
 	}
 	t.Logf("VIP moved %d times: %s", len(v.moves)-1, fmt.Sprint(v.moves))
 }
