@@ -112,6 +112,7 @@ type leaseLoop struct {
 	healthy     bool
 	failedUntil time.Time
 	vetoUntil   time.Time // a lone node counts as unhealthy until then (keyEvent, conflictEvent)
+	machineNext time.Time // the machine's last Output.Next
 	sentHealth  *bool
 
 	mu       sync.Mutex
@@ -215,15 +216,20 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 	if h := l.health(now); h != nil {
 		outs = append(outs, l.m.Step(now, h))
 	}
-	var next time.Time
+	if len(outs) > 0 {
+		l.machineNext = time.Time{}
+	}
 	for _, out := range outs {
 		if err := l.apply(now, out); err != nil {
 			return err
 		}
-		if !out.Next.IsZero() && (next.IsZero() || out.Next.Before(next)) {
-			next = out.Next
+		if !out.Next.IsZero() && (l.machineNext.IsZero() || out.Next.Before(l.machineNext)) {
+			l.machineNext = out.Next
 		}
 	}
+	// A step that fed the machine nothing (a veto or pause that changed
+	// no health) keeps the machine's last deadline.
+	next := l.machineNext
 	for _, t := range []time.Time{l.failedUntil, l.vetoUntil} {
 		if !t.IsZero() && now.Before(t) && (next.IsZero() || t.Before(next)) {
 			next = t
@@ -267,9 +273,13 @@ func (l *leaseLoop) veto(until time.Time) {
 }
 
 // lone reports whether this node is the only voter of its cluster (it
-// bootstrapped alone). A node still looking for a cluster is not: it must
-// stay able to bootstrap the real one.
-func (l *leaseLoop) lone() bool { return len(l.m.Status().Voters) == 1 }
+// bootstrapped alone). A node still looking for a cluster is not (it must
+// stay able to bootstrap the real one), nor a learner of a one-voter
+// cluster (it is joining the real one).
+func (l *leaseLoop) lone() bool {
+	st := l.m.Status()
+	return len(st.Voters) == 1 && st.Voters[0] == st.Name
+}
 
 // health returns the Health event to send when the effective health
 // (healthy and not paused after a failure) differs from what the machine

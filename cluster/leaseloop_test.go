@@ -475,10 +475,11 @@ func TestLeaseLoopKeyVeto(t *testing.T) {
 	}{
 		{"alone", []string{"a"}, []string{"lease.Health{Healthy:false}", "lease.Health{Healthy:true}", "lease.Health{Healthy:false}", "lease.Health{Healthy:true}"}},
 		{"in a cluster", []string{"a", "b", "c"}, []string{"lease.Health{Healthy:false}", "lease.Health{Healthy:true}"}},
+		{"a learner of a one-voter cluster", []string{"b"}, []string{"lease.Health{Healthy:false}", "lease.Health{Healthy:true}"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()
-			m := &toyMachine{status: lease.Status{Voters: tc.voters}}
+			m := &toyMachine{status: lease.Status{Name: "a", Voters: tc.voters}}
 			l, _, _ := startLoop(t, m, clk)
 			postWait(t, l, lease.Health{Healthy: true})
 			postWait(t, l, keyEvent{})
@@ -529,5 +530,23 @@ func TestLeaseLoopReportsHolderElsewhere(t *testing.T) {
 	want := []string{"10.0.0.100/32 holder=false b holds it", "10.0.0.100/32 holder=false no holder yet: no leader"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("decisions\n got %q\nwant %q", got, want)
+	}
+}
+
+// A step that feeds the machine nothing (a key error on a node in a
+// cluster) keeps the machine's deadline: the lease is still renewed on
+// time (the lab's wrong-key test lost the VIP when the timer moved to the
+// end of the veto).
+func TestLeaseLoopVetoKeepsTheMachineDeadline(t *testing.T) {
+	clk := newFakeClock()
+	m := &toyMachine{status: lease.Status{Name: "a", Voters: []string{"a", "b"}},
+		script: func(now time.Time, ev lease.Event) lease.Output {
+			return lease.Output{Next: now.Add(50 * time.Millisecond)}
+		}}
+	l, _, _ := startLoop(t, m, clk)
+	advance(t, l, clk, 10*time.Millisecond)
+	postWait(t, l, keyEvent{})
+	if d := clk.deadline().Sub(clk.Now()); d != 40*time.Millisecond {
+		t.Fatalf("timer in %v after the key error, want the machine's 40ms", d)
 	}
 }
