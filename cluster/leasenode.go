@@ -442,18 +442,21 @@ func (n *LeaseNode) pushLoop(ctx context.Context) {
 
 // postView gives the machine memberlist's current view.
 func (n *LeaseNode) postView() {
+	// Snapshot and queue under one lock: two memberlist events at once
+	// must not queue their views in the other order (an older view would
+	// replace a newer one). post never blocks.
 	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.running {
+		return
+	}
 	ms := make([]lease.Member, 0, len(n.members))
 	for _, k := range sortedKeys(n.members) {
 		m := n.members[k]
 		m.Meta = slices.Clone(m.Meta)
 		ms = append(ms, m)
 	}
-	running := n.running
-	n.mu.Unlock()
-	if running {
-		n.loop.post(lease.View{Members: ms})
-	}
+	n.loop.post(lease.View{Members: ms})
 }
 
 func (n *LeaseNode) memberChanged(m *memberlist.Node, alive bool) {
