@@ -232,6 +232,11 @@ func RunSchedule(profile string, seed int64, o ScheduleOptions) Result {
 	if len(clusters) != 1 {
 		res.Liveness = append(res.Liveness, fmt.Sprintf("nodes in %d clusters after healing: %v", len(clusters), clusters))
 	}
+	if o.TraceAll {
+		for _, nm := range s.Names() {
+			s.logf("end: %s up=%v meta=%s status=%+v", nm, s.nodes[nm].Up, s.nodes[nm].meta, s.Status(nm))
+		}
+	}
 	res.Violations = s.Violations
 	res.Steps = s.Steps
 	if res.Failed() || o.TraceAll {

@@ -85,6 +85,8 @@ type Node struct {
 	inc       uint64
 	Notes     []lease.Note
 	claims    string
+	viewSeq   uint64
+	viewSeen  uint64
 }
 
 type event struct {
@@ -541,7 +543,15 @@ func (s *Sim) gossip() {
 		}
 		n.lastView = key
 		d := 5*time.Millisecond + time.Duration(s.rnd.Int63n(int64(20*time.Millisecond)))
-		s.After(d, func() { s.step(n, lease.View{Members: ms}) })
+		n.viewSeq++
+		seq := n.viewSeq
+		s.After(d, func() {
+			// memberlist converges: an older view never replaces a newer one
+			if seq > n.viewSeen {
+				n.viewSeen = seq
+				s.step(n, lease.View{Members: ms})
+			}
+		})
 	}
 }
 
