@@ -133,8 +133,9 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-## simulate: the deterministic cluster simulator over 200 seeds, with the default profile's member heartbeats and with memberlist's detector alone (make test runs 12 of each)
+## simulate: the strict simulator of the consensus lease machine over 2,000 schedules per profile (make test runs 20 of each), then the old election's simulator over 200 seeds with and without member heartbeats
 simulate:
+	$(GO) run ./cluster/sim/cmd/vipd-sim -lease -seeds $${LEASE_SEEDS:-2000}
 	$(GO) run ./cluster/sim/cmd/vipd-sim -beats -seeds $${SEEDS:-200}
 	$(GO) run ./cluster/sim/cmd/vipd-sim -seeds $${SEEDS:-200}
 

@@ -200,6 +200,28 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	for _, v := range cfg.VIPs {
 		n.mBroken.WithLabelValues(v).Set(0)
 	}
+	ml, tr, err := newMemberlist(cfg, n.log, (*delegate)(n), (*events)(n), (*conflicts)(n), func() { n.send(KeyMismatch{}) })
+	if err != nil {
+		return nil, err
+	}
+	n.ml = ml
+	n.localAddr = ml.LocalNode().Address()
+	if cfg.Heartbeat.Members && cfg.Heartbeat.Interval > 0 {
+		bs, err := openBeatSocket(tr.udp)
+		if err != nil {
+			ml.Shutdown()
+			return nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
+		}
+		n.hb.sock, n.hb.codec, n.hb.replay, n.hb.log = bs, newBeatCodec(beatKeys(cfg.Keys)), beatReplay{}, n.log
+		n.hb.pull = n.requestPull
+	}
+	return n, nil
+}
+
+// newMemberlist creates the memberlist of a node (gossip election or lease
+// election): vipd's timings and transport, the gossip keyring, and the
+// given delegates. It binds the gossip port and joins nobody yet.
+func newMemberlist(cfg Config, log *slog.Logger, d memberlist.Delegate, ev memberlist.EventDelegate, cf memberlist.ConflictDelegate, keyMismatch func()) (*memberlist.Memberlist, *transport, error) {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
 	mc.BindAddr = cfg.Bind.Addr().String()
@@ -223,43 +245,32 @@ func New(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Node, error)
 	// protection against a starved node without that cost.
 	mc.AwarenessMaxMultiplier = 2
 	mc.DeadNodeReclaimTime = 5 * time.Second // a restarted node may rejoin under its name at once
-	mc.Delegate = (*delegate)(n)
-	mc.Events = (*events)(n)
-	mc.Conflict = (*conflicts)(n)
-	mc.Logger = log2slog(n.log, func() { n.send(KeyMismatch{}) })
+	mc.Delegate = d
+	mc.Events = ev
+	mc.Conflict = cf
+	mc.Logger = log2slog(log, keyMismatch)
 	if len(cfg.Keys) > 0 {
 		ring, err := memberlist.NewKeyring(cfg.Keys, cfg.Keys[0])
 		if err != nil {
-			return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE %s: %w", cfg.KeyFile, err)
+			return nil, nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE %s: %w", cfg.KeyFile, err)
 		}
 		mc.Keyring = ring
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
 	} else {
-		n.log.Warn("gossip is not authenticated (VIPD_GOSSIP_INSECURE=true): anyone who reaches the gossip port can join and vote")
+		log.Warn("gossip is not authenticated (VIPD_GOSSIP_INSECURE=true): anyone who reaches the gossip port can join and vote")
 	}
-	tr, err := newTransport(cfg.Bind, n.log)
+	tr, err := newTransport(cfg.Bind, log)
 	if err != nil {
-		return nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
+		return nil, nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
 	}
 	mc.Transport = tr
 	mc.BindPort, mc.AdvertisePort = tr.Port(), tr.Port()
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		tr.Shutdown()
-		return nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
+		return nil, nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
 	}
-	n.ml = ml
-	n.localAddr = ml.LocalNode().Address()
-	if cfg.Heartbeat.Members && cfg.Heartbeat.Interval > 0 {
-		bs, err := openBeatSocket(tr.udp)
-		if err != nil {
-			ml.Shutdown()
-			return nil, fmt.Errorf("VIPD_GOSSIP_BIND %s: %w", cfg.Bind, err)
-		}
-		n.hb.sock, n.hb.codec, n.hb.replay, n.hb.log = bs, newBeatCodec(beatKeys(cfg.Keys)), beatReplay{}, n.log
-		n.hb.pull = n.requestPull
-	}
-	return n, nil
+	return ml, tr, nil
 }
 
 // dropSelf removes the peers that are this node itself (an address of this

@@ -15,10 +15,22 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 )
+
+// Elections (VIPD_ELECTION) and roles (VIPD_ROLE).
+const (
+	ElectionGossip = "gossip"
+	ElectionLease  = "lease"
+	RoleVoter      = "voter"
+	RoleWitness    = "witness"
+)
+
+// Witness reports whether this node only votes (VIPD_ROLE=witness).
+func (c *Config) Witness() bool { return c.Role == RoleWitness }
 
 // Modes vipd can announce a VIP in.
 const (
@@ -69,6 +81,10 @@ type Config struct {
 	// does not change.
 	Profile  string
 	Explicit []string
+	// Election is VIPD_ELECTION (gossip or lease); Role is VIPD_ROLE
+	// (voter or witness).
+	Election string
+	Role     string
 
 	BGPLocalAS    uint32
 	BGPRouterID   netip.Addr
@@ -216,6 +232,15 @@ func (c *Config) check() error {
 	if err := c.checkEgress(); err != nil {
 		return err
 	}
+	if c.Witness() {
+		return c.checkWitness()
+	}
+	if c.Election == ElectionLease && c.Mode != ModeBGP && len(c.Peers) > 0 && c.EgressPolicies {
+		// Their addresses are placed by a pools machine over the gossip
+		// view; until it takes holds from the lease machine, mixing the
+		// two would let two nodes hold one address.
+		return &Error{Name: "VIPD_EGRESS_POLICIES", Value: "on", Accepted: "off with VIPD_ELECTION=lease in a cluster (EgressPolicy addresses follow the gossip election for now; VIPD_POOLS and static VIPD_EGRESS addresses follow the lease)"}
+	}
 	if len(c.Addresses) == 0 && c.Controllers == "" && !c.Pools {
 		return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "at least one VIP in CIDR form, e.g. 10.0.0.100/32,fd00::100/128 (required unless only VIPD_CONTROLLERS run or VIPD_POOLS=on)"}
 	}
@@ -254,6 +279,40 @@ func (c *Config) check() error {
 	}
 	if c.Mode == ModeCloud && c.CloudProvider != "hetzner" && len(c.HcloudFloatingIPIDs) > 0 {
 		return &Error{Name: "VIPD_HCLOUD_FLOATING_IP_ID", Value: fmt.Sprint(c.HcloudFloatingIPIDs), Accepted: "empty unless VIPD_CLOUD_PROVIDER=hetzner"}
+	}
+	return nil
+}
+
+// checkWitness validates VIPD_ROLE=witness: a witness votes in the lease
+// election of an l2 or cloud cluster and holds nothing, so it needs peers
+// (and their key) but no VIP interface, apiserver or Kubernetes API.
+// VIPD_ADDRESS may stay set (the same env file on every node): a witness
+// never binds it.
+func (c *Config) checkWitness() error {
+	if c.Mode == ModeBGP {
+		return &Error{Name: "VIPD_ROLE", Value: RoleWitness, Accepted: "voter in bgp mode (every healthy node announces: nothing to vote on); witness in l2 or cloud mode"}
+	}
+	if c.Election == ElectionGossip && slices.Contains(c.Explicit, "VIPD_ELECTION") {
+		return &Error{Name: "VIPD_ELECTION", Value: c.Election, Accepted: "lease with VIPD_ROLE=witness (the gossip election has no witnesses)"}
+	}
+	c.Election = ElectionLease
+	if len(c.Peers) == 0 {
+		return &Error{Name: "VIPD_PEERS", Value: "", Accepted: "the gossip addresses of the voters (host[:port], comma-separated): required with VIPD_ROLE=witness, which only votes"}
+	}
+	if c.Pools || c.Controllers != "" || c.EgressPolicies || len(c.Egress) > 0 {
+		name, val := "VIPD_POOLS", "on"
+		switch {
+		case c.Controllers != "":
+			name, val = "VIPD_CONTROLLERS", c.Controllers
+		case c.EgressPolicies:
+			name = "VIPD_EGRESS_POLICIES"
+		case len(c.Egress) > 0:
+			name, val = "VIPD_EGRESS", "(set)"
+		}
+		return &Error{Name: name, Value: val, Accepted: "off with VIPD_ROLE=witness (a witness votes and holds nothing)"}
+	}
+	if c.GossipKeyFile == "" && !c.GossipInsecure {
+		return &Error{Name: "VIPD_GOSSIP_KEY_FILE", Value: "", Accepted: "the cluster's gossip key file, required with VIPD_ROLE=witness (the same key as the voters; VIPD_GOSSIP_INSECURE=true opts out)"}
 	}
 	return nil
 }

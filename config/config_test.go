@@ -36,6 +36,7 @@ func TestDefaults(t *testing.T) {
 		HealthCAFile: "/etc/kubernetes/pki/ca.crt", HealthClientCert: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		HealthClientKey: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		GossipBind:      netip.MustParseAddrPort("0.0.0.0:7950"), StateDir: "/var/lib/vipd", MemberExpiry: 10 * time.Minute, Profile: ProfileDefault, VerifyInterval: time.Second,
+		Election: ElectionGossip, Role: RoleVoter,
 		BFDDetectMult: 3, BFDTxInterval: 300 * time.Millisecond, BFDRxInterval: 300 * time.Millisecond,
 		BGPRestartTime: 10 * time.Second, BFDMultihopMinTTL: 254,
 		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",
@@ -139,6 +140,8 @@ func TestInvalid(t *testing.T) {
 		{"VIPD_LOG_FORMAT", "xml", "xml", "text, json"},
 		{"VIPD_CONTROLLERS", "floatingippool,dns", "dns", "floatingippool, nodednsrecordset"},
 		{"VIPD_CLOUD_BIND_INTERFACE", "a/b", "a/b", "interface name"},
+		{"VIPD_ROLE", "observer", "observer", "one of voter, witness"},
+		{"VIPD_ELECTION", "raft", "raft", "one of gossip, lease"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env+"="+tt.value, func(t *testing.T) {
@@ -177,6 +180,15 @@ func TestCombinations(t *testing.T) {
 		{"pools need a kubeconfig", []string{"VIPD_ADDRESS", "", "VIPD_POOLS", "on"}, "VIPD_KUBECONFIG"},
 		{"pools not in cloud mode", []string{"VIPD_MODE", "cloud", "VIPD_ADDRESS", "10.0.0.1/32", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k"}, "VIPD_POOLS"},
 		{"pools with peers need the gossip key", []string{"VIPD_ADDRESS", "", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2"}, "VIPD_GOSSIP_KEY_FILE"},
+		{"witness without a VIP", []string{"VIPD_ADDRESS", "", "VIPD_ROLE", "witness", "VIPD_PEERS", "10.0.0.2,10.0.0.3", "VIPD_GOSSIP_KEY_FILE", "/k"}, ""},
+		{"witness with the voters' env file", []string{"VIPD_ROLE", "witness", "VIPD_PEERS", "10.0.0.2,10.0.0.3", "VIPD_GOSSIP_KEY_FILE", "/k"}, ""},
+		{"witness needs peers", []string{"VIPD_ADDRESS", "", "VIPD_ROLE", "witness", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_PEERS"},
+		{"witness needs the gossip key", []string{"VIPD_ROLE", "witness", "VIPD_PEERS", "10.0.0.2"}, "VIPD_GOSSIP_KEY_FILE"},
+		{"witness not in bgp mode", []string{"VIPD_MODE", "bgp", "VIPD_ROLE", "witness", "VIPD_PEERS", "10.0.0.2"}, "VIPD_ROLE"},
+		{"witness not with the gossip election", []string{"VIPD_ROLE", "witness", "VIPD_ELECTION", "gossip", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_ELECTION"},
+		{"witness holds no pool addresses", []string{"VIPD_ROLE", "witness", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_POOLS"},
+		{"lease election with pools in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, ""},
+		{"lease election without egress policies in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_EGRESS_POLICIES", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_EGRESS_POLICIES"},
 		{"pools in bgp mode need the AS", []string{"VIPD_ADDRESS", "", "VIPD_MODE", "bgp", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k"}, "VIPD_BGP_LOCAL_AS"},
 	}
 	for _, tt := range tests {
@@ -305,5 +317,15 @@ func TestReadyzURLDerived(t *testing.T) {
 		if c.HealthReadyzURL != tc.want {
 			t.Errorf("VIPD_HEALTH_URL=%s: readyz URL %q, want %q", tc.health, c.HealthReadyzURL, tc.want)
 		}
+	}
+}
+
+func TestWitnessImpliesLease(t *testing.T) {
+	c, err := load(t, "VIPD_ADDRESS", "", "VIPD_ROLE", "witness", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Witness() || c.Election != ElectionLease {
+		t.Fatalf("role %q election %q, want a witness in the lease election", c.Role, c.Election)
 	}
 }

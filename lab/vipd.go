@@ -19,7 +19,7 @@ import (
 // (node name, eth0, a state directory of its own, debug logs) overridden
 // by env ("KEY=value").
 func (h *Host) StartVipd(bin string, env ...string) (*Proc, error) {
-	state := filepath.Join(os.TempDir(), "vipd-lab-"+h.NS)
+	state := h.StateDir()
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
 	}
@@ -45,6 +45,10 @@ func (h *Host) StartVipd(bin string, env ...string) (*Proc, error) {
 	}
 	return h.Start("vipd "+h.Name, append(base, env...), bin, "run")
 }
+
+// StateDir is the VIPD_STATE_DIR StartVipd gives vipd on this host: the
+// same on every start, so a restarted vipd finds its state.
+func (h *Host) StateDir() string { return filepath.Join(os.TempDir(), "vipd-lab-"+h.NS) }
 
 // Addrs returns the addresses on the host's eth0 (without the lab's own
 // base addresses and link-local ones), with their flags as ip prints them.

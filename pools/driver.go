@@ -40,6 +40,9 @@ type DriverConfig struct {
 	// Exclude are addresses never announced as pool addresses (the
 	// control-plane VIPs of VIPD_ADDRESS).
 	Exclude []netip.Addr
+	// Leased: l2 addresses are held as the lease election says (SetLeases),
+	// not by rendezvous over Members (VIPD_ELECTION=lease).
+	Leased bool
 }
 
 // Timings of the driver loop.
@@ -61,6 +64,8 @@ type Driver struct {
 	mu      sync.Mutex
 	desired []Address
 	fresh   bool // desired changed since the machine last saw it
+	leases  map[netip.Addr]time.Time
+	freshL  bool // leases changed since the machine last saw them
 	status  []AddressStatus
 	counts  Counts
 	skipped int
@@ -104,6 +109,29 @@ func (d *Driver) SetDesired(addrs []Address) {
 	}
 }
 
+// SetLeases hands the driver the l2 addresses the lease election lets
+// this node hold, with their lease ends (Config.Leased): the complete set.
+func (d *Driver) SetLeases(until map[netip.Addr]time.Time) {
+	d.mu.Lock()
+	d.leases, d.freshL = until, true
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pickLeases feeds the last leases to the machine if they changed.
+func (d *Driver) pickLeases(ctx context.Context, m *Machine, timer *time.Timer) {
+	d.mu.Lock()
+	until, fresh := d.leases, d.freshL
+	d.freshL = false
+	d.mu.Unlock()
+	if fresh {
+		d.step(ctx, m, Leases{Until: until}, timer)
+	}
+}
+
 // filter drops the addresses this node cannot announce.
 func (d *Driver) filter(addrs []Address) ([]Address, int) {
 	out := make([]Address, 0, len(addrs))
@@ -122,7 +150,7 @@ func (d *Driver) filter(addrs []Address) ([]Address, int) {
 // Run runs until ctx is done, then releases every pool address (bounded by
 // ReleaseTimeout) and returns.
 func (d *Driver) Run(ctx context.Context) {
-	m := NewMachine(Config{Name: d.cfg.Name, Probe: true}, time.Now())
+	m := NewMachine(Config{Name: d.cfg.Name, Probe: true, Leased: d.cfg.Leased}, time.Now())
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	poll := time.NewTicker(MembersPoll)
@@ -143,6 +171,7 @@ func (d *Driver) Run(ctx context.Context) {
 			return
 		case <-d.wake:
 			d.pickDesired(ctx, m, timer)
+			d.pickLeases(ctx, m, timer)
 		case <-poll.C:
 			v := d.cfg.Members()
 			if !slices.Equal(v, lastView) {

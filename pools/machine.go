@@ -52,6 +52,10 @@ type Config struct {
 	Name string
 	// Probe: probe for another holder before binding an l2 address.
 	Probe bool
+	// Leased: the lease election (VIPD_ELECTION=lease) places l2
+	// addresses: this node holds one only while a Leases event says so,
+	// until that lease's end, instead of by rendezvous over the view.
+	Leased bool
 }
 
 // Member is one cluster member as the election sees it: alive or suspect
@@ -90,6 +94,11 @@ type Result struct {
 // Tick is the passing of time, sent at Output.Next.
 type Tick struct{}
 
+// Leases (Config.Leased) are the l2 addresses the lease election lets this
+// node hold, each until its lease end: the complete set, replacing the
+// last. An address absent here, or whose end has passed, is released.
+type Leases struct{ Until map[netip.Addr]time.Time }
+
 // Shutdown releases every address.
 type Shutdown struct{}
 
@@ -99,6 +108,7 @@ func (Observed) isPoolEvent() {}
 func (Acquired) isPoolEvent() {}
 func (Tick) isPoolEvent()     {}
 func (Shutdown) isPoolEvent() {}
+func (Leases) isPoolEvent()   {}
 
 // Target is an address with how to announce it.
 type Target struct {
@@ -169,6 +179,7 @@ type Machine struct {
 	slots     map[netip.Addr]*slot
 	known     map[netip.Addr]string // every address ever desired, with its mode: ours to release
 	bound     map[netip.Addr]bool   // last Observed
+	leases    map[netip.Addr]time.Time
 }
 
 // NewMachine starts a machine at now.
@@ -206,6 +217,11 @@ func (m *Machine) Step(ev Event, now time.Time) Output {
 		m.acquired(ev.Results, now, &out)
 	case Shutdown:
 		m.stopping = true
+	case Leases:
+		m.leases = make(map[netip.Addr]time.Time, len(ev.Until))
+		for a, u := range ev.Until {
+			m.leases[a.Unmap()] = u
+		}
 	case Tick:
 	}
 	m.evaluate(now, &out)
@@ -370,6 +386,15 @@ func (m *Machine) evaluate(now time.Time, out *Output) {
 		var want bool
 		if a.Mode == ModeBGP {
 			want = self && a.Eligible(m.cfg.Name)
+		} else if m.cfg.Leased {
+			// The lease is the whole rule: a majority granted it, and the
+			// previous holder let go before it began.
+			until, ok := m.leases[addr]
+			want = self && a.Eligible(m.cfg.Name) && ok && now.Before(until)
+			s.winner, s.from = "", ""
+			if ok && now.Before(until) {
+				s.winner = m.cfg.Name
+			}
 		} else {
 			w := Winner(addr, m.candidates(a, now))
 			if w != s.winner {
@@ -492,9 +517,12 @@ func (m *Machine) next(now time.Time) time.Time {
 	}
 	for _, s := range m.slots {
 		switch s.state {
-		case held:
-			if s.addr.Mode == ModeL2 {
+		case held, acquiring:
+			if s.addr.Mode == ModeL2 && s.state == held {
 				add(s.nextAnnounce)
+			}
+			if u, ok := m.leases[s.addr.Addr]; ok && m.cfg.Leased && s.addr.Mode == ModeL2 {
+				add(u) // released at the lease end, renewal or not
 			}
 		case conflict, backoff:
 			add(s.retryAt)

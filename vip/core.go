@@ -172,6 +172,14 @@ type Elected struct {
 	PrevHolder  string
 	FaultAt     time.Time
 	PrevHeardAt time.Time
+	// Until is the end of the lease a majority granted (the lease
+	// election): with Holder set, this node may hold the VIP until then
+	// and no longer. The core releases it at Until by itself, whether or
+	// not another Elected arrives (the election's goroutine may be stuck;
+	// the lease ends anyway). Zero: no end (the gossip election, which
+	// revokes with Holder false). Until must come from the same monotonic
+	// clock as the driver's now (time.Now in one process).
+	Until time.Time
 }
 
 // PrepareHandover asks the core to get ready to take VIP at once (a planned
@@ -229,6 +237,7 @@ func (CheckInterval) isEvent()   {}
 type vipState struct {
 	elected      bool
 	electReason  string
+	until        time.Time // the lease end of elected (zero: none)
 	lone         bool      // held without anybody vouching (bootstrap, no election)
 	acquiring    bool      // an Acquire is under way (until Done or Failed)
 	held         bool      // acquired and not released since
@@ -325,7 +334,7 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 		c.healthy = e.Healthy
 		c.hReason = e.Reason
 		for _, v := range c.order {
-			c.converge(v, now, &out, c.cause(v, e.Reason))
+			c.converge(v, now, &out, c.cause(v, now, e.Reason))
 		}
 	case Elected:
 		s, ok := c.vips[e.VIP]
@@ -336,6 +345,10 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 			s.nextProbe = now.Add(FirstProbe)
 		}
 		s.elected, s.electReason, s.lone = e.Holder, e.Reason, e.Lone
+		s.until = time.Time{}
+		if e.Holder {
+			s.until = e.Until
+		}
 		switch {
 		case !e.Holder:
 			s.handover, s.tl = false, nil
@@ -346,14 +359,14 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 				s.tl = &Timeline{VIP: e.VIP, Handover: e.Handover, PrevHolder: e.PrevHolder, FaultAt: e.FaultAt, PrevHeardAt: e.PrevHeardAt, DecidedAt: now}
 			}
 		}
-		c.converge(e.VIP, now, &out, c.cause(e.VIP, e.Reason))
+		c.converge(e.VIP, now, &out, c.cause(e.VIP, now, e.Reason))
 	case PrepareHandover:
 		s, ok := c.vips[e.VIP]
 		switch {
 		case !ok:
 			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP, Err: fmt.Errorf("%s is not configured", e.VIP)})
 		case c.stopping || !c.healthy:
-			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP, Err: errors.New(c.cause(e.VIP, ""))})
+			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP, Err: errors.New(c.cause(e.VIP, now, ""))})
 		case s.held:
 			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP})
 		default:
@@ -384,15 +397,21 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 }
 
 // want reports whether this node should hold v now.
-func (c *Core) want(v netip.Prefix) bool {
+func (c *Core) want(v netip.Prefix, now time.Time) bool {
 	if c.stopping || !c.healthy {
 		return false
 	}
-	return !c.elect || c.vips[v].elected
+	s := c.vips[v]
+	return !c.elect || (s.elected && !s.leaseOver(now))
+}
+
+// leaseOver reports whether the lease of an elected VIP has ended.
+func (s *vipState) leaseOver(now time.Time) bool {
+	return !s.until.IsZero() && !now.Before(s.until)
 }
 
 // cause explains the current wish for v, for logs and /status.
-func (c *Core) cause(v netip.Prefix, reason string) string {
+func (c *Core) cause(v netip.Prefix, now time.Time, reason string) string {
 	switch {
 	case c.stopping:
 		return "shutting down"
@@ -400,6 +419,8 @@ func (c *Core) cause(v netip.Prefix, reason string) string {
 		return "apiserver unhealthy: " + c.hReason
 	case c.elect && !c.vips[v].elected:
 		return "not elected: " + c.vips[v].electReason
+	case c.elect && c.vips[v].leaseOver(now):
+		return "lease ended at " + c.vips[v].until.Format(time.RFC3339Nano) + " without a renewal: " + c.vips[v].electReason
 	case c.elect:
 		return "healthy and elected: " + c.vips[v].electReason
 	default:
@@ -413,7 +434,7 @@ func (c *Core) cause(v netip.Prefix, reason string) string {
 // converge moves v towards what want says.
 func (c *Core) converge(v netip.Prefix, now time.Time, out *Output, cause string) {
 	s := c.vips[v]
-	w := c.want(v)
+	w := c.want(v, now)
 	if w == (s.held || s.acquiring) {
 		return
 	}
@@ -527,7 +548,7 @@ func (c *Core) observe(e Observed, now time.Time, out *Output) {
 	case !s.held && e.Present:
 		// Present but not ours to hold: a crash left it behind, another
 		// tool added it, or an acquire failed half-way. Remove it.
-		out.Actions = append(out.Actions, Action{Kind: Release, VIP: e.VIP, Cause: "reconcile: VIP present but not held (" + c.cause(e.VIP, "") + ")"})
+		out.Actions = append(out.Actions, Action{Kind: Release, VIP: e.VIP, Cause: "reconcile: VIP present but not held (" + c.cause(e.VIP, now, "") + ")"})
 	}
 }
 
@@ -598,6 +619,12 @@ func (c *Core) giveUp(v netip.Prefix, now time.Time, out *Output, what string, e
 
 func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 	s := c.vips[v]
+	if (s.held || s.acquiring) && c.elect && s.elected && s.leaseOver(now) {
+		// The lease ended without a renewal reaching the core: let go now,
+		// whatever the election's goroutine is doing.
+		c.converge(v, now, out, c.cause(v, now, ""))
+		return
+	}
 	if s.held && c.check {
 		probe := c.lone(s) && !s.nextProbe.IsZero() && !now.Before(s.nextProbe)
 		if probe || (!s.nextCheck.IsZero() && !now.Before(s.nextCheck)) {
@@ -610,8 +637,8 @@ func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 	}
 	if !s.held && !s.acquiring && !s.retryAt.IsZero() && !now.Before(s.retryAt) {
 		s.retryAt = time.Time{}
-		if c.want(v) {
-			c.acquire(v, now, out, "retry: "+c.cause(v, ""))
+		if c.want(v, now) {
+			c.acquire(v, now, out, "retry: "+c.cause(v, now, ""))
 			return
 		}
 		s.failures = 0
@@ -667,7 +694,11 @@ func (c *Core) next() time.Time {
 	var n time.Time
 	for _, v := range c.order {
 		s := c.vips[v]
-		for _, t := range []time.Time{s.nextAnn, s.retryAt, s.nextCheck, s.nextProbe} {
+		var until time.Time
+		if (s.held || s.acquiring) && c.elect && s.elected {
+			until = s.until
+		}
+		for _, t := range []time.Time{s.nextAnn, s.retryAt, s.nextCheck, s.nextProbe, until} {
 			if !t.IsZero() && (n.IsZero() || t.Before(n)) {
 				n = t
 			}

@@ -27,6 +27,51 @@ import (
 // Its requests and answers are in internal/wire.
 const ControlSocket = wire.ControlSocket
 
+// forgetRequest is the body of POST /forget on the control socket.
+type forgetRequest struct {
+	Name string `json:"name"`
+}
+
+// forgetter is an election that removes a member on request (the lease
+// election: a configuration change through the leader).
+type forgetter interface{ Forget(name string) error }
+
+// postForget asks the running daemon to forget a member. It returns
+// errNoDaemon when nothing listens on the socket and errNotLease when
+// the daemon runs the gossip election.
+func postForget(ctx context.Context, sock, name string) error {
+	client := &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}},
+	}
+	body, _ := json.Marshal(forgetRequest{Name: name})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://vipd/forget", strings.NewReader(string(body)))
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return errNoDaemon
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusNotImplemented:
+		return errNotLease
+	}
+	return fmt.Errorf("forget %s: %s", name, strings.TrimSpace(string(b)))
+}
+
+var (
+	errNoDaemon = errors.New("vipd is not running on this node")
+	errNotLease = errors.New("the running vipd uses the gossip election")
+)
+
 // controlServer serves the control socket.
 type controlServer struct {
 	srv  *http.Server
@@ -67,6 +112,24 @@ func startControlServer(dir string, d *daemon, log *slog.Logger) (*controlServer
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(rs)
+	})
+	mux.HandleFunc("POST /forget", func(w http.ResponseWriter, r *http.Request) {
+		var req forgetRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&req); err != nil || req.Name == "" {
+			http.Error(w, "bad request: want {\"name\": NODE}", http.StatusBadRequest)
+			return
+		}
+		f, ok := d.elector.(forgetter)
+		if !ok {
+			http.Error(w, "the gossip election forgets through VIPD_STATE_DIR/"+cluster.MembersFile, http.StatusNotImplemented)
+			return
+		}
+		log.Info("forget requested", "member", req.Name)
+		if err := f.Forget(req.Name); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

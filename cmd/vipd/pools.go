@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/pools"
 	"github.com/vipd/vipd/vip"
@@ -23,6 +28,9 @@ type poolsPart struct {
 	feed *pools.Feed
 	drv  *pools.Driver
 	done chan struct{}
+	// want tells the lease election which l2 pool addresses to place
+	// (VIPD_ELECTION=lease; nil otherwise).
+	want func([]pools.Address)
 }
 
 // PoolsStatus is the pools' section of /status.
@@ -58,7 +66,15 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 	case config.ModeBGP:
 		dc.BGP = d.ann
 	}
-	if ce, ok := d.elector.(clusterElector); ok {
+	le, leased := d.elector.(*leaseElector)
+	if leased {
+		// The lease election places the l2 pool addresses: this node is
+		// one member, eligible while healthy; holds come from the leases.
+		dc.Leased = true
+		dc.Members = func() []pools.Member {
+			return []pools.Member{{Name: c.NodeName, Eligible: d.checker.Status().Healthy, Pools: true}}
+		}
+	} else if ce, ok := d.elector.(clusterElector); ok {
 		dc.Members = func() []pools.Member {
 			ms := ce.PoolMembers()
 			out := make([]pools.Member, len(ms))
@@ -78,11 +94,31 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 	if err != nil {
 		return nil, err
 	}
-	if s, ok := feed.Load(); ok {
-		log.Info("pools: starting from the addresses saved by the previous run", "addresses", len(s.Addresses), "generation", s.Generation)
-		drv.SetDesired(s.Addresses)
+	saved, fromDisk := feed.Load()
+	if fromDisk {
+		log.Info("pools: starting from the addresses saved by the previous run", "addresses", len(saved.Addresses), "generation", saved.Generation)
+		drv.SetDesired(saved.Addresses)
 	}
 	p := &poolsPart{feed: feed, drv: drv, done: make(chan struct{})}
+	if leased {
+		exclude := map[netip.Addr]bool{}
+		for _, a := range dc.Exclude {
+			exclude[a] = true
+		}
+		p.want = func(as []pools.Address) {
+			var keys []string
+			for _, a := range as {
+				if a.Mode == pools.ModeL2 && !exclude[a.Addr.Unmap()] {
+					keys = append(keys, netip.PrefixFrom(a.Addr.Unmap(), a.Addr.Unmap().BitLen()).String())
+				}
+			}
+			le.SetAddresses(lease.Pool, keys)
+		}
+		le.onHold = poolLeases(drv)
+		if fromDisk {
+			p.want(saved.Addresses)
+		}
+	}
 	d.addStatus("pools", func() any { return PoolsStatus{Feed: feed.Status(), Status: drv.Status()} })
 	return p, nil
 }
@@ -94,7 +130,12 @@ func (p *poolsPart) run(ctx context.Context) {
 	feedDone := make(chan struct{})
 	go func() {
 		defer close(feedDone)
-		p.feed.Run(ctx, func(s pools.Snapshot) { p.drv.SetDesired(s.Addresses) })
+		p.feed.Run(ctx, func(s pools.Snapshot) {
+			p.drv.SetDesired(s.Addresses)
+			if p.want != nil {
+				p.want(s.Addresses)
+			}
+		})
 	}()
 	p.drv.Run(ctx)
 	<-feedDone
@@ -151,4 +192,25 @@ func remarshal(v, into any) error {
 		return err
 	}
 	return json.Unmarshal(b, into)
+}
+
+// poolLeases keeps this node's pool leases from the lease election's
+// decisions and hands the complete set to the pools driver after each
+// batch.
+func poolLeases(drv *pools.Driver) func([]cluster.LeaseDecision) {
+	held := map[netip.Addr]time.Time{}
+	return func(ds []cluster.LeaseDecision) { // the election's goroutine only
+		for _, d := range ds {
+			p, err := netip.ParsePrefix(d.Address.Key)
+			if err != nil {
+				continue
+			}
+			if d.Holder {
+				held[p.Addr()] = d.Until
+			} else {
+				delete(held, p.Addr())
+			}
+		}
+		drv.SetLeases(maps.Clone(held))
+	}
 }

@@ -304,6 +304,13 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 			return nil, err
 		}
 	}
+	if c.Witness() {
+		// A witness only votes: no health check, announcer or core.
+		if d.elector, err = newElector(c, log, d.reg); err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
 	if len(c.Addresses) == 0 && !c.Pools {
 		return d, nil // controllers only
 	}
@@ -530,6 +537,22 @@ func (d *daemon) run(parent context.Context) error {
 			close(egressLeft)
 			<-egressDone
 			_ = d.ann.Close()
+		}()
+	} else if d.elector != nil {
+		// A witness: the election alone.
+		d.log.Info("vipd started as a witness", "version", version, "mode", d.cfg.Mode, "profile", d.cfg.Profile, "peers", d.cfg.Peers)
+		notify("READY=1")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.elector.Run(ctx, nil); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("cluster: %w", err)
+			}
+		}()
+		defer func() {
+			if err := d.elector.Close(); err != nil {
+				d.log.Warn("leaving the cluster", "err", err)
+			}
 		}()
 	} else {
 		notify("READY=1")

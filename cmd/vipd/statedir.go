@@ -20,7 +20,7 @@ func usesGossip(c *config.Config) bool {
 // usesStateDir reports whether this configuration keeps state in
 // VIPD_STATE_DIR: the gossip election persists the members it has seen
 // there.
-func usesStateDir(c *config.Config) bool { return usesGossip(c) || c.Pools }
+func usesStateDir(c *config.Config) bool { return usesGossip(c) || c.Pools || c.Witness() }
 
 // checkStateDir makes sure the state directory can be written the way
 // vipd writes it (internal/atomicfile: a temporary file renamed over the

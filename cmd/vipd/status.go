@@ -320,6 +320,12 @@ func printCluster(w io.Writer, v any, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	var probe struct {
+		Election string `json:"election"`
+	}
+	if json.Unmarshal(b, &probe) == nil && probe.Election == "lease" {
+		return printLease(w, b, now)
+	}
 	var c cluster.StatusDoc
 	if err := json.Unmarshal(b, &c); err != nil {
 		return err
@@ -424,4 +430,43 @@ func describeCredential(c *CredentialStatus, now time.Time) string {
 		b.WriteString("; server certificate not verified (loopback, no CA file yet)")
 	}
 	return b.String()
+}
+
+// printLease renders the lease election's section.
+func printLease(w io.Writer, b []byte, now time.Time) error {
+	var c cluster.LeaseStatusDoc
+	if err := json.Unmarshal(b, &c); err != nil {
+		return err
+	}
+	leader := c.Leader
+	if leader == "" {
+		leader = "unknown"
+	}
+	fmt.Fprintf(w, "\ncluster:\tlease election, %s (%s), leader %s, term %d, quorum %v\n", c.Role, c.State, leader, c.Term, c.Quorum)
+	if c.LeaseLeft != "" {
+		fmt.Fprintf(w, "leader lease:\t%s left\n", c.LeaseLeft)
+	}
+	for _, v := range slices.Sorted(maps.Keys(c.Broken)) {
+		fmt.Fprintf(w, "CANNOT HOLD %s:\t%s\n", v, c.Broken[v])
+	}
+	fmt.Fprintf(w, "voters:\t%s\n", strings.Join(c.Voters, ", "))
+	if len(c.Learners) > 0 {
+		fmt.Fprintf(w, "learners:\t%s\n", strings.Join(c.Learners, ", "))
+	}
+	if len(c.Witnesses) > 0 {
+		fmt.Fprintf(w, "witnesses:\t%s\n", strings.Join(c.Witnesses, ", "))
+	}
+	fmt.Fprintln(w, "\nMEMBER\tADDRESS\tALIVE")
+	for _, m := range c.Members {
+		fmt.Fprintf(w, "%s\t%s\t%v\n", m.Name, m.Addr, m.Alive)
+	}
+	fmt.Fprintln(w, "\nADDRESS\tHOLDER\tLEASE LEFT HERE")
+	for _, k := range slices.Sorted(maps.Keys(c.Holders)) {
+		left := "-"
+		if u, ok := c.Holds[k]; ok {
+			left = u.Sub(now).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", k, c.Holders[k], left)
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/manifest"
 	"github.com/vipd/vipd/migrate"
@@ -43,7 +44,7 @@ func checkModeSettings(c *config.Config) error {
 		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
 			Accepted: "a provider token for VIPD_CONTROLLERS: DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE, and/or CLOUDFLARE_API_TOKEN"}
 	}
-	if c.Mode != config.ModeBGP && len(c.Peers) > 0 {
+	if c.Mode != config.ModeBGP && len(c.Peers) > 0 && c.Election != config.ElectionLease {
 		vips := make([]string, len(c.Addresses))
 		for i, a := range c.Addresses {
 			vips[i] = a.String()
@@ -63,8 +64,12 @@ func checkModeSettings(c *config.Config) error {
 	return nil
 }
 
-// newElector creates the gossip election (cluster package).
+// newElector creates the election (cluster package): the lease election
+// with VIPD_ELECTION=lease (or a witness), else the gossip election.
 func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (elector, error) {
+	if c.Election == config.ElectionLease {
+		return newLeaseElector(c, log, reg)
+	}
 	vips := make([]string, len(c.Addresses))
 	for i, a := range c.Addresses {
 		vips[i] = a.String()
@@ -128,6 +133,85 @@ func (e clusterElector) Run(ctx context.Context, send func(vip.Event)) error {
 			e.decided(p, d)
 		}
 	})
+}
+
+// newLeaseElector creates this node's part of the lease election.
+func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (elector, error) {
+	timings, _ := cluster.TimingsFor(c.Profile)
+	mc := lease.ProfileConfig(c.Profile)
+	mc.Priority, mc.PreemptDelay = c.Priority, c.PreemptDelay
+	if c.Witness() {
+		mc.Role = lease.Witness
+	}
+	var addrs []lease.Address
+	core := map[string]bool{}
+	if !c.Witness() {
+		egressIPs := map[netip.Addr]bool{}
+		for _, ip := range c.EgressIPs() {
+			egressIPs[ip] = true
+		}
+		for _, a := range c.Addresses {
+			kind := lease.ControlPlane
+			if egressIPs[a.Addr()] {
+				kind = lease.Egress // a static VIPD_EGRESS address: the core holds it as a VIP
+			}
+			addrs = append(addrs, lease.Address{Key: a.String(), Kind: kind})
+			core[a.String()] = true
+		}
+	}
+	n, err := cluster.NewLease(cluster.LeaseConfig{
+		Cluster: cluster.Config{Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Keys: c.GossipKeys,
+			Insecure: c.GossipInsecure, StateDir: c.StateDir, Timings: timings},
+		Machine:   mc,
+		Addresses: addrs,
+	}, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &leaseElector{LeaseNode: n, log: log, core: core}, nil
+}
+
+// leaseElector adapts cluster.LeaseNode to the daemon's elector: holds of
+// control-plane VIPs go to the vip core with their lease end; pool and
+// egress holds to the handler set with onHold.
+type leaseElector struct {
+	*cluster.LeaseNode
+	log    *slog.Logger
+	core   map[string]bool               // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
+	onHold func([]cluster.LeaseDecision) // other addresses (pools; nil: none); set before Run
+}
+
+func (e *leaseElector) Run(ctx context.Context, send func(vip.Event)) error {
+	return e.LeaseNode.Run(ctx, func(ds []cluster.LeaseDecision) {
+		var others []cluster.LeaseDecision
+		for _, d := range ds {
+			if e.core[d.Address.Key] {
+				e.toCore(d, send)
+			} else {
+				others = append(others, d)
+			}
+		}
+		if len(others) > 0 && e.onHold != nil {
+			e.onHold(others)
+		}
+	})
+}
+
+// toCore hands a decision on a VIPD_ADDRESS or VIPD_EGRESS address to the
+// vip core, with its lease end.
+func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
+	p, err := netip.ParsePrefix(d.Address.Key)
+	if err != nil {
+		e.log.Error("lease election decided an address that is not a prefix", "address", d.Address.Key)
+		return
+	}
+	if send == nil { // a witness: it must never be granted a hold
+		if d.Holder {
+			e.log.Error("a witness was granted a hold: ignored", "address", d.Address.Key)
+		}
+		return
+	}
+	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason})
 }
 
 func (e clusterElector) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]cluster.HandoverResult, error) {

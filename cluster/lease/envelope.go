@@ -1,0 +1,176 @@
+package lease
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// envelopeVersion is the first byte of every message between machines. A
+// receiver drops versions it does not know (the Note names the version).
+const envelopeVersion = 1
+
+// maxEnvelope bounds what a decoder accepts (a hostile or broken peer must
+// not make a node allocate without bound).
+const maxEnvelope = 8 << 20
+
+// header is the part of an envelope that is not raft's: grants, acks,
+// membership requests. It rides next to the raft messages for the same
+// destination, one envelope per destination per Step.
+type header struct {
+	From    string `json:"f"`
+	ID      uint64 `json:"i,omitempty"` // sender's raft id (0: no raft state yet)
+	Cluster uint64 `json:"c,omitempty"` // sender's cluster id (0: none yet)
+	Term    uint64 `json:"t,omitempty"` // sender's raft term
+
+	// Leader -> node.
+	Assign      *assign  `json:"a,omitempty"`
+	Grant       *grant   `json:"g,omitempty"`
+	Transfer    string   `json:"x,omitempty"` // the leader is handing leadership to this node
+	Handoff     *handoff `json:"h,omitempty"`
+	JoinRefused string   `json:"jr,omitempty"`
+	Removed     uint64   `json:"rm,omitempty"` // this raft id (yours) is not in the configuration: wipe and rejoin
+
+	// Node -> leader (or any member, which forwards).
+	Ack      *ack   `json:"k,omitempty"`
+	Join     *join  `json:"j,omitempty"`
+	Leave    string `json:"l,omitempty"` // name of the node that leaves
+	Forget   string `json:"fg,omitempty"`
+	Handover string `json:"ho,omitempty"` // vipd handover at a follower: the holder it asks for ("*name": any but name)
+}
+
+// assign is the set of keys the leader wants a node to hold (generation
+// Gen of term Term). Keys is sent only when the node has not acked Gen.
+type assign struct {
+	Term uint64   `json:"t"`
+	Gen  uint64   `json:"g"`
+	Full bool     `json:"f,omitempty"`
+	Keys []string `json:"k,omitempty"`
+}
+
+// grant lets a node hold its assigned keys until its own send time of ack
+// Seq plus D nanoseconds.
+type grant struct {
+	Term uint64 `json:"t"`
+	Seq  uint64 `json:"s"`
+	Gen  uint64 `json:"g"`
+	D    int64  `json:"d"`
+}
+
+// ack is a node's answer to an assign: it holds generation Gen, sent at its
+// own time recorded under Seq, and reports its health and settings.
+type ack struct {
+	Term       uint64 `json:"t"`
+	Seq        uint64 `json:"s"`
+	Gen        uint64 `json:"g"`
+	Healthy    bool   `json:"h,omitempty"`
+	HealthyFor int64  `json:"hf,omitempty"`
+	Priority   int    `json:"p,omitempty"`
+	Role       Role   `json:"r,omitempty"`
+	Leaving    bool   `json:"l,omitempty"`
+	Boot       int64  `json:"b,omitempty"` // this process's start: Seq restarts with it
+}
+
+// join asks the leader to add a node as a learner.
+type join struct {
+	Name string `json:"n"`
+	ID   uint64 `json:"i"`
+	Role Role   `json:"r,omitempty"`
+}
+
+// handoff tells a transferee who holds what under the old leader's grants,
+// and for how long those grants may still run (nanoseconds from the send).
+type handoff struct {
+	Holders map[string]string `json:"h,omitempty"`
+	For     int64             `json:"d"`
+}
+
+type envelope struct {
+	h    header
+	msgs []*pb.Message
+}
+
+// encode frames an envelope: version byte, header length (uvarint), header
+// JSON, then for each raft message its length (uvarint) and protobuf bytes.
+func encode(e *envelope) ([]byte, error) {
+	hb, err := json.Marshal(&e.h)
+	if err != nil {
+		return nil, fmt.Errorf("encode header: %w", err)
+	}
+	out := make([]byte, 0, 16+len(hb))
+	out = append(out, envelopeVersion)
+	out = binary.AppendUvarint(out, uint64(len(hb)))
+	out = append(out, hb...)
+	for _, m := range e.msgs {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("encode raft message: %w", err)
+		}
+		out = binary.AppendUvarint(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+var errShort = errors.New("truncated envelope")
+
+// decode parses an envelope; it never panics on any input.
+func decode(b []byte) (*envelope, error) {
+	if len(b) == 0 {
+		return nil, errShort
+	}
+	if len(b) > maxEnvelope {
+		return nil, fmt.Errorf("envelope of %d bytes exceeds %d", len(b), maxEnvelope)
+	}
+	if b[0] != envelopeVersion {
+		return nil, fmt.Errorf("envelope version %d, this node speaks %d", b[0], envelopeVersion)
+	}
+	b = b[1:]
+	next := func() ([]byte, error) {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return nil, errShort
+		}
+		p := b[k : k+int(n)]
+		b = b[k+int(n):]
+		return p, nil
+	}
+	hb, err := next()
+	if err != nil {
+		return nil, err
+	}
+	e := &envelope{}
+	if err := json.Unmarshal(hb, &e.h); err != nil {
+		return nil, fmt.Errorf("decode header: %w", err)
+	}
+	for len(b) > 0 {
+		mb, err := next()
+		if err != nil {
+			return nil, err
+		}
+		m := &pb.Message{}
+		if err := proto.Unmarshal(mb, m); err != nil {
+			return nil, fmt.Errorf("decode raft message: %w", err)
+		}
+		e.msgs = append(e.msgs, m)
+	}
+	return e, nil
+}
+
+// Describe renders an envelope for traces and debugging.
+func Describe(b []byte) string {
+	e, err := decode(b)
+	if err != nil {
+		return "undecodable: " + err.Error()
+	}
+	hb, _ := json.Marshal(&e.h)
+	s := string(hb)
+	for _, m := range e.msgs {
+		s += fmt.Sprintf(" %s(t%d i%d c%d n%d)", m.GetType(), m.GetTerm(), m.GetIndex(), m.GetCommit(), len(m.GetEntries()))
+	}
+	return s
+}

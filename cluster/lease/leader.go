@@ -1,0 +1,822 @@
+package lease
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+)
+
+// leaderState is what only the leader keeps: who holds what, and what it
+// knows of each member from their acks.
+type leaderState struct {
+	term      uint64
+	since     time.Time
+	peers     map[string]*peerState
+	assign    map[string]string // key -> node that holds it (or is being granted it)
+	releasing map[string]release
+	eligSince map[string]time.Time
+	placeSig  string
+	beat      bool
+
+	transferTo   string
+	transferAt   time.Time
+	lastTransfer time.Time
+	handover     string // a requested holder of the control-plane addresses
+
+	confPending bool
+	confAt      time.Time
+	joins       []join
+	leaves      map[string]bool
+	forgets     map[string]bool
+}
+
+// PoolSettle is how long a node must have been eligible before pool and
+// egress addresses whose rendezvous winner it is move to it (a joining node
+// is ready before it gets its share; one move per address, not a flap).
+const PoolSettle = 2 * time.Second
+
+type peerState struct {
+	name         string
+	lastHeard    time.Time
+	acked        bool
+	healthy      bool
+	healthySince time.Time
+	priority     int
+	role         Role
+	leaving      bool
+
+	gen        uint64
+	sentGen    uint64
+	keys       map[string]bool
+	ackedGen   uint64 // gen of the latest ack (by Seq)
+	ackSeq     uint64
+	boot       int64
+	grantedGen uint64
+	grantEnd   time.Time // leader's clock: every grant it gave ends before this
+	pending    *grant
+}
+
+type release struct {
+	from  string
+	gen   uint64
+	until time.Time
+}
+
+func (l *leaderState) peer(name string) *peerState { return l.peers[name] }
+
+func (l *leaderState) releasingFrom(name string) bool {
+	for _, r := range l.releasing {
+		if r.from == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Machine) becomeLeader() {
+	l := &leaderState{
+		term:      m.rn.BasicStatus().GetTerm(),
+		since:     m.now,
+		peers:     map[string]*peerState{},
+		assign:    map[string]string{},
+		releasing: map[string]release{},
+		eligSince: map[string]time.Time{},
+		leaves:    map[string]bool{},
+		forgets:   map[string]bool{},
+	}
+	m.lead = l
+	m.hold.reset(0)
+	m.syncPeers()
+	if h := m.pendingHandoff; h != nil && h.until.After(m.now) {
+		for k, n := range h.holders {
+			if n == m.cfg.Name {
+				continue // this node released its own grants above
+			}
+			p := l.peers[n]
+			if p == nil {
+				// not a member any more: nobody gets k before its grant ran out
+				l.releasing[k] = release{from: n, gen: ^uint64(0), until: h.until}
+				continue
+			}
+			l.assign[k] = n
+			p.keys[k] = true
+			p.gen = 1
+			if h.until.After(p.grantEnd) {
+				p.grantEnd = h.until
+			}
+		}
+	}
+	m.pendingHandoff = nil
+	m.reads = map[string]time.Time{}
+	m.note("became leader", "term", l.term)
+	m.renew()
+}
+
+// syncPeers keeps one peerState per member other than this node.
+func (m *Machine) syncPeers() {
+	l := m.lead
+	names := map[string]bool{}
+	for id, info := range m.members {
+		if id == m.id {
+			continue
+		}
+		names[info.Name] = true
+		if _, ok := l.peers[info.Name]; !ok {
+			l.peers[info.Name] = &peerState{name: info.Name, lastHeard: m.now, role: info.Role, keys: map[string]bool{}}
+		}
+	}
+	for n, p := range l.peers {
+		if !names[n] {
+			for k := range p.keys {
+				delete(l.assign, k)
+				l.releasing[k] = release{from: n, gen: ^uint64(0), until: p.grantEnd}
+			}
+			delete(l.peers, n)
+		}
+	}
+}
+
+func (m *Machine) electionTimeout() time.Duration {
+	return time.Duration(m.cfg.ElectionTicks) * m.cfg.Tick
+}
+
+func (m *Machine) alive(p *peerState) bool {
+	return m.now.Sub(p.lastHeard) < m.electionTimeout()
+}
+
+func (m *Machine) isVoter(id uint64) bool {
+	for _, v := range m.conf.Voters {
+		if v == id {
+			return true
+		}
+	}
+	return false
+}
+
+// eligible: may hold addresses (healthy voter, alive, not leaving).
+func (m *Machine) eligible(name string) bool {
+	if name == m.cfg.Name {
+		return m.cfg.Role == Voter && m.health && !m.leaving && m.isVoter(m.id)
+	}
+	p := m.lead.peers[name]
+	return p != nil && p.acked && p.role == Voter && p.healthy && !p.leaving && m.alive(p) && m.isVoter(m.idOf(name))
+}
+
+type candidate struct {
+	name     string
+	healthy  bool
+	priority int
+}
+
+// better ranks a over b for key: healthy first, then priority, then the
+// rendezvous hash of (name, key).
+func better(a, b candidate, key string) bool {
+	if a.healthy != b.healthy {
+		return a.healthy
+	}
+	if a.priority != b.priority {
+		return a.priority > b.priority
+	}
+	ha, hb := rendezvous(a.name, key), rendezvous(b.name, key)
+	if ha != hb {
+		return ha > hb
+	}
+	return a.name < b.name
+}
+
+func rendezvous(name, key string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	x := h.Sum64()
+	// finalise (fnv's low bits mix poorly for similar inputs)
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x
+}
+
+func (m *Machine) candidateOf(name string) candidate {
+	if name == m.cfg.Name {
+		return candidate{name: name, healthy: m.health, priority: m.cfg.Priority}
+	}
+	p := m.lead.peers[name]
+	return candidate{name: name, healthy: p.healthy, priority: p.priority}
+}
+
+func (m *Machine) eligibleNames() []string {
+	var out []string
+	if m.eligible(m.cfg.Name) {
+		out = append(out, m.cfg.Name)
+	}
+	for n := range m.lead.peers {
+		if m.eligible(n) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// controlPlaneHolder: keep the current holder unless a higher-priority
+// node has been healthy for PreemptDelay; otherwise the best ranked.
+func (m *Machine) controlPlaneHolder(elig []string) string {
+	l := m.lead
+	if l.handover != "" && m.eligible(l.handover) {
+		return l.handover
+	}
+	cur := ""
+	for _, a := range m.want {
+		if a.Kind == ControlPlane && l.assign[a.Key] != "" {
+			cur = l.assign[a.Key]
+			break
+		}
+	}
+	best := ""
+	for _, n := range elig {
+		if best == "" || better(m.candidateOf(n), m.candidateOf(best), "control-plane") {
+			best = n
+		}
+	}
+	if cur == "" || !m.eligible(cur) {
+		return best
+	}
+	if best != cur && m.cfg.PreemptDelay > 0 && m.candidateOf(best).priority > m.candidateOf(cur).priority {
+		since := m.healthySince
+		if best != m.cfg.Name {
+			since = l.peers[best].healthySince
+		}
+		if m.now.Sub(since) >= m.cfg.PreemptDelay {
+			return best
+		}
+	}
+	return cur
+}
+
+func (m *Machine) legacyClaims() map[string]bool {
+	c := map[string]bool{}
+	for _, mb := range m.view {
+		if !mb.Alive || mb.Name == m.cfg.Name {
+			continue
+		}
+		if _, ours := m.viewMeta[mb.Name]; ours {
+			continue
+		}
+		for _, k := range mb.Claims {
+			c[k] = true
+		}
+	}
+	return c
+}
+
+// place decides who holds what and moves addresses break-before-make.
+func (m *Machine) place() {
+	l := m.lead
+	elig := m.eligibleNames()
+	cp := m.controlPlaneHolder(elig)
+	legacy := m.legacyClaims()
+	wanted := map[string]bool{}
+	in := map[string]bool{}
+	var poolCands []string
+	for _, n := range elig {
+		in[n] = true
+		if _, ok := l.eligSince[n]; !ok {
+			l.eligSince[n] = m.now
+		}
+		if m.now.Sub(l.eligSince[n]) >= PoolSettle {
+			poolCands = append(poolCands, n)
+		}
+	}
+	for n := range l.eligSince {
+		if !in[n] {
+			delete(l.eligSince, n)
+		}
+	}
+	if len(poolCands) == 0 {
+		poolCands = elig
+	}
+	// Nothing that decides placement changed, nothing is being released and
+	// every address is placed: skip the pass over every address (a leader
+	// with 1,000 addresses steps on every message it receives).
+	sig := fmt.Sprintf("%v|%v|%s|%d|%d|%v", elig, poolCands, cp, len(legacy), m.wantGen, sortedKeys(legacy))
+	if sig == l.placeSig && len(l.releasing) == 0 && len(l.assign) == len(m.want) {
+		return
+	}
+	l.placeSig = sig
+	for k, r := range l.releasing {
+		p := l.peers[r.from]
+		// released when its ack shows it let go, or when its last grant ran
+		// out (a removed member can only run out)
+		if (p != nil && p.ackedGen >= r.gen) || !m.now.Before(r.until) {
+			delete(l.releasing, k)
+		}
+	}
+	for _, a := range m.want {
+		wanted[a.Key] = true
+		cur := l.assign[a.Key]
+		desired := ""
+		switch {
+		case legacy[a.Key]:
+		case a.Kind == ControlPlane:
+			desired = cp
+		default:
+			// rendezvous over the nodes eligible for PoolSettle (all
+			// eligible ones if none is settled yet), and the current holder
+			for _, n := range poolCands {
+				if desired == "" || rendezvous(n, a.Key) > rendezvous(desired, a.Key) {
+					desired = n
+				}
+			}
+			if cur != "" && m.eligible(cur) && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
+				desired = cur
+			}
+		}
+		if desired == cur {
+			continue
+		}
+		if cur != "" {
+			m.unassign(a.Key, cur)
+		}
+		if desired == "" {
+			continue
+		}
+		if _, busy := l.releasing[a.Key]; busy {
+			continue
+		}
+		l.assign[a.Key] = desired
+		if p := l.peers[desired]; p != nil {
+			p.keys[a.Key] = true
+			p.gen++
+		}
+	}
+	for k, n := range l.assign {
+		if !wanted[k] {
+			m.unassign(k, n)
+		}
+	}
+}
+
+func (m *Machine) unassign(key, from string) {
+	l := m.lead
+	delete(l.assign, key)
+	if p := l.peers[from]; p != nil {
+		delete(p.keys, key)
+		p.gen++
+		if p.grantEnd.After(m.now) {
+			l.releasing[key] = release{from: from, gen: p.gen, until: p.grantEnd}
+		}
+	}
+}
+
+// leaderDecide runs the leader's decisions after every event.
+func (m *Machine) leaderDecide() {
+	l := m.lead
+	m.syncPeers()
+	m.checkTransfer()
+	if l.transferTo == "" {
+		m.place()
+		m.membership()
+		m.maybeTransfer()
+	}
+	// assignments and grants
+	for name, p := range l.peers {
+		changed := p.ackedGen != p.gen
+		if !l.beat && !(changed && p.sentGenDiffers()) {
+			continue
+		}
+		a := &assign{Term: l.term, Gen: p.gen}
+		if changed {
+			a.Full = true
+			a.Keys = sortedKeys(p.keys)
+		}
+		e := m.env(name)
+		e.h.Assign = a
+		p.markSent()
+		if p.pending != nil {
+			e.h.Grant = p.pending
+			p.pending = nil
+		}
+	}
+	l.beat = false
+}
+
+// markSent/sentGenDiffers avoid resending a full assignment on every event
+// while its ack is in flight (the heartbeat resends it).
+func (p *peerState) markSent() { p.sentGen = p.gen }
+func (p *peerState) sentGenDiffers() bool {
+	return p.sentGen != p.gen
+}
+
+func sortedKeys(s map[string]bool) []string {
+	out := make([]string, 0, len(s))
+	for k := range s {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m *Machine) onAck(from string, a *ack) {
+	l := m.lead
+	p := l.peers[from]
+	if p == nil {
+		return
+	}
+	p.lastHeard = m.now
+	p.acked = true
+	if a.Healthy && (!p.healthy || p.healthySince.IsZero()) {
+		p.healthySince = m.now.Add(-time.Duration(a.HealthyFor))
+	}
+	p.healthy = a.Healthy
+	p.priority = a.Priority
+	p.role = a.Role
+	p.leaving = a.Leaving
+	if a.Term != l.term {
+		return
+	}
+	if a.Boot != p.boot {
+		// the node restarted: what it holds is what it says now
+		p.boot, p.ackSeq, p.ackedGen = a.Boot, 0, a.Gen
+	}
+	if a.Seq > p.ackSeq {
+		p.ackSeq, p.ackedGen = a.Seq, a.Gen
+	}
+	if a.Gen != p.gen || len(p.keys) == 0 || !m.leaseValid() {
+		return
+	}
+	d := min(m.cfg.GrantFor, time.Duration(float64(m.leaseEnd.Sub(m.now))*(1-m.cfg.Drift)/(1+m.cfg.Drift)))
+	if d <= 0 {
+		return
+	}
+	g := &grant{Term: l.term, Seq: a.Seq, Gen: a.Gen, D: int64(d)}
+	end := m.now.Add(time.Duration(float64(d) * (1 + m.cfg.Drift) / (1 - m.cfg.Drift)))
+	if end.After(p.grantEnd) {
+		p.grantEnd = end
+	}
+	if p.grantedGen != p.gen || p.grantEnd.Sub(m.now) < 2*time.Duration(m.cfg.HeartbeatTicks)*m.cfg.Tick {
+		m.env(from).h.Grant = g
+		p.pending = nil
+	} else {
+		p.pending = g
+	}
+	p.grantedGen = p.gen
+}
+
+// handoff: what the transferee must respect.
+func (l *leaderState) handoff(m *Machine) *handoff {
+	h := &handoff{Holders: map[string]string{}}
+	var end time.Time
+	for k, n := range l.assign {
+		if n != m.cfg.Name {
+			h.Holders[k] = n
+		}
+	}
+	// an address on its way from A to B is still A's until A let go
+	for k, r := range l.releasing {
+		h.Holders[k] = r.from
+	}
+	for _, p := range l.peers {
+		if p.grantEnd.After(end) {
+			end = p.grantEnd
+		}
+	}
+	for _, r := range l.releasing {
+		if r.until.After(end) {
+			end = r.until
+		}
+	}
+	if end.After(m.now) {
+		h.For = int64(end.Sub(m.now))
+	}
+	return h
+}
+
+// checkTransfer notices a transfer raft aborted.
+func (m *Machine) checkTransfer() {
+	l := m.lead
+	if l.transferTo == "" {
+		return
+	}
+	if m.rn.BasicStatus().LeadTransferee == raft.None {
+		m.note("leadership transfer did not complete", "to", l.transferTo)
+		l.transferTo = ""
+		l.lastTransfer = m.now
+		m.reads = map[string]time.Time{}
+		// voters must hear that the transfer is off before a renewal counts:
+		// the next renewal's heartbeat carries the header without it
+		for n := range l.peers {
+			m.env(n)
+		}
+	}
+}
+
+// maybeTransfer hands leadership to the node that should hold the
+// control-plane addresses, or away from a witness or a leaving leader.
+func (m *Machine) maybeTransfer() {
+	l := m.lead
+	if m.leaving && len(m.conf.Voters) == 1 && len(m.conf.Learners) == 0 {
+		// the last member: nothing to hand over to
+		m.left = true
+		m.lead = nil
+		m.note("left the cluster (last member)")
+		return
+	}
+	if !l.lastTransfer.IsZero() && m.now.Sub(l.lastTransfer) < m.electionTimeout() {
+		return
+	}
+	target := ""
+	cpHolder := ""
+	for _, a := range m.want {
+		if a.Kind == ControlPlane {
+			cpHolder = l.assign[a.Key]
+			break
+		}
+	}
+	selfOK := m.cfg.Role == Voter && !m.leaving
+	switch {
+	case cpHolder != "" && cpHolder != m.cfg.Name:
+		p := l.peers[cpHolder]
+		if p != nil && p.role == Voter && p.grantedGen == p.gen && p.grantEnd.After(m.now) {
+			target = cpHolder
+		}
+	case !selfOK:
+		best := ""
+		for n, p := range l.peers {
+			if p.role != Voter || p.leaving || !m.alive(p) || !p.acked || !m.isVoter(m.idOf(n)) {
+				continue
+			}
+			if best == "" || better(m.candidateOf(n), m.candidateOf(best), "control-plane") {
+				best = n
+			}
+		}
+		target = best
+	}
+	if target == "" {
+		return
+	}
+	id := m.idOf(target)
+	if id == 0 {
+		return
+	}
+	pr, ok := m.rn.Status().Progress[id]
+	if !ok || pr.IsLearner || pr.State == tracker.StateSnapshot {
+		return
+	}
+	l.transferTo = target
+	l.transferAt = m.now
+	// Break before make: release before the transferee may win. Hook for a
+	// later agreed make-before-break: keep holding here for a bounded
+	// overlap that the transferee acknowledges in its forced vote, and let
+	// the simulator's invariant accept exactly that overlap.
+	m.leaseEnd = m.now
+	m.reads = map[string]time.Time{}
+	for n := range l.peers {
+		m.env(n) // every voter hears the announcement
+	}
+	m.note("transferring leadership", "to", target)
+	m.rn.TransferLeader(id)
+}
+
+// transferRequest: vipd handover. to "" means the best eligible node other
+// than except (the node that asked, which holds the control-plane
+// addresses).
+func (m *Machine) transferRequest(to, except string) {
+	if m.lead == nil {
+		if m.leaderName != "" {
+			m.env(m.leaderName).h.Handover = orBest(to, m.cfg.Name)
+		}
+		return
+	}
+	if to == "" || to == except {
+		best := ""
+		for _, n := range m.eligibleNames() {
+			if n == except {
+				continue
+			}
+			if best == "" || better(m.candidateOf(n), m.candidateOf(best), "control-plane") {
+				best = n
+			}
+		}
+		to = best
+	}
+	if to == "" || !m.eligible(to) {
+		m.note("no eligible node to hand over to", "asked", to)
+		return
+	}
+	m.lead.handover = to
+	m.note("handover requested", "to", to)
+}
+
+func orBest(to, self string) string {
+	if to == "" {
+		return "*" + self // "any node but self"
+	}
+	return to
+}
+
+func (m *Machine) forgetRequest(name string) {
+	if m.lead != nil {
+		m.lead.forgets[name] = true
+		return
+	}
+	if m.leaderName != "" {
+		m.env(m.leaderName).h.Forget = name
+	}
+}
+
+// request handles join/leave/forget at the leader, forwards elsewhere.
+func (m *Machine) request(h *header) {
+	if m.lead == nil {
+		if m.leaderName == "" || m.leaderName == h.From || m.rn == nil {
+			return
+		}
+		e := m.env(m.leaderName)
+		if h.Join != nil {
+			e.h.Join = h.Join
+			m.routes[h.Join.ID] = h.Join.Name
+		}
+		if h.Leave != "" {
+			e.h.Leave = h.Leave
+		}
+		if h.Forget != "" {
+			e.h.Forget = h.Forget
+		}
+		return
+	}
+	if h.Join != nil {
+		m.routes[h.Join.ID] = h.Join.Name
+		for _, j := range m.lead.joins {
+			if j.ID == h.Join.ID {
+				return
+			}
+		}
+		m.lead.joins = append(m.lead.joins, *h.Join)
+	}
+	if h.Leave != "" {
+		m.lead.leaves[h.Leave] = true
+	}
+	if h.Forget != "" {
+		m.lead.forgets[h.Forget] = true
+	}
+	if h.Handover != "" {
+		if h.Handover[0] == '*' {
+			m.transferRequest("", h.Handover[1:])
+		} else {
+			m.transferRequest(h.Handover, "")
+		}
+	}
+}
+
+func (m *Machine) proposeConf(typ pb.ConfChangeType, id uint64, info memberInfo) {
+	ctx, _ := json.Marshal(info)
+	cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: typ.Enum(), NodeId: new(id)}}, Context: ctx}
+	if err := m.rn.ProposeConfChange(cc); err != nil {
+		m.note("configuration change not proposed", "err", err)
+		return
+	}
+	m.lead.confPending = true
+	m.lead.confAt = m.now
+	m.note("configuration change", "change", typ.String(), "node", info.Name)
+}
+
+// membership: joins, promotions, leaves, forgets and autopilot, one
+// agreed change at a time.
+func (m *Machine) membership() {
+	l := m.lead
+	if l.confPending && m.now.Sub(l.confAt) > 4*m.electionTimeout() {
+		l.confPending = false
+	}
+	if l.confPending || !m.leaseValid() || len(m.conf.VotersOutgoing) > 0 {
+		return // one change at a time; a joint configuration leaves by itself
+	}
+	st := m.rn.Status()
+	// joins
+	for len(l.joins) > 0 {
+		j := l.joins[0]
+		if _, ok := m.members[j.ID]; ok {
+			l.joins = l.joins[1:]
+			continue
+		}
+		dup := uint64(0)
+		for id, info := range m.members {
+			if info.Name == j.Name {
+				dup = id
+			}
+		}
+		if dup == m.id {
+			m.env(j.Name).h.JoinRefused = "duplicate name: " + j.Name + " is this cluster's leader"
+			l.joins = l.joins[1:]
+			continue
+		}
+		if dup != 0 {
+			if p := l.peers[j.Name]; p != nil && m.alive(p) && p.acked {
+				m.routes[j.ID] = j.Name
+				m.env(j.Name).h.JoinRefused = "duplicate name: a live member is called " + j.Name
+				m.note("refused a duplicate name", "name", j.Name)
+				l.joins = l.joins[1:]
+				continue
+			}
+			m.proposeConf(pb.ConfChangeRemoveNode, dup, memberInfo{Name: j.Name})
+			return
+		}
+		l.joins = l.joins[1:]
+		m.proposeConf(pb.ConfChangeAddLearnerNode, j.ID, memberInfo{Name: j.Name, Role: j.Role})
+		return
+	}
+	// leaves and forgets
+	for _, name := range sortedKeys(l.leaves) {
+		if p := l.peers[name]; p != nil && (len(p.keys) > 0 || l.releasingFrom(name)) {
+			continue // hand its addresses over first
+		}
+		delete(l.leaves, name)
+		if id := m.idOf(name); id != 0 && id != m.id {
+			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})
+			return
+		}
+	}
+	for _, name := range sortedKeys(l.forgets) {
+		delete(l.forgets, name)
+		if id := m.idOf(name); id != 0 && id != m.id {
+			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})
+			return
+		}
+	}
+	// promote every caught-up learner in one change (joint consensus when
+	// more than one): a cluster of one that three nodes join goes to three
+	// voters at once, not through a fragile two
+	var promote []*pb.ConfChangeSingle
+	var names []string
+	for _, id := range m.conf.Learners {
+		pr, ok := st.Progress[id]
+		info := m.members[id]
+		p := l.peers[info.Name]
+		if ok && p != nil && m.alive(p) && p.acked && pr.Match >= st.GetCommit() {
+			promote = append(promote, &pb.ConfChangeSingle{Type: pb.ConfChangeAddNode.Enum(), NodeId: new(id)})
+			names = append(names, info.Name)
+		}
+	}
+	if len(promote) > 0 {
+		if err := m.rn.ProposeConfChange(&pb.ConfChangeV2{Changes: promote}); err != nil {
+			m.note("configuration change not proposed", "err", err)
+			return
+		}
+		l.confPending, l.confAt = true, m.now
+		m.note("configuration change", "change", "promote", "nodes", names)
+		return
+	}
+	// autopilot: remove a member silent for RemoveAfter while the rest keep
+	// a majority of the current configuration and the voters stay >= MinVoters
+	if m.cfg.RemoveAfter <= 0 || m.now.Sub(l.since) < m.cfg.RemoveAfter {
+		return
+	}
+	aliveVoters := 0
+	for _, v := range m.conf.Voters {
+		if v == m.id {
+			aliveVoters++
+			continue
+		}
+		if p := l.peers[m.nameOf(v)]; p != nil && m.alive(p) {
+			aliveVoters++
+		}
+	}
+	for _, id := range m.conf.Learners {
+		if p := l.peers[m.nameOf(id)]; p != nil && m.now.Sub(p.lastHeard) >= m.cfg.RemoveAfter {
+			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: p.name})
+			return
+		}
+	}
+	n := len(m.conf.Voters)
+	if n-1 < m.cfg.MinVoters || aliveVoters < n/2+1 {
+		return
+	}
+	for _, id := range m.conf.Voters {
+		if id == m.id {
+			continue
+		}
+		if p := l.peers[m.nameOf(id)]; p != nil && m.now.Sub(p.lastHeard) >= m.cfg.RemoveAfter {
+			m.note("autopilot removes a silent voter", "node", p.name, "silent", m.now.Sub(p.lastHeard))
+			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: p.name})
+			return
+		}
+	}
+}
+
+// followerLeave asks the leader to remove this node, again every election
+// timeout until it is gone.
+func (m *Machine) followerLeave() {
+	if !m.leaving || m.leaderName == "" {
+		return
+	}
+	if m.now.Sub(m.lastJoin) < m.electionTimeout() {
+		return
+	}
+	m.lastJoin = m.now
+	m.env(m.leaderName).h.Leave = m.cfg.Name
+}

@@ -1,0 +1,434 @@
+package lease
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// A small synchronous network with one fake clock (no drift) for table
+// tests of single rules; cluster/lease/sim is the randomized one.
+type tnet struct {
+	t     *testing.T
+	now   time.Time
+	nodes map[string]*tnode
+	order []string
+	q     []pkt
+	drop  func(p pkt) bool
+}
+
+type tnode struct {
+	m         *Machine
+	cfg       Config
+	persisted []byte
+	holds     map[string]time.Time
+	up        bool
+}
+
+type pkt struct {
+	from, to string
+	data     []byte
+}
+
+func newNet(t *testing.T) *tnet {
+	return &tnet{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), nodes: map[string]*tnode{}}
+}
+
+func (n *tnet) add(name string, expect bool, role Role) *tnode {
+	cfg := ProfileConfig("default")
+	cfg.Name, cfg.ExpectPeers, cfg.Role = name, expect, role
+	cfg.Incarnation = uint64(len(n.order)+1) * 7919
+	m, err := New(cfg, nil, n.now)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	tn := &tnode{m: m, cfg: cfg, up: true}
+	n.nodes[name] = tn
+	n.order = append(n.order, name)
+	n.step(name, Health{Healthy: true})
+	n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane}, {Key: "p1", Kind: Pool}, {Key: "p2", Kind: Pool}}})
+	return tn
+}
+
+func (n *tnet) restart(name string, keep bool) {
+	tn := n.nodes[name]
+	var st []byte
+	if keep {
+		st = tn.persisted
+	}
+	m, err := New(tn.cfg, st, n.now)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	tn.m = m
+	n.step(name, Health{Healthy: true})
+	n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane}, {Key: "p1", Kind: Pool}, {Key: "p2", Kind: Pool}}})
+}
+
+func (n *tnet) step(name string, ev Event) Output {
+	tn := n.nodes[name]
+	if !tn.up {
+		return Output{}
+	}
+	out := tn.m.Step(n.now, ev)
+	if out.Persist != nil {
+		tn.persisted = out.Persist
+	}
+	tn.holds = out.Holds
+	for _, s := range out.Send {
+		n.q = append(n.q, pkt{from: name, to: s.To, data: s.Data})
+	}
+	return out
+}
+
+func (n *tnet) view() {
+	var ms []Member
+	for _, name := range n.order {
+		tn := n.nodes[name]
+		ms = append(ms, Member{Name: name, Alive: tn.up, Meta: tn.m.metaBytes()})
+	}
+	for _, name := range n.order {
+		n.step(name, View{Members: ms})
+	}
+}
+
+// flush delivers queued messages until none are left (drop filters).
+func (n *tnet) flush() {
+	for i := 0; i < 10000 && len(n.q) > 0; i++ {
+		p := n.q[0]
+		n.q = n.q[1:]
+		if tn := n.nodes[p.to]; tn == nil || !tn.up || (n.drop != nil && n.drop(p)) {
+			continue
+		}
+		n.step(p.to, Receive{From: p.from, Data: p.data})
+	}
+}
+
+// run advances the clock by d in 1 ms steps, ticking and delivering.
+func (n *tnet) run(d time.Duration) {
+	end := n.now.Add(d)
+	for n.now.Before(end) {
+		n.now = n.now.Add(time.Millisecond)
+		for _, name := range n.order {
+			n.step(name, Tick{})
+		}
+		n.flush()
+	}
+}
+
+func (n *tnet) holders(key string) []string {
+	var out []string
+	for _, name := range n.order {
+		tn := n.nodes[name]
+		if end, ok := tn.holds[key]; ok && tn.up && end.After(n.now) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// three: a bootstrapped a, then b and c joined and promoted.
+func three(t *testing.T) *tnet {
+	n := newNet(t)
+	n.add("a", false, Voter)
+	n.run(10 * time.Millisecond)
+	n.add("b", true, Voter)
+	n.add("c", true, Voter)
+	for i := 0; i < 5; i++ {
+		n.view()
+		n.run(200 * time.Millisecond)
+	}
+	if st := n.nodes["a"].m.Status(); len(st.Voters) != 3 || st.Leader != "a" {
+		t.Fatalf("setup: %+v", st)
+	}
+	return n
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := ProfileConfig("default")
+	ok.Name = "n1"
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"ok", func(*Config) {}, ""},
+		{"no name", func(c *Config) { c.Name = "" }, "Name is empty"},
+		{"tick", func(c *Config) { c.Tick = 0 }, "Tick=0s"},
+		{"election", func(c *Config) { c.ElectionTicks = 2 }, "ElectionTicks=2"},
+		{"heartbeat", func(c *Config) { c.HeartbeatTicks = 8 }, "HeartbeatTicks=8"},
+		{"drift", func(c *Config) { c.Drift = 0.5 }, "Drift=0.5"},
+		{"role", func(c *Config) { c.Role = 7 }, "Role=7"},
+	} {
+		c := ok
+		tc.mod(&c)
+		_, err := New(c, nil, time.Now())
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: err %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestLeaseLength(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		want    time.Duration
+	}{{"default", 685 * time.Millisecond}, {"fast", 127200 * time.Microsecond}} {
+		if got := ProfileConfig(tc.profile).LeaseLength(); got != tc.want {
+			t.Errorf("%s: L = %v, want %v", tc.profile, got, tc.want)
+		}
+	}
+}
+
+func TestStateFromAnotherNodeIsRefused(t *testing.T) {
+	n := three(t)
+	cfg := n.nodes["b"].cfg
+	cfg.Name = "z"
+	_, err := New(cfg, n.nodes["b"].persisted, n.now)
+	if err == nil || !strings.Contains(err.Error(), `belongs to node "b"`) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := New(n.nodes["b"].cfg, []byte("{broken"), n.now); err == nil || !strings.Contains(err.Error(), "does not parse") {
+		t.Fatalf("broken state: err = %v", err)
+	}
+}
+
+// The kubeadm first node holds as soon as it is healthy, in the same Step.
+func TestFirstNodeHoldsAtHealth(t *testing.T) {
+	cfg := ProfileConfig("default")
+	cfg.Name = "n1"
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m, err := New(cfg, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := m.Step(now, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane}}})
+	if len(out.Holds) != 0 {
+		t.Fatalf("holds while unhealthy: %v", out.Holds)
+	}
+	now = now.Add(3 * time.Second)
+	out = m.Step(now, Health{Healthy: true})
+	if end, ok := out.Holds["vip"]; !ok || end.Sub(now) > cfg.LeaseLength() || end.Sub(now) < cfg.LeaseLength()-cfg.Tick*time.Duration(cfg.HeartbeatTicks) {
+		t.Fatalf("holds %v at %v, want vip for about L", out.Holds, now)
+	}
+	if out.Next.Sub(now) > time.Duration(cfg.HeartbeatTicks)*cfg.Tick || !out.Next.After(now) {
+		t.Fatalf("Next %v, want within one heartbeat", out.Next.Sub(now))
+	}
+	if out.Persist == nil && m.persist() == nil {
+		t.Fatal("no state to persist")
+	}
+}
+
+func voteFrom(t *testing.T, n *tnet, from, to string, term uint64, forced bool) []byte {
+	fm := n.nodes[from].m
+	msg := &pb.Message{Type: pb.MsgVote.Enum(), To: new(n.nodes[to].m.id), From: new(fm.id), Term: new(term), LogTerm: new(uint64(1 << 40)), Index: new(uint64(1 << 40))}
+	if forced {
+		msg.Context = campaignTransfer
+	}
+	b, err := encode(&envelope{h: header{From: from, ID: fm.id, Cluster: fm.cluster, Term: term}, msgs: []*pb.Message{msg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func votes(out Output) int {
+	c := 0
+	for _, s := range out.Send {
+		e, _ := decode(s.Data)
+		for _, m := range e.msgs {
+			if m.GetType() == pb.MsgVoteResp && !m.GetReject() {
+				c++
+			}
+		}
+	}
+	return c
+}
+
+// Vote fences: in lease, after a restart, a forced vote not announced by
+// the leader; raft's own answer once the fence has passed.
+func TestVoteFences(t *testing.T) {
+	t.Run("in lease", func(t *testing.T) {
+		n := three(t)
+		term := n.nodes["b"].m.Status().Term
+		if got := votes(n.step("b", Receive{From: "c", Data: voteFrom(t, n, "c", "b", term+1, false)})); got != 0 {
+			t.Fatal("b voted while its leader is alive")
+		}
+	})
+	t.Run("forced, not announced", func(t *testing.T) {
+		n := three(t)
+		term := n.nodes["b"].m.Status().Term
+		if got := votes(n.step("b", Receive{From: "c", Data: voteFrom(t, n, "c", "b", term+1, true)})); got != 0 {
+			t.Fatal("b granted a forced vote its leader did not announce")
+		}
+	})
+	t.Run("restart", func(t *testing.T) {
+		n := three(t)
+		n.nodes["a"].up = false // the leader is gone
+		n.restart("b", true)
+		term := n.nodes["b"].m.Status().Term
+		if got := votes(n.step("b", Receive{From: "c", Data: voteFrom(t, n, "c", "b", term+1, false)})); got != 0 {
+			t.Fatal("b voted right after a restart")
+		}
+		cfg := n.nodes["b"].cfg
+		n.now = n.now.Add(time.Duration(cfg.ElectionTicks) * cfg.Tick)
+		n.step("b", Tick{})
+		if got := votes(n.step("b", Receive{From: "c", Data: voteFrom(t, n, "c", "b", term+1, false)})); got != 1 {
+			t.Fatal("b never votes after its restart fence")
+		}
+	})
+	t.Run("silent leader", func(t *testing.T) {
+		n := three(t)
+		n.nodes["a"].up = false
+		cfg := n.nodes["b"].cfg
+		n.now = n.now.Add(time.Duration(cfg.ElectionTicks-2) * cfg.Tick)
+		n.step("b", Tick{})
+		term := n.nodes["b"].m.Status().Term
+		if got := votes(n.step("b", Receive{From: "c", Data: voteFrom(t, n, "c", "b", term+1, false)})); got != 0 {
+			t.Fatal("b voted before E ticks of silence")
+		}
+		n.now = n.now.Add(3 * cfg.Tick)
+		n.step("b", Tick{})
+		if got := votes(n.step("b", Receive{From: "c", Data: voteFrom(t, n, "c", "b", term+1, false)})); got != 1 {
+			t.Fatal("b never votes after E ticks of silence")
+		}
+	})
+}
+
+// A MsgTimeoutNow of a transfer that was aborted arrives late: the
+// transferee campaigns, but the voters heard the leader call the transfer
+// off, so the leader (which holds again) stays the only holder.
+func TestStaleTransferCannotWin(t *testing.T) {
+	n := three(t)
+	var stale []pkt
+	n.drop = func(p pkt) bool {
+		if p.to != "c" || !bytes.Contains(p.data, []byte(`"x":"c"`)) {
+			return false
+		}
+		e, _ := decode(p.data)
+		for _, m := range e.msgs {
+			if m.GetType() == pb.MsgTimeoutNow {
+				stale = append(stale, p)
+				return true
+			}
+		}
+		return false
+	}
+	n.step("a", Transfer{To: "c"})
+	for i := 0; i < 100 && len(stale) == 0; i++ {
+		n.run(10 * time.Millisecond)
+	}
+	n.step("c", Health{Healthy: false}) // the handover target is no longer eligible
+	n.run(2 * time.Second)              // raft aborts the transfer after an election timeout
+	if st := n.nodes["a"].m.Status(); st.Leader != "a" || st.LeaseUntil.IsZero() {
+		t.Fatalf("a should lead with a lease again: %+v", st)
+	}
+	n.drop = nil
+	hasTimeoutNow := false
+	for _, p := range stale {
+		e, _ := decode(p.data)
+		for _, m := range e.msgs {
+			hasTimeoutNow = hasTimeoutNow || m.GetType() == pb.MsgTimeoutNow
+		}
+		n.step("c", Receive{From: p.from, Data: p.data})
+	}
+	if !hasTimeoutNow {
+		t.Fatal("no MsgTimeoutNow captured")
+	}
+	n.flush()
+	for i := 0; i < 100; i++ {
+		n.run(10 * time.Millisecond)
+		if h := n.holders("vip"); len(h) > 1 {
+			t.Fatalf("two holders: %v", h)
+		}
+	}
+	if st := n.nodes["c"].m.Status(); st.Leader == "c" {
+		t.Fatalf("c won with a stale transfer: %+v", st)
+	}
+}
+
+// A grant never outlives the granting leader's lease.
+func TestGrantWithinLeaderLease(t *testing.T) {
+	n := three(t)
+	for i := 0; i < 300; i++ {
+		n.run(5 * time.Millisecond)
+		lease := n.nodes["a"].m.Status().LeaseUntil
+		for _, name := range []string{"b", "c"} {
+			for k, end := range n.nodes[name].holds {
+				if end.After(lease) {
+					t.Fatalf("%s holds %s until %v, after a's lease %v", name, k, end, lease)
+				}
+			}
+		}
+	}
+	spread := map[string]bool{}
+	for _, k := range []string{"p1", "p2"} {
+		for _, h := range n.holders(k) {
+			spread[h] = true
+		}
+	}
+	if len(n.holders("vip")) != 1 || n.holders("vip")[0] != "a" {
+		t.Fatalf("vip holders %v", n.holders("vip"))
+	}
+}
+
+// A new leader holds only after its first ReadIndex round completed.
+func TestNewLeaderHoldsAfterItsFirstRound(t *testing.T) {
+	n := three(t)
+	n.nodes["a"].up = false
+	n.drop = func(p pkt) bool { return p.to != "b" && p.from != "b" && false }
+	// run until b or c becomes leader, inspecting every output
+	for i := 0; i < 3000; i++ {
+		n.now = n.now.Add(time.Millisecond)
+		for _, name := range []string{"b", "c"} {
+			out := n.step(name, Tick{})
+			st := n.nodes[name].m.Status()
+			if st.State == "StateLeader" && len(out.Holds) > 0 && st.LeaseUntil.IsZero() {
+				t.Fatalf("%s holds without a lease", name)
+			}
+		}
+		n.flush()
+		if len(n.holders("vip")) == 1 {
+			return
+		}
+	}
+	t.Fatal("no new holder")
+}
+
+func TestEnvelopeRoundTrip(t *testing.T) {
+	e := &envelope{h: header{From: "a", ID: 7, Cluster: 9, Assign: &assign{Term: 2, Gen: 3, Full: true, Keys: []string{"k"}}},
+		msgs: []*pb.Message{{Type: pb.MsgHeartbeat.Enum(), To: new(uint64(1)), Context: []byte("x")}}}
+	b, err := encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := decode(b)
+	if err != nil || d.h.From != "a" || d.h.Assign.Keys[0] != "k" || len(d.msgs) != 1 || string(d.msgs[0].GetContext()) != "x" {
+		t.Fatalf("round trip: %+v %v", d, err)
+	}
+	for _, bad := range [][]byte{nil, {9}, {1, 200}, append(append([]byte{}, b...), 5)} {
+		if _, err := decode(bad); err == nil {
+			t.Errorf("decode(%v) accepted", bad)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	e := &envelope{h: header{From: "a", Ack: &ack{Seq: 1}}, msgs: []*pb.Message{{Type: pb.MsgApp.Enum()}}}
+	b, _ := encode(e)
+	f.Add(b)
+	f.Add([]byte{1, 2, '{', '}'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = decode(b)
+		cfg := ProfileConfig("fast")
+		cfg.Name = "x"
+		m, err := New(cfg, nil, time.Unix(0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Step(time.Unix(1, 0), Receive{From: "y", Data: b})
+	})
+}

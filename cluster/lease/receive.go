@@ -1,0 +1,260 @@
+package lease
+
+import (
+	"bytes"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// campaignTransfer is raft's context of a forced (transfer) vote.
+var campaignTransfer = []byte("CampaignTransfer")
+
+func (m *Machine) receive(r Receive) {
+	e, err := decode(r.Data)
+	if err != nil {
+		m.note("dropped a message that does not decode", "from", r.From, "err", err)
+		return
+	}
+	h := &e.h
+	if h.From == "" || h.From == m.cfg.Name {
+		return
+	}
+	if h.ID != 0 {
+		m.routes[h.ID] = h.From
+	}
+	if m.left {
+		return
+	}
+	// Requests any member forwards to the leader, whatever its state.
+	if h.Join != nil || h.Leave != "" || h.Forget != "" || h.Handover != "" {
+		m.request(h)
+	}
+	if m.rn == nil {
+		if h.JoinRefused != "" && h.Cluster == m.joinCluster {
+			if m.refused == "" {
+				m.note("join refused", "by", h.From, "reason", h.JoinRefused)
+			}
+			m.refused = h.JoinRefused
+			return
+		}
+		joined := false
+		for _, msg := range e.msgs {
+			if msg.GetTo() == m.id && h.Cluster != 0 && h.Cluster == m.joinCluster {
+				joined = true
+			}
+		}
+		if !joined {
+			return
+		}
+		if err := m.startJoined(h.Cluster); err != nil {
+			m.note("cannot start raft", "err", err)
+			return
+		}
+		m.refused = ""
+	}
+	if h.Cluster != m.cluster {
+		// Another cluster: the View decides whether to merge.
+		return
+	}
+	if h.Removed == m.id && h.Term >= m.rn.BasicStatus().GetTerm() && !m.leaving {
+		m.wipe("the leader says this node is not in the configuration")
+		return
+	}
+	bs := m.rn.BasicStatus()
+	fromLeader := false
+	for _, msg := range e.msgs {
+		switch msg.GetType() {
+		case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
+			if msg.GetTerm() >= bs.GetTerm() {
+				fromLeader = true
+			}
+		}
+	}
+	if fromLeader || (h.From == m.leaderName && h.Term == bs.GetTerm()) {
+		m.leaderTransfer = h.Transfer
+	}
+	if m.lead != nil && h.Ack != nil {
+		// the sender is alive even if its ack is for an older term
+		if p := m.lead.peer(h.From); p != nil {
+			p.lastHeard = m.now
+		}
+	}
+	known := m.knownID(h.ID)
+	for _, msg := range e.msgs {
+		if msg.GetTo() != m.id {
+			continue
+		}
+		t := msg.GetType()
+		if !known && m.lead != nil && m.membersKnown() && (t == pb.MsgVote || t == pb.MsgPreVote || t == pb.MsgHeartbeatResp || t == pb.MsgAppResp) {
+			// a node removed from the configuration (e.g. during a partition)
+			// must wipe and rejoin
+			rm := m.env(h.From)
+			rm.h.Removed = h.ID
+			continue
+		}
+		if (t == pb.MsgVote || t == pb.MsgPreVote) && m.refuseVote(msg, h) {
+			continue
+		}
+		if t == pb.MsgTimeoutNow && (h.Transfer != m.cfg.Name || h.Handoff == nil || msg.GetTerm() != m.rn.BasicStatus().GetTerm()) {
+			m.note("ignored a transfer the sender does not announce", "from", h.From)
+			continue
+		}
+		if t == pb.MsgTimeoutNow {
+			m.takeHandoff(h.From, h.Handoff)
+		}
+		before := m.rn.BasicStatus().GetTerm()
+		if err := m.rn.Step(msg); err != nil {
+			continue
+		}
+		switch t {
+		case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
+			if msg.GetTerm() >= before {
+				m.lastLeaderTick = m.ticks
+				m.electionBound = 0
+			}
+		}
+		m.ready()
+		if m.rn == nil {
+			return
+		}
+	}
+	if h.Assign != nil && h.Cluster == m.cluster {
+		m.onAssign(h.From, h.Assign)
+	}
+	if h.Grant != nil && h.Cluster == m.cluster {
+		m.onGrant(h.Grant)
+	}
+	if h.Ack != nil && m.lead != nil {
+		m.onAck(h.From, h.Ack)
+	}
+}
+
+func (m *Machine) knownID(id uint64) bool {
+	if id == 0 {
+		return true
+	}
+	_, ok := m.members[id]
+	return ok
+}
+
+// membersKnown: the configuration is applied (not a fresh joiner).
+func (m *Machine) membersKnown() bool { return m.conf != nil && len(m.conf.Voters) > 0 }
+
+// refuseVote is this machine's vote fence, on top of raft's in-lease check.
+func (m *Machine) refuseVote(msg *pb.Message, h *header) bool {
+	if m.ticks < m.fenceTick {
+		m.note("refused a vote: restarted less than an election timeout ago", "from", h.From)
+		return true
+	}
+	if m.now.Before(m.fenceUntil) && !(m.fenceExcept == h.From && bytes.Equal(msg.GetContext(), campaignTransfer)) {
+		m.note("refused a vote: former leader's lease or grants still run", "from", h.From)
+		return true
+	}
+	if msg.GetTerm() <= m.rn.BasicStatus().GetTerm() {
+		return false // raft answers (a rejection, or a repeat of its vote)
+	}
+	if m.lead != nil && m.lead.transferTo != h.From {
+		return true // a leader with or without lease never helps another
+	}
+	inLease := m.ticks-m.lastLeaderTick < int64(m.cfg.ElectionTicks)
+	if !inLease {
+		return false
+	}
+	if bytes.Equal(msg.GetContext(), campaignTransfer) && (m.leaderTransfer == h.From || m.fenceExcept == h.From) {
+		return false // the transfer our leader announced
+	}
+	if m.lead != nil && m.lead.transferTo == h.From && bytes.Equal(msg.GetContext(), campaignTransfer) {
+		return false
+	}
+	return true
+}
+
+// --- grantee side ---
+
+func (s *holderState) reset(term uint64) {
+	s.term = term
+	s.gen = 0
+	s.keys = map[string]bool{}
+	s.sent = map[uint64]ackSent{}
+	s.holds = map[string]time.Time{}
+}
+
+func (m *Machine) onAssign(from string, a *assign) {
+	if m.lead != nil || a.Term < m.hold.term || a.Term < m.rn.BasicStatus().GetTerm() {
+		return
+	}
+	if a.Term > m.hold.term {
+		keep := m.hold.holds
+		keys := m.hold.keys
+		m.hold.reset(a.Term)
+		// grants of an older term ran out before this leader was elected,
+		// except those a transfer handed over: keep them, the new leader
+		// assigned them to this node (or does so now)
+		if a.Full {
+			for _, k := range a.Keys {
+				if keys[k] {
+					m.hold.holds[k] = keep[k]
+				}
+			}
+		}
+	}
+	m.hold.from = from
+	if a.Gen >= m.hold.gen && a.Full {
+		m.hold.gen = a.Gen
+		m.hold.keys = map[string]bool{}
+		for _, k := range a.Keys {
+			m.hold.keys[k] = true
+		}
+		for k := range m.hold.holds {
+			if !m.hold.keys[k] {
+				delete(m.hold.holds, k) // released now, before the ack says so
+			}
+		}
+	}
+	m.hold.seq++
+	m.hold.sent[m.hold.seq] = ackSent{at: m.now, gen: m.hold.gen}
+	delete(m.hold.sent, m.hold.seq-32)
+	var hf int64
+	if m.health {
+		hf = int64(m.now.Sub(m.healthySince))
+	}
+	m.env(from).h.Ack = &ack{Term: m.hold.term, Seq: m.hold.seq, Gen: m.hold.gen, Healthy: m.health && m.cfg.Role == Voter, HealthyFor: hf, Priority: m.cfg.Priority, Role: m.cfg.Role, Leaving: m.leaving, Boot: m.base.UnixNano()}
+}
+
+func (m *Machine) onGrant(g *grant) {
+	if m.lead != nil || g.Term != m.hold.term || g.Gen != m.hold.gen || m.cfg.Role == Witness || m.leaving {
+		return
+	}
+	s, ok := m.hold.sent[g.Seq]
+	if !ok || s.gen != g.Gen || g.D <= 0 {
+		return
+	}
+	d := min(time.Duration(g.D), m.cfg.GrantFor)
+	end := s.at.Add(d)
+	if !end.After(m.now) {
+		return
+	}
+	for k := range m.hold.keys {
+		if cur := m.hold.holds[k]; end.After(cur) {
+			m.hold.holds[k] = end
+		}
+	}
+}
+
+// takeHandoff: this node becomes leader by transfer; the old leader's
+// grants to others may still run for h.For (its clock).
+func (m *Machine) takeHandoff(from string, h *handoff) {
+	k := (1 + m.cfg.Drift) / (1 - m.cfg.Drift)
+	until := m.now.Add(time.Duration(float64(h.For) * k))
+	m.pendingHandoff = &pendingHandoff{holders: h.Holders, until: until, from: from}
+}
+
+type pendingHandoff struct {
+	holders map[string]string
+	until   time.Time
+	from    string
+}
+
+var _ = raft.None

@@ -1,0 +1,29 @@
+package sim
+
+import (
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestSchedules runs a fixed set of random schedules per profile (make
+// simulate and vipd-sim run thousands).
+func TestSchedules(t *testing.T) {
+	n := 20
+	if v := os.Getenv("LEASE_SIM_SEEDS"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	for _, profile := range []string{"default", "fast"} {
+		var fo []time.Duration
+		for seed := int64(1); seed <= int64(n); seed++ {
+			r := RunSchedule(profile, seed, ScheduleOptions{})
+			fo = append(fo, r.Failovers...)
+			if r.Failed() {
+				t.Fatalf("profile %s seed %d: violations %v liveness %v\nreplay: go run ./cluster/sim/cmd/vipd-sim -lease -profile %s -replay %d\ntrace:\n%s",
+					profile, seed, r.Violations, r.Liveness, profile, seed, r.Trace)
+			}
+		}
+		t.Logf("%s: %d failovers, p50 %v, p99 %v, max %v", profile, len(fo), Percentile(fo, 0.5), Percentile(fo, 0.99), Percentile(fo, 1))
+	}
+}

@@ -1,0 +1,624 @@
+// Package sim is the strict simulator of the lease machine
+// (cluster/lease): many nodes on one fake true clock, each with its own
+// clock rate within the drift bound, a network that loses, delays,
+// reorders and duplicates messages, one-way and non-transitive link
+// faults, partitions, gossip (View) relayed over any path, crashes with and
+// without persisted state, hard deletions, graceful leaves, witnesses,
+// health flaps and transfers.
+//
+// The invariant is strict: at no instant of true time do two nodes of one
+// cluster hold the same address. A node holds an address from the Output
+// that lists it until the earlier of its lease end (converted to true time
+// through the node's clock) or the Output that drops it; a node that
+// crashes keeps holding until its lease end (nobody released the address).
+// The only exception is two clusters that bootstrapped apart and have not
+// merged yet (the l2 probe is the fence then): holders in different
+// clusters are not compared.
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vipd/vipd/cluster/lease"
+)
+
+// Sim is one deterministic run.
+type Sim struct {
+	Cfg   lease.Config // profile timings; Name/Role/Priority per node
+	rnd   *rand.Rand
+	epoch time.Time
+	now   time.Time // true time
+	q     queue
+	seq   uint64
+
+	nodes map[string]*Node
+	names []string
+
+	block map[[2]string]bool // a -> b dropped
+	Loss  float64
+	Dup   float64
+	Delay [2]time.Duration // uniform delay range
+
+	want []lease.Address
+
+	holds      map[string]map[string]holdRec // key -> node -> record
+	Violations []string
+	trace      []string
+	TraceAll   bool
+	Steps      int
+
+	lastFault time.Duration
+	NoteCount map[string]int      // how often each decision was noted
+	legacy    map[string][]string // old-protocol members and the addresses they claim
+
+	// Observers
+	OnHold func(key, node string, at time.Time)
+}
+
+type holdRec struct {
+	end     time.Time // true time
+	cluster uint64
+	since   time.Time
+}
+
+// Node is one simulated machine.
+type Node struct {
+	Name      string
+	Role      lease.Role
+	Priority  int
+	Healthy   bool
+	Up        bool
+	Deleted   bool
+	Persisted []byte
+	rate      float64
+	lbase     time.Time // local clock reading at tbase
+	tbase     time.Time
+	m         *lease.Machine
+	timerGen  uint64
+	meta      []byte
+	lastView  string
+	inc       uint64
+	Notes     []lease.Note
+	claims    string
+	viewSeq   uint64
+	viewSeen  uint64
+}
+
+type event struct {
+	at  time.Time
+	seq uint64
+	fn  func()
+}
+
+type queue []*event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(*event)) }
+func (q *queue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// New returns a simulator with the given profile timings and seed.
+func New(cfg lease.Config, seed int64) *Sim {
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &Sim{
+		Cfg:   cfg,
+		rnd:   rand.New(rand.NewSource(seed)),
+		epoch: epoch,
+		now:   epoch,
+		nodes: map[string]*Node{},
+		block: map[[2]string]bool{},
+		holds: map[string]map[string]holdRec{},
+		Delay: [2]time.Duration{200 * time.Microsecond, 2 * time.Millisecond},
+	}
+	return s
+}
+
+// Now is the simulated true time since the start.
+func (s *Sim) Now() time.Duration { return s.now.Sub(s.epoch) }
+
+// Rand is the run's random source (faults draw from it).
+func (s *Sim) Rand() *rand.Rand { return s.rnd }
+
+func (s *Sim) logf(format string, a ...any) {
+	if strings.HasPrefix(format, "FAULT") {
+		s.lastFault = s.Now()
+	}
+	line := fmt.Sprintf("%9.3fs ", s.now.Sub(s.epoch).Seconds()) + fmt.Sprintf(format, a...)
+	s.trace = append(s.trace, line)
+	if !s.TraceAll && len(s.trace) > 400 {
+		s.trace = s.trace[len(s.trace)-300:]
+	}
+}
+
+// Trace returns the last trace lines.
+func (s *Sim) Trace() string { return strings.Join(s.trace, "\n") }
+
+func (s *Sim) at(t time.Time, fn func()) {
+	s.seq++
+	heap.Push(&s.q, &event{at: t, seq: s.seq, fn: fn})
+}
+
+// After runs fn at now+d (true time).
+func (s *Sim) After(d time.Duration, fn func()) { s.at(s.now.Add(d), fn) }
+
+// Run advances true time by d.
+func (s *Sim) Run(d time.Duration) {
+	end := s.now.Add(d)
+	for s.q.Len() > 0 {
+		e := s.q[0]
+		if e.at.After(end) {
+			break
+		}
+		heap.Pop(&s.q)
+		if e.at.After(s.now) {
+			s.now = e.at
+		}
+		e.fn()
+	}
+	s.now = end
+}
+
+// Want sets the addresses every node must place.
+func (s *Sim) Want(addrs []lease.Address) {
+	s.want = append([]lease.Address(nil), addrs...)
+	for _, name := range s.names {
+		if n := s.nodes[name]; n.Up {
+			s.step(n, lease.Want{Addresses: s.want})
+		}
+	}
+}
+
+func (n *Node) local(t time.Time) time.Time {
+	return n.lbase.Add(time.Duration(float64(t.Sub(n.tbase)) * n.rate))
+}
+
+func (n *Node) trueOf(l time.Time) time.Time {
+	return n.tbase.Add(time.Duration(float64(l.Sub(n.lbase)) / n.rate))
+}
+
+// NodeOpts configures AddNode.
+type NodeOpts struct {
+	Role        lease.Role
+	Priority    int
+	ExpectPeers bool
+	Unhealthy   bool
+}
+
+// AddNode starts a new machine without state.
+func (s *Sim) AddNode(name string, o NodeOpts) *Node {
+	d := s.Cfg.Drift
+	rate := 1 - d + 2*d*s.rnd.Float64()
+	n := &Node{Name: name, Role: o.Role, Priority: o.Priority, Healthy: !o.Unhealthy, rate: rate, tbase: s.now,
+		lbase: s.epoch.Add(time.Duration(s.rnd.Int63n(int64(time.Hour))))}
+	if _, ok := s.nodes[name]; !ok {
+		s.names = append(s.names, name)
+	}
+	s.nodes[name] = n
+	s.start(n, nil, o.ExpectPeers)
+	return n
+}
+
+// Node returns a node by name.
+func (s *Sim) Node(name string) *Node { return s.nodes[name] }
+
+// AddTwin starts a machine that calls itself claims (another machine
+// with a name already in use); the simulator routes messages for claims to
+// the original, so the twin only ever sends.
+func (s *Sim) AddTwin(simName, claims string) *Node {
+	n := s.AddNode(simName, NodeOpts{ExpectPeers: true})
+	n.claims = claims
+	s.start(n, nil, true)
+	return n
+}
+
+func (s *Sim) cfgFor(n *Node, expect bool) lease.Config {
+	c := s.Cfg
+	c.Name = n.Name
+	if n.claims != "" {
+		c.Name = n.claims
+	}
+	c.Role = n.Role
+	c.Priority = n.Priority
+	c.ExpectPeers = expect
+	n.inc++
+	c.Incarnation = uint64(s.rnd.Int63()) | 1
+	return c
+}
+
+func (s *Sim) start(n *Node, persisted []byte, expect bool) {
+	m, err := lease.New(s.cfgFor(n, expect), persisted, n.local(s.now))
+	if err != nil {
+		s.Violations = append(s.Violations, fmt.Sprintf("%s: New: %v", n.Name, err))
+		return
+	}
+	n.m = m
+	n.Up = true
+	n.Persisted = persisted
+	n.lastView = ""
+	s.logf("%s starts (state=%v)", n.Name, persisted != nil)
+	if n.Role == lease.Voter {
+		s.step(n, lease.Health{Healthy: n.Healthy})
+	}
+	s.step(n, lease.Want{Addresses: s.want})
+	s.gossip()
+}
+
+// Crash stops a node's process without a clean stop; it restarts after
+// delay (negative: never) with its persisted state or wiped.
+func (s *Sim) Crash(name string, keepState bool, restartAfter time.Duration) {
+	n := s.nodes[name]
+	if n == nil || !n.Up {
+		return
+	}
+	n.Up = false
+	n.m = nil
+	n.timerGen++
+	s.logf("FAULT %s crashes (keep state=%v, restart in %v)", name, keepState, restartAfter)
+	if !keepState {
+		n.Persisted = nil
+	}
+	s.gossip()
+	if restartAfter >= 0 {
+		s.After(restartAfter, func() {
+			if n.Deleted || n.Up {
+				return
+			}
+			s.start(n, n.Persisted, true)
+		})
+	}
+}
+
+// Delete powers a machine off for good (no clean stop, link gone).
+func (s *Sim) Delete(name string) {
+	n := s.nodes[name]
+	if n == nil {
+		return
+	}
+	s.Crash(name, false, -1)
+	n.Deleted = true
+	s.logf("FAULT %s deleted", name)
+}
+
+// Leave stops a node gracefully: it hands over and leaves the configuration.
+func (s *Sim) Leave(name string) {
+	n := s.nodes[name]
+	if n == nil || !n.Up {
+		return
+	}
+	s.logf("%s leaves", name)
+	s.step(n, lease.Leave{})
+}
+
+// SetHealthy flips a node's apiserver health.
+func (s *Sim) SetHealthy(name string, h bool) {
+	n := s.nodes[name]
+	if n == nil {
+		return
+	}
+	n.Healthy = h
+	if n.Up && n.Role == lease.Voter {
+		s.logf("%s healthy=%v", name, h)
+		s.step(n, lease.Health{Healthy: h})
+	}
+}
+
+// Transfer asks node name for a planned handover.
+func (s *Sim) Transfer(name, to string) {
+	n := s.nodes[name]
+	if n == nil || !n.Up {
+		return
+	}
+	s.logf("%s handover to %q", name, to)
+	s.step(n, lease.Transfer{To: to})
+}
+
+// Forget runs vipd forget on node name.
+func (s *Sim) Forget(name, target string) {
+	n := s.nodes[name]
+	if n == nil || !n.Up {
+		return
+	}
+	s.step(n, lease.Forget{Name: target})
+}
+
+// Block drops messages a -> b (one way).
+func (s *Sim) Block(a, b string) {
+	s.block[[2]string{a, b}] = true
+	s.logf("FAULT %s -> %s blocked", a, b)
+}
+
+// Cut drops messages both ways between a and b.
+func (s *Sim) Cut(a, b string) { s.Block(a, b); s.Block(b, a) }
+
+// Partition splits the nodes into groups (nodes not listed are alone).
+func (s *Sim) Partition(groups ...[]string) {
+	side := map[string]int{}
+	for i, g := range groups {
+		for _, n := range g {
+			side[n] = i + 1
+		}
+	}
+	for _, a := range s.names {
+		for _, b := range s.names {
+			if a != b && (side[a] == 0 || side[a] != side[b]) {
+				s.block[[2]string{a, b}] = true
+			}
+		}
+	}
+	s.logf("FAULT partition %v", groups)
+	s.gossip()
+}
+
+// Heal removes every link fault, loss and duplication.
+func (s *Sim) Heal() {
+	s.block = map[[2]string]bool{}
+	s.Loss, s.Dup = 0, 0
+	s.logf("FAULT healed")
+	s.gossip()
+}
+
+func (s *Sim) step(n *Node, ev lease.Event) {
+	if !n.Up || n.m == nil {
+		return
+	}
+	s.Steps++
+	out := n.m.Step(n.local(s.now), ev)
+	s.apply(n, out)
+}
+
+func (s *Sim) apply(n *Node, out lease.Output) {
+	for _, note := range out.Notes {
+		if s.NoteCount == nil {
+			s.NoteCount = map[string]int{}
+		}
+		s.NoteCount[note.Msg]++
+		if s.TraceAll || !strings.HasPrefix(note.Msg, "refused a vote") {
+			s.logf("%s: %s %v", n.Name, note.Msg, note.Attrs)
+		}
+	}
+	if out.Persist != nil {
+		n.Persisted = out.Persist
+	}
+	s.checkHolds(n, out.Holds)
+	for _, msg := range out.Send {
+		s.send(n.Name, msg)
+	}
+	if out.Meta != nil {
+		n.meta = out.Meta
+		s.gossip()
+	}
+	n.timerGen++
+	gen := n.timerGen
+	next := n.trueOf(out.Next)
+	if !next.After(s.now) {
+		next = s.now.Add(time.Microsecond)
+	}
+	s.at(next, func() {
+		if n.timerGen == gen && n.Up {
+			s.step(n, lease.Tick{})
+		}
+	})
+}
+
+func (s *Sim) checkHolds(n *Node, h map[string]time.Time) {
+	cluster := n.m.ClusterID()
+	for key, recs := range s.holds {
+		if _, ok := h[key]; !ok {
+			if r, ok := recs[n.Name]; ok && r.end.After(s.now) {
+				r.end = s.now
+				recs[n.Name] = r
+				s.logf("%s releases %s", n.Name, key)
+			}
+		}
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		end := n.trueOf(h[key])
+		if !end.After(s.now) {
+			continue
+		}
+		recs := s.holds[key]
+		if recs == nil {
+			recs = map[string]holdRec{}
+			s.holds[key] = recs
+		}
+		prev, had := recs[n.Name]
+		fresh := !had || !prev.end.After(s.now)
+		for o, r := range recs {
+			if o == n.Name || !r.end.After(s.now) || r.cluster != cluster {
+				continue
+			}
+			v := fmt.Sprintf("at %v: %s and %s both hold %s (%s until %v)", s.Now(), n.Name, o, key, o, r.end.Sub(s.epoch))
+			s.logf("VIOLATION %s", v)
+			s.Violations = append(s.Violations, v)
+		}
+		since := s.now
+		if !fresh {
+			since = prev.since
+		}
+		recs[n.Name] = holdRec{end: end, cluster: cluster, since: since}
+		if fresh {
+			s.logf("%s holds %s", n.Name, key)
+			if s.OnHold != nil {
+				s.OnHold(key, n.Name, s.now)
+			}
+		}
+	}
+}
+
+func (s *Sim) send(from string, msg lease.Message) {
+	to := s.nodes[msg.To]
+	if to == nil || s.block[[2]string{from, msg.To}] {
+		return
+	}
+	copies := 1
+	if s.Loss > 0 && s.rnd.Float64() < s.Loss {
+		copies = 0
+	}
+	if copies == 1 && s.Dup > 0 && s.rnd.Float64() < s.Dup {
+		copies = 2
+	}
+	for i := 0; i < copies; i++ {
+		d := s.Delay[0] + time.Duration(s.rnd.Int63n(int64(s.Delay[1]-s.Delay[0])+1))
+		data := msg.Data
+		s.After(d, func() {
+			if !to.Up || s.block[[2]string{from, to.Name}] {
+				return
+			}
+			if s.TraceAll {
+				s.logf("deliver %s -> %s (%d bytes) %s", from, to.Name, len(data), lease.Describe(data))
+			}
+			s.step(to, lease.Receive{From: from, Data: data})
+		})
+	}
+}
+
+// reach: nodes b that a can gossip with over any path of working links
+// (memberlist relays), both ways.
+func (s *Sim) reach(a string) map[string]bool {
+	seen := map[string]bool{a: true}
+	stack := []string{a}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, y := range s.names {
+			ny := s.nodes[y]
+			if seen[y] || !ny.Up || s.block[[2]string{x, y}] || s.block[[2]string{y, x}] {
+				continue
+			}
+			seen[y] = true
+			stack = append(stack, y)
+		}
+	}
+	return seen
+}
+
+// gossip delivers a fresh View to every node whose view changed, after a
+// gossip delay.
+func (s *Sim) gossip() {
+	for _, name := range s.names {
+		n := s.nodes[name]
+		if !n.Up {
+			continue
+		}
+		r := s.reach(name)
+		var ms []lease.Member
+		var sb strings.Builder
+		for _, o := range s.names {
+			on := s.nodes[o]
+			if on.Deleted && !r[o] {
+				continue
+			}
+			alive := r[o] && on.Up
+			ms = append(ms, lease.Member{Name: o, Alive: alive, Meta: on.meta})
+			fmt.Fprintf(&sb, "%s:%v:%s;", o, alive, on.meta)
+		}
+		for _, o := range sortedNames(s.legacy) {
+			ms = append(ms, lease.Member{Name: o, Alive: true, Meta: []byte("old"), Claims: s.legacy[o]})
+			fmt.Fprintf(&sb, "%s:legacy:%v;", o, s.legacy[o])
+		}
+		key := sb.String()
+		if key == n.lastView {
+			continue
+		}
+		n.lastView = key
+		d := 5*time.Millisecond + time.Duration(s.rnd.Int63n(int64(20*time.Millisecond)))
+		n.viewSeq++
+		seq := n.viewSeq
+		s.After(d, func() {
+			// memberlist converges: an older view never replaces a newer one
+			if seq > n.viewSeen {
+				n.viewSeen = seq
+				s.step(n, lease.View{Members: ms})
+			}
+		})
+	}
+}
+
+// Holders: nodes holding key now (true time).
+func (s *Sim) Holders(key string) []string {
+	var out []string
+	for n, r := range s.holds[key] {
+		if r.end.After(s.now) && s.nodes[n].Up {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// HeldSince: how long key has been held by its current single holder.
+func (s *Sim) HeldSince(key string) (string, time.Duration) {
+	h := s.Holders(key)
+	if len(h) != 1 {
+		return "", 0
+	}
+	return h[0], s.now.Sub(s.holds[key][h[0]].since)
+}
+
+// Status of a node (zero if down).
+func (s *Sim) Status(name string) lease.Status {
+	n := s.nodes[name]
+	if n == nil || n.m == nil {
+		return lease.Status{}
+	}
+	return n.m.Status()
+}
+
+// Names of all nodes ever added.
+func (s *Sim) Names() []string { return append([]string(nil), s.names...) }
+
+// Up lists the nodes whose process runs.
+func (s *Sim) Up() []string {
+	var out []string
+	for _, n := range s.names {
+		if s.nodes[n].Up {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Legacy makes an old-protocol member (the previous release) appear in
+// every node's View claiming keys; nil claims removes it.
+func (s *Sim) Legacy(name string, claims []string) {
+	if s.legacy == nil {
+		s.legacy = map[string][]string{}
+	}
+	if claims == nil {
+		delete(s.legacy, name)
+	} else {
+		s.legacy[name] = claims
+	}
+	s.logf("legacy member %s claims %v", name, claims)
+	s.gossip()
+}
+
+func sortedNames(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

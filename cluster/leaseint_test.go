@@ -1,0 +1,328 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vipd/vipd/cluster/lease"
+)
+
+const intVIP = "10.0.0.100/32"
+
+// holdLog records every node's hold intervals of intVIP as the executors
+// would see them: from the decision to the earlier of its lease end and
+// the release decision.
+type holdLog struct {
+	mu    sync.Mutex
+	open  map[string][2]time.Time // node -> [start, until]
+	spans []span
+	ch    chan struct{}
+}
+
+type span struct {
+	node       string
+	start, end time.Time
+}
+
+func newHoldLog() *holdLog {
+	return &holdLog{open: map[string][2]time.Time{}, ch: make(chan struct{}, 1)}
+}
+
+func (h *holdLog) decide(node string) func([]LeaseDecision) {
+	return func(ds []LeaseDecision) {
+		now := time.Now()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, d := range ds {
+			if d.Address.Key != intVIP {
+				continue
+			}
+			o, held := h.open[node]
+			switch {
+			case d.Holder && held && !now.After(o[1]):
+				h.open[node] = [2]time.Time{o[0], d.Until} // renewed in time
+			case d.Holder:
+				if held {
+					h.spans = append(h.spans, span{node, o[0], o[1]})
+				}
+				if d.Until.After(now) {
+					h.open[node] = [2]time.Time{now, d.Until}
+				}
+			case held:
+				h.spans = append(h.spans, span{node, o[0], minTime(now, o[1])})
+				delete(h.open, node)
+			}
+		}
+		select {
+		case h.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// holder returns the node holding intVIP now ("" none) and how many do.
+func (h *holdLog) holders() []string {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for n, o := range h.open {
+		if now.Before(o[1]) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// overlaps returns every pair of spans of different nodes that overlap.
+func (h *holdLog) overlaps() []string {
+	h.mu.Lock()
+	all := append([]span(nil), h.spans...)
+	for n, o := range h.open {
+		all = append(all, span{n, o[0], minTime(time.Now(), o[1])})
+	}
+	h.mu.Unlock()
+	var bad []string
+	for i := range all {
+		for j := i + 1; j < len(all); j++ {
+			a, b := all[i], all[j]
+			if a.node != b.node && a.start.Before(b.end) && b.start.Before(a.end) {
+				bad = append(bad, fmt.Sprintf("%s %v..%v and %s %v..%v", a.node, a.start.Format("15:04:05.000"), a.end.Format("15:04:05.000"),
+					b.node, b.start.Format("15:04:05.000"), b.end.Format("15:04:05.000")))
+			}
+		}
+	}
+	return bad
+}
+
+// waitHolder waits until exactly one node other than not holds intVIP.
+func (h *holdLog) waitHolder(t *testing.T, within time.Duration, not ...string) string {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		if hs := h.holders(); len(hs) == 1 && !contains(not, hs[0]) {
+			return hs[0]
+		}
+		select {
+		case <-h.ch:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("no single holder other than %v within %v: holders %v", not, within, h.holders())
+		}
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+type realNode struct {
+	n      *LeaseNode
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startReal runs a LeaseNode with the real lease machine on loopback.
+func startReal(t *testing.T, name, dir string, h *holdLog, peers ...string) *realNode {
+	t.Helper()
+	mc := lease.ProfileConfig("default")
+	n, err := NewLease(LeaseConfig{
+		Cluster: Config{Name: name, Bind: netip.MustParseAddrPort("127.0.0.1:0"), Peers: peers, Keys: [][]byte{keyA},
+			StateDir: dir, Timings: DefaultTimings(), LocalAddrs: func() ([]netip.Addr, error) { return nil, nil }},
+		Machine:   mc,
+		Addresses: []lease.Address{{Key: intVIP, Kind: lease.ControlPlane}},
+	}, testLogger(t), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rn := &realNode{n: n, cancel: cancel, done: make(chan error, 1)}
+	go func() { rn.done <- n.Run(ctx, h.decide(name)) }()
+	n.SetHealthy(true)
+	t.Cleanup(rn.stop)
+	return rn
+}
+
+func (r *realNode) stop() {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+	_ = r.n.Close()
+	r.cancel = nil
+}
+
+func (r *realNode) addr() string { return r.n.ml.LocalNode().Address() }
+
+// LeaseNodes with the real machine over memberlist on loopback: one holder
+// at a time, always; a graceful stop of the holder (Leave) moves the
+// address and shrinks the configuration; a replacement joins; a hard stop
+// of the holder moves the address; every node persisted its state.
+func TestLeaseIntegrationThreeNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds")
+	}
+	h := newHoldLog()
+	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
+	nodes := map[string]*realNode{}
+	nodes["a"] = startReal(t, "a", dirs["a"], h)
+	first := h.waitHolder(t, 5*time.Second)
+	if first != "a" {
+		t.Fatalf("the bootstrapping node is not the holder: %s", first)
+	}
+	waitVoters := func(on string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			st, _, _ := nodes[on].n.loop.snapshot()
+			if len(st.Voters) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: voters after 15 s: %v (learners %v), want %d", on, st.Voters, st.Learners, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	nodes["b"] = startReal(t, "b", dirs["b"], h, nodes["a"].addr())
+	nodes["c"] = startReal(t, "c", dirs["c"], h, nodes["a"].addr())
+	waitVoters("a", 3)
+	holder := h.waitHolder(t, 5*time.Second)
+
+	// Graceful stop of the holder (SIGTERM: Leave): another node holds,
+	// and the configuration shrinks to the two others.
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	rs, err := nodes[holder].n.HandOver(ctx, nil, "", true)
+	cancel()
+	if err != nil {
+		t.Fatalf("leave: %v %+v", err, rs)
+	}
+	next := h.waitHolder(t, 5*time.Second, holder)
+	t.Logf("graceful stop of %s: %s holds after %v (%+v)", holder, next, time.Since(start).Round(time.Millisecond), rs)
+	nodes[holder].stop()
+	delete(nodes, holder)
+	waitVoters(next, 2)
+
+	// A replacement joins (through the holder's address), then the holder
+	// dies without a stop: another node holds within a lease and an
+	// election.
+	nodes["d"] = startReal(t, "d", t.TempDir(), h, nodes[next].addr())
+	waitVoters(next, 3)
+	start = time.Now()
+	nodes[next].stop()
+	third := h.waitHolder(t, 10*time.Second, holder, next)
+	t.Logf("hard stop of %s: %s holds after %v", next, third, time.Since(start).Round(time.Millisecond))
+
+	// The dead node restarts from its state: it is the same member again
+	// (no second cluster, no new incarnation), and the holder stays.
+	nodes[next] = startReal(t, next, dirs[next], h, nodes[third].addr())
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, _, _ := nodes[next].n.loop.snapshot()
+		lt, _, _ := nodes[third].n.loop.snapshot()
+		if st.Leader != "" && st.Leader == lt.Leader && len(lt.Voters) == 3 && contains(lt.Voters, next) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted %s: leader %q (third says %q), voters %v", next, st.Leader, lt.Leader, lt.Voters)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if hs := h.holders(); len(hs) != 1 || hs[0] != third {
+		t.Fatalf("after %s restarted: holders %v, want [%s]", next, hs, third)
+	}
+
+	if bad := h.overlaps(); len(bad) > 0 {
+		t.Fatalf("two holders at once:\n%s", strings.Join(bad, "\n"))
+	}
+	// The state was persisted on every node.
+	for name, dir := range dirs {
+		if b, err := newStateFile(dir).Load(); err != nil || len(b) == 0 {
+			t.Fatalf("%s: state %d bytes, %v", name, len(b), err)
+		}
+	}
+}
+
+// testLogger logs to the test at debug level with LEASE_DEBUG=1.
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("LEASE_DEBUG") == "" {
+		return discard()
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// The lab's TestClusterStopAndRejoin in process: three times, the holder
+// stops gracefully and starts again from its state; a holder is back each
+// time and the restarted node becomes a voter again.
+func TestLeaseIntegrationStopAndRejoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds")
+	}
+	h := newHoldLog()
+	dirs := map[string]string{"a": t.TempDir(), "b": t.TempDir(), "c": t.TempDir()}
+	nodes := map[string]*realNode{}
+	nodes["a"] = startReal(t, "a", dirs["a"], h)
+	h.waitHolder(t, 5*time.Second)
+	nodes["b"] = startReal(t, "b", dirs["b"], h, nodes["a"].addr())
+	nodes["c"] = startReal(t, "c", dirs["c"], h, nodes["a"].addr())
+	voters := func(on string) []string {
+		st, _, _ := nodes[on].n.loop.snapshot()
+		return st.Voters
+	}
+	waitVoters := func(on string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for len(voters(on)) != want {
+			if time.Now().After(deadline) {
+				st, _, _ := nodes[on].n.loop.snapshot()
+				t.Fatalf("%s: voters %v learners %v, want %d", on, st.Voters, st.Learners, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitVoters("a", 3)
+	for i := 0; i < 3; i++ {
+		holder := h.waitHolder(t, 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		rs, err := nodes[holder].n.HandOver(ctx, nil, "", true)
+		cancel()
+		nodes[holder].stop()
+		next := h.waitHolder(t, 10*time.Second, holder)
+		t.Logf("round %d: %s left (%v %+v), %s holds", i, holder, err, rs, next)
+		var peer string
+		for n := range nodes {
+			if n != holder {
+				peer = n
+			}
+		}
+		nodes[holder] = startReal(t, holder, dirs[holder], h, nodes[peer].addr())
+		waitVoters(next, 3)
+	}
+	if bad := h.overlaps(); len(bad) > 0 {
+		t.Fatalf("two holders at once:\n%s", strings.Join(bad, "\n"))
+	}
+}

@@ -1,0 +1,428 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/vipd/vipd/cluster/lease"
+)
+
+// Clock is the lease runtime's time: Now must be monotonic (time.Now's
+// reading carries the monotonic clock, so a step of the wall clock moves
+// no lease end), and timers fire after durations of it. Tests use a fake.
+type Clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is a Clock's timer.
+type Timer interface {
+	C() <-chan time.Time
+	// Reset rearms the timer; a tick already due and not read is dropped.
+	Reset(d time.Duration)
+	Stop()
+}
+
+// RealClock is the process's monotonic clock.
+type RealClock struct{}
+
+// Now returns time.Now (with its monotonic reading).
+func (RealClock) Now() time.Time { return time.Now() }
+
+// NewTimer returns a time.Timer.
+func (RealClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time { return r.t.C }
+func (r realTimer) Stop()               { r.t.Stop() }
+func (r realTimer) Reset(d time.Duration) {
+	r.t.Stop()
+	select {
+	case <-r.t.C:
+	default:
+	}
+	r.t.Reset(d)
+}
+
+// leaseMachine is what the runtime needs of lease.Machine.
+type leaseMachine interface {
+	Step(now time.Time, ev lease.Event) lease.Output
+	Status() lease.Status
+}
+
+// peerSender hands a machine's message to the transport. It must not
+// block for long: the loop waits for it.
+type peerSender interface {
+	Send(to string, data []byte) error
+}
+
+// stateSaver persists Output.Persist durably before anything is sent.
+type stateSaver interface {
+	Save(data []byte) error
+}
+
+// LeaseDecision is one address's holder decision for the executors (the
+// vip core, the pools): Holder with the lease end Until, or not holder
+// (release now).
+type LeaseDecision struct {
+	Address lease.Address
+	Holder  bool
+	Until   time.Time
+	Leader  string // the leader when decided ("" unknown)
+	Reason  string
+}
+
+// idleWake bounds the timer when the machine asks for no tick.
+const idleWake = time.Second
+
+// failedPause is how long this node counts as unhealthy after the core
+// could not hold an address (interface down, acquire failed): the lease
+// goes to another node meanwhile, as the gossip election's step-aside did.
+const failedPause = 2 * time.Second
+
+// leaseLoop drives a lease machine: one goroutine (run) owns the machine,
+// steps it with every event and at its deadline, persists before sending,
+// and turns Holds into decisions. It is the lease runtime without
+// memberlist, so that tests run it with a fake clock and network.
+type leaseLoop struct {
+	m      leaseMachine
+	clock  Clock
+	net    peerSender
+	store  stateSaver
+	log    *slog.Logger
+	decide func([]LeaseDecision) // the changes of one step, in address order
+	meta   func([]byte)          // publish this node's metadata (nil: none)
+	// witness: never send Health (a witness has no apiserver).
+	witness bool
+
+	events chan lease.Event
+	// stopped is closed when run returns (waiters stop waiting).
+	stopped chan struct{}
+
+	// Run's goroutine only.
+	held        map[string]time.Time
+	elsewhere   map[string]string // not held here: the reason last given
+	kinds       map[string]lease.Kind
+	healthy     bool
+	failedUntil time.Time
+	vetoUntil   time.Time // a lone node counts as unhealthy until then (keyEvent, conflictEvent)
+	machineNext time.Time // the machine's last Output.Next
+	sentHealth  *bool
+
+	mu       sync.Mutex
+	status   lease.Status
+	holds    map[string]time.Time // copy of held for readers
+	sendErrs uint64
+	stepped  chan struct{} // closed and replaced after every step (waiters)
+}
+
+func newLeaseLoop(m leaseMachine, clock Clock, net peerSender, store stateSaver, log *slog.Logger) *leaseLoop {
+	return &leaseLoop{
+		m: m, clock: clock, net: net, store: store, log: log,
+		events:    make(chan lease.Event, 256),
+		held:      map[string]time.Time{},
+		elsewhere: map[string]string{},
+		kinds:     map[string]lease.Kind{},
+		holds:     map[string]time.Time{},
+		stepped:   make(chan struct{}),
+		stopped:   make(chan struct{}),
+	}
+}
+
+// post queues an event for the loop without blocking. Every input is a
+// level that a later one repeats (health, want, view) except Receive
+// (the protocol retries) and Transfer, Leave and Forget (their callers
+// wait for a result and time out): a full queue drops the event with a
+// warning.
+func (l *leaseLoop) post(ev lease.Event) bool {
+	select {
+	case l.events <- ev:
+		return true
+	default:
+		l.log.Warn("lease election queue full: event dropped", "event", fmt.Sprintf("%T", ev))
+		return false
+	}
+}
+
+// run steps the machine until ctx is done. It returns an error only when
+// the state cannot be persisted: the node must then stop (releasing its
+// addresses), because a node that sends what it has not stored may vote
+// twice in a term.
+func (l *leaseLoop) run(ctx context.Context) error {
+	defer close(l.stopped)
+	timer := l.clock.NewTimer(0)
+	defer timer.Stop()
+	if err := l.step(timer, lease.Tick{}); err != nil {
+		return err
+	}
+	for {
+		var ev lease.Event = lease.Tick{}
+		select {
+		case <-ctx.Done():
+			l.releaseAll("election stopped")
+			return ctx.Err()
+		case ev = <-l.events:
+		case <-timer.C():
+		}
+		if err := l.step(timer, ev); err != nil {
+			return err
+		}
+		for more := true; more; {
+			select {
+			case ev := <-l.events:
+				if err := l.step(timer, ev); err != nil {
+					return err
+				}
+			default:
+				more = false
+			}
+		}
+	}
+}
+
+// step feeds one event, then a health change if one is due, and carries
+// out the outputs.
+func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
+	now := l.clock.Now()
+	switch e := ev.(type) {
+	case lease.Health:
+		l.healthy = e.Healthy
+		ev = l.health(now)
+	case lease.Want:
+		l.kinds = map[string]lease.Kind{}
+		for _, a := range e.Addresses {
+			l.kinds[a.Key] = a.Kind
+		}
+	case failedEvent:
+		l.failedUntil = now.Add(failedPause)
+		ev = l.health(now)
+	case keyEvent:
+		l.veto(now.Add(KeyVeto))
+		ev = l.health(now)
+	case conflictEvent:
+		l.veto(now.Add(ConflictHold))
+		ev = l.health(now)
+	}
+	var outs []lease.Output
+	if ev != nil {
+		outs = append(outs, l.m.Step(now, ev))
+	}
+	if h := l.health(now); h != nil {
+		outs = append(outs, l.m.Step(now, h))
+	}
+	if len(outs) > 0 {
+		l.machineNext = time.Time{}
+	}
+	for _, out := range outs {
+		if err := l.apply(now, out); err != nil {
+			return err
+		}
+		if !out.Next.IsZero() && (l.machineNext.IsZero() || out.Next.Before(l.machineNext)) {
+			l.machineNext = out.Next
+		}
+	}
+	// A step that fed the machine nothing (a veto or pause that changed
+	// no health) keeps the machine's last deadline.
+	next := l.machineNext
+	for _, t := range []time.Time{l.failedUntil, l.vetoUntil} {
+		if !t.IsZero() && now.Before(t) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	wait := idleWake
+	if !next.IsZero() {
+		wait = max(next.Sub(now), 0)
+	}
+	timer.Reset(wait)
+	st := l.m.Status()
+	l.mu.Lock()
+	l.status = st
+	l.holds = maps.Clone(l.held)
+	close(l.stepped)
+	l.stepped = make(chan struct{})
+	l.mu.Unlock()
+	return nil
+}
+
+// failedEvent is SetFailed, turned by step into a pause of health.
+type failedEvent struct{ lease.Event }
+
+// keyEvent reports gossip rejected for another key (either side's):
+// while it is recent, a node that is alone in its configuration counts
+// as unhealthy, so that a node with the wrong key, which bootstraps a
+// cluster of its own, never holds the VIP beside the real cluster.
+type keyEvent struct{ lease.Event }
+
+// conflictEvent reports another node gossiping under this node's name
+// (a cloned VM): the same veto as keyEvent, for ConflictHold. The
+// cluster's member keeps what it holds (the machine refuses the clone at
+// join); the clone, alone in a cluster of its own, holds nothing.
+type conflictEvent struct{ lease.Event }
+
+// veto extends the lone node's veto to at least until.
+func (l *leaseLoop) veto(until time.Time) {
+	if until.After(l.vetoUntil) {
+		l.vetoUntil = until
+	}
+}
+
+// lone reports whether this node is the only voter of its cluster (it
+// bootstrapped alone). A node still looking for a cluster is not (it must
+// stay able to bootstrap the real one), nor a learner of a one-voter
+// cluster (it is joining the real one).
+func (l *leaseLoop) lone() bool {
+	st := l.m.Status()
+	return len(st.Voters) == 1 && st.Voters[0] == st.Name
+}
+
+// health returns the Health event to send when the effective health
+// (healthy and not paused after a failure) differs from what the machine
+// was last told, else nil.
+func (l *leaseLoop) health(now time.Time) lease.Event {
+	if l.witness {
+		return nil
+	}
+	h := l.healthy && (l.failedUntil.IsZero() || !now.Before(l.failedUntil))
+	if now.Before(l.vetoUntil) && l.lone() {
+		h = false
+	}
+	if !l.failedUntil.IsZero() && !now.Before(l.failedUntil) {
+		l.failedUntil = time.Time{}
+	}
+	if l.sentHealth != nil && *l.sentHealth == h {
+		return nil
+	}
+	l.sentHealth = &h
+	return lease.Health{Healthy: h}
+}
+
+// apply carries out one output: persist, then send, then metadata and
+// decisions.
+func (l *leaseLoop) apply(now time.Time, out lease.Output) error {
+	if out.Persist != nil {
+		if err := l.store.Save(out.Persist); err != nil {
+			// Nothing of this output is sent: the machine's promises
+			// (votes, acks) are not on disk.
+			l.releaseAll("lease state cannot be saved")
+			return fmt.Errorf("lease election: %w", err)
+		}
+	}
+	for _, m := range out.Send {
+		if err := l.net.Send(m.To, m.Data); err != nil {
+			l.mu.Lock()
+			l.sendErrs++
+			l.mu.Unlock()
+			l.log.Debug("lease message not sent", "to", m.To, "bytes", len(m.Data), "err", err)
+		}
+	}
+	if out.Meta != nil && l.meta != nil {
+		l.meta(out.Meta)
+	}
+	for _, n := range out.Notes {
+		l.log.Info(n.Msg, n.Attrs...)
+	}
+	if out.Holds != nil {
+		l.holdsChanged(now, out.Holds)
+	}
+	return nil
+}
+
+// holdsChanged hands every new or renewed hold to decide, and a release
+// for every address no longer held. An end already past is passed on as
+// it is: the executor does not act on it.
+func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
+	st := l.m.Status()
+	leader := st.Leader
+	var ds []LeaseDecision
+	for _, k := range sortedKeys(holds) {
+		until := holds[k]
+		if old, ok := l.held[k]; ok && old.Equal(until) {
+			continue
+		}
+		_, renewed := l.held[k]
+		l.held[k] = until
+		reason := "lease granted by a majority"
+		if renewed {
+			reason = "lease renewed by a majority"
+		}
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason})
+	}
+	for _, k := range sortedKeys(l.held) {
+		if _, ok := holds[k]; ok {
+			continue
+		}
+		delete(l.held, k)
+		reason := "lease not renewed"
+		if leader != "" {
+			reason = "lease not renewed (leader " + leader + ")"
+		}
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
+	}
+	// Who holds the others, for /status and logs (control-plane and
+	// egress addresses: the pools have their own status).
+	for _, k := range sortedKeys(l.kinds) {
+		if _, mine := holds[k]; mine || l.kinds[k] == lease.Pool {
+			delete(l.elsewhere, k)
+			continue
+		}
+		reason := "no holder yet: no leader"
+		switch h := st.Holders[k]; {
+		case h != "" && h != st.Name:
+			reason = h + " holds it"
+		case leader != "" && leader != st.Name:
+			reason = "placed by the leader, " + leader
+		case leader != "":
+			reason = "not placed on this node"
+		}
+		if l.elsewhere[k] == reason {
+			continue
+		}
+		l.elsewhere[k] = reason
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
+	}
+	if len(ds) > 0 {
+		l.decide(ds)
+	}
+}
+
+// releaseAll releases every held address (the loop stops).
+func (l *leaseLoop) releaseAll(reason string) {
+	var ds []LeaseDecision
+	for _, k := range sortedKeys(l.held) {
+		delete(l.held, k)
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason})
+	}
+	if len(ds) > 0 {
+		l.decide(ds)
+	}
+	l.mu.Lock()
+	l.holds = map[string]time.Time{}
+	l.mu.Unlock()
+}
+
+func (l *leaseLoop) addr(key string) lease.Address {
+	return lease.Address{Key: key, Kind: l.kinds[key]}
+}
+
+// snapshot returns the machine's last status, this node's holds and a
+// channel closed after the next step.
+func (l *leaseLoop) snapshot() (lease.Status, map[string]time.Time, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.status, maps.Clone(l.holds), l.stepped
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
