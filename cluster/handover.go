@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vipd/vipd/internal/wire"
 )
 
 // Planned handover: the holder of a VIP moves it to a successor it names,
@@ -87,19 +89,12 @@ func (MessageReceived) isElectionEvent()   {}
 func (SendFailed) isElectionEvent()        {}
 func (Prepared) isElectionEvent()          {}
 
-// HandoverResult is how a handover ended (or why it was refused).
-type HandoverResult struct {
-	VIP    string    `json:"vip"`
-	To     string    `json:"to,omitempty"`
-	OK     bool      `json:"ok"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
-	// Took is from the request to the successor's Released message (or the end).
-	Took    time.Duration `json:"took_ns,omitempty"`
-	Preempt bool          `json:"preempt,omitempty"`
-	// Refused: nothing was tried (no successor, not the holder, ...).
-	Refused bool `json:"refused,omitempty"`
-}
+// HandoverResult is how a handover ended (or why it was refused): the
+// control socket's answer, declared once in internal/wire for vipd and
+// vipd-controllers. Took runs from the request to the successor's Released
+// message (or the end); Refused: nothing was tried (no successor, not the
+// holder, ...).
+type HandoverResult = wire.HandoverResult
 
 type hoPhase int
 

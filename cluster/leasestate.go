@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/vipd/vipd/internal/atomicfile"
 )
 
 // LeaseStateFile is the lease election's state in VIPD_STATE_DIR: what the
@@ -88,37 +90,5 @@ func (s stateFile) Save(data []byte) error {
 	if len(data) > leaseStateMax {
 		return fmt.Errorf("lease state of %d bytes exceeds %d", len(data), leaseStateMax)
 	}
-	dir := filepath.Dir(s.path)
-	tmp, err := os.CreateTemp(dir, LeaseStateFile+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write lease state in %s: %w", dir, err)
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename: a no-op error
-	if _, err := tmp.Write(wrapState(data)); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return fmt.Errorf("replace %s: %w", s.path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.Write(s.path, wrapState(data), 0o600)
 }

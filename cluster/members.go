@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/vipd/vipd/internal/atomicfile"
 )
 
 // MembersFile is the name of the persisted member list in the state
@@ -75,12 +77,8 @@ func SaveKnown(dir string, k Known) (time.Time, error) {
 		return time.Time{}, err
 	}
 	p := filepath.Join(dir, MembersFile)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o640); err != nil {
-		return time.Time{}, fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		return time.Time{}, fmt.Errorf("rename %s: %w", p, err)
+	if err := atomicfile.Write(p, append(b, '\n'), 0o640); err != nil {
+		return time.Time{}, err
 	}
 	st, err := os.Stat(p)
 	if err != nil {
