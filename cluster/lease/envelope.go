@@ -38,7 +38,8 @@ type header struct {
 	// Node -> leader (or any member, which forwards).
 	Ack      *ack   `json:"k,omitempty"`
 	Join     *join  `json:"j,omitempty"`
-	Leave    string `json:"l,omitempty"` // name of the node that leaves
+	Leave    string `json:"l,omitempty"`  // name of the node that leaves
+	LeaveID  uint64 `json:"li,omitempty"` // its raft id: a late copy never removes a later incarnation of the name
 	Forget   string `json:"fg,omitempty"`
 	Handover string `json:"ho,omitempty"` // vipd handover at a follower: the holder it asks for ("*name": any but name)
 }

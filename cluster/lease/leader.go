@@ -32,7 +32,7 @@ type leaderState struct {
 	confPending bool
 	confAt      time.Time
 	joins       []join
-	leaves      map[string]bool
+	leaves      map[string]uint64 // name -> raft id of the incarnation that leaves (0: any)
 	forgets     map[string]bool
 }
 
@@ -87,7 +87,7 @@ func (m *Machine) becomeLeader() {
 		assign:    map[string]string{},
 		releasing: map[string]release{},
 		eligSince: map[string]time.Time{},
-		leaves:    map[string]bool{},
+		leaves:    map[string]uint64{},
 		forgets:   map[string]bool{},
 	}
 	m.lead = l
@@ -414,7 +414,7 @@ func (p *peerState) sentGenDiffers() bool {
 	return p.sentGen != p.gen
 }
 
-func sortedKeys(s map[string]bool) []string {
+func sortedKeys[V any](s map[string]V) []string {
 	out := make([]string, 0, len(s))
 	for k := range s {
 		out = append(out, k)
@@ -643,7 +643,7 @@ func (m *Machine) request(h *header) {
 			m.routes[h.Join.ID] = h.Join.Name
 		}
 		if h.Leave != "" {
-			e.h.Leave = h.Leave
+			e.h.Leave, e.h.LeaveID = h.Leave, h.LeaveID
 		}
 		if h.Forget != "" {
 			e.h.Forget = h.Forget
@@ -660,7 +660,7 @@ func (m *Machine) request(h *header) {
 		m.lead.joins = append(m.lead.joins, *h.Join)
 	}
 	if h.Leave != "" {
-		m.lead.leaves[h.Leave] = true
+		m.lead.leaves[h.Leave] = h.LeaveID
 	}
 	if h.Forget != "" {
 		m.lead.forgets[h.Forget] = true
@@ -735,8 +735,9 @@ func (m *Machine) membership() {
 		if p := l.peers[name]; p != nil && (len(p.keys) > 0 || l.releasingFrom(name)) {
 			continue // hand its addresses over first
 		}
+		want := l.leaves[name]
 		delete(l.leaves, name)
-		if id := m.idOf(name); id != 0 && id != m.id {
+		if id := m.idOf(name); id != 0 && id != m.id && (want == 0 || id == want) {
 			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})
 			return
 		}
@@ -818,5 +819,6 @@ func (m *Machine) followerLeave() {
 		return
 	}
 	m.lastJoin = m.now
-	m.env(m.leaderName).h.Leave = m.cfg.Name
+	e := m.env(m.leaderName)
+	e.h.Leave, e.h.LeaveID = m.cfg.Name, m.id
 }

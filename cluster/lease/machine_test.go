@@ -2,6 +2,7 @@ package lease
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -431,4 +432,51 @@ func FuzzDecode(f *testing.F) {
 		}
 		m.Step(time.Unix(1, 0), Receive{From: "y", Data: b})
 	})
+}
+
+// TestStaleLeaveKeepsLaterIncarnation: a leave request names the incarnation
+// (raft id) that leaves. A late or duplicated copy of an old incarnation's
+// leave (UDP duplication, or a member forwarding it after the node came back
+// under its name with a new id) must not remove the node that rejoined; the
+// current incarnation's own leave does. c is unhealthy first, so it holds
+// nothing and a leave naming it would be carried out at once.
+func TestStaleLeaveKeepsLaterIncarnation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		leaveID func(cur uint64) uint64 // nil: c leaves itself (Leave event)
+		removed bool
+	}{
+		{"an older incarnation's leave", func(cur uint64) uint64 { return cur + 1 }, false},
+		{"a leave without an id (no raft state yet)", func(uint64) uint64 { return 0 }, true},
+		{"this incarnation leaves", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := three(t)
+			n.step("c", Health{Healthy: false})
+			n.run(3 * time.Second)
+			if h := n.holders("p1"); slices.Contains(h, "c") {
+				t.Fatalf("setup: unhealthy c still holds p1")
+			}
+			cid := n.nodes["c"].m.id
+			if tc.leaveID == nil {
+				n.step("c", Leave{})
+			} else {
+				b, c := n.nodes["b"].m, n.nodes["c"].m
+				leave, err := encode(&envelope{h: header{From: "b", ID: b.id, Cluster: b.cluster, Term: b.rn.Status().GetTerm(),
+					Leave: "c", LeaveID: tc.leaveID(c.id)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				n.step("a", Receive{From: "b", Data: leave})
+			}
+			n.run(3 * time.Second)
+			// A removed c rejoins under a new raft id: the old id is what
+			// tells whether this incarnation was removed.
+			a := n.nodes["a"].m
+			if got := slices.Contains(a.conf.Voters, cid) || slices.Contains(a.conf.Learners, cid); got == tc.removed {
+				st := a.Status()
+				t.Fatalf("voters %v learners %v: c's incarnation %d still a member = %v, want %v", st.Voters, st.Learners, cid, got, !tc.removed)
+			}
+		})
+	}
 }
