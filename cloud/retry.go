@@ -231,12 +231,20 @@ func sleep(ctx context.Context, d time.Duration) error {
 // waitGate blocks until the gate opens. When ctx's deadline comes first it
 // returns at once, without waiting, an error wrapping the failure that
 // closed the gate so the caller can report why.
+// minCallTime is the least time an API call is given after waitGate's wait:
+// with less left before the attempt's deadline, the attempt ends at once with
+// the gate's reason (rate limited, unavailable) instead.
+const minCallTime = 100 * time.Millisecond
+
 func (g *gate) waitGate(ctx context.Context) error {
 	d, last := g.wait()
 	if d <= 0 {
 		return nil
 	}
-	if dl, ok := ctx.Deadline(); ok && dl.Before(g.now().Add(d)) {
+	// A call needs time after the wait too: one sent with a few
+	// milliseconds left would only end in this attempt's deadline (and
+	// spend a request of the provider's budget for nothing).
+	if dl, ok := ctx.Deadline(); ok && dl.Before(g.now().Add(d+minCallTime)) {
 		if last == nil {
 			last = ErrUnavailable
 		}

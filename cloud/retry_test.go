@@ -138,3 +138,40 @@ func TestJitterNeverShortens(t *testing.T) {
 		t.Fatal("jitter(0) != 0")
 	}
 }
+
+// TestGateLeavesTimeForTheCall: a wait that ends just before the attempt's
+// deadline would send a call with no time left (it ended in "context
+// deadline exceeded", not the gate's reason, on a loaded CI machine): the
+// attempt is turned away at once unless minCallTime remains after the wait.
+func TestGateLeavesTimeForTheCall(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		after  time.Duration // the deadline, after the end of the wait
+		turned bool
+	}{
+		{"deadline 10ms after the wait", 10 * time.Millisecond, true},
+		{"deadline just short of minCallTime after the wait", minCallTime - 5*time.Millisecond, true},
+		{"deadline well after the wait", minCallTime + 200*time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate(Backoff{Base: 50 * time.Millisecond, Max: time.Second, RateLimitMax: time.Minute}, time.Now)
+			g.jitter = func(d time.Duration) time.Duration { return d }
+			cause := errors.New("HTTP 429")
+			wait := g.failed(verdict{outcome: OutcomeRateLimited, retry: true, wait: 200 * time.Millisecond}, cause)
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(wait+tc.after))
+			defer cancel()
+			start := time.Now()
+			err := g.waitGate(ctx)
+			took := time.Since(start)
+			if tc.turned {
+				if err == nil || !errors.Is(err, cause) || took > wait/2 {
+					t.Fatalf("waitGate = %v after %v, want an immediate error wrapping the cause", err, took)
+				}
+				return
+			}
+			if err != nil || took < wait-10*time.Millisecond {
+				t.Fatalf("waitGate = %v after %v, want nil after the %v wait", err, took, wait)
+			}
+		})
+	}
+}
