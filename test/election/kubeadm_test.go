@@ -37,6 +37,18 @@ func TestKubeadmFirstNode(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, c.procs["n1"].Output())
 	}
+	// kubeadm init writes certificates and manifests and the kubelet starts
+	// the static pod before the apiserver first answers: seconds after
+	// vipd.service started. vipd with VIPD_PEERS set first looks for an
+	// existing cluster for a discovery window (1 s) and then bootstraps
+	// alone; the 200 ms bound runs from the apiserver's answer once that is
+	// done (an apiserver answering within vipd's first second waits for the
+	// rest of the window: docs/lease.md).
+	if err := waitFor(ctx, "vipd on n1 to bootstrap its cluster of one", func() bool {
+		return c.metrics(ctx, "n1")["vipd_election_leader"] == "1"
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, c.procs["n1"].Output())
+	}
 	if err := c.apis["n1"].SetMode(lab.OK); err != nil {
 		t.Fatal(err)
 	}
