@@ -738,6 +738,16 @@ func (m *Machine) membership() {
 		want := l.leaves[name]
 		delete(l.leaves, name)
 		if id := m.idOf(name); id != 0 && id != m.id && (want == 0 || id == want) {
+			if !m.liveMajorityWithout(id) {
+				// Removing it would leave a configuration whose live voters
+				// are no majority (another voter is dead): nobody could
+				// hold until the dead one came back. It stops as a voter
+				// instead, keeps its state and resumes on restart (Consul:
+				// leave_on_terminate=false). It asks again every election
+				// timeout while it runs.
+				m.note("leave declined: without it the live voters would be no majority", "node", name)
+				continue
+			}
 			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})
 			return
 		}
@@ -807,6 +817,29 @@ func (m *Machine) membership() {
 			return
 		}
 	}
+}
+
+// liveMajorityWithout reports whether the voters that acked this leader
+// within an election timeout would be a majority of the configuration
+// without voter id (true when id is not a voter: removing a learner changes
+// no majority).
+func (m *Machine) liveMajorityWithout(id uint64) bool {
+	if !m.isVoter(id) {
+		return true
+	}
+	n, live := 0, 0
+	for _, v := range m.conf.Voters {
+		if v == id {
+			continue
+		}
+		n++
+		if v == m.id {
+			live++
+		} else if p := m.lead.peers[m.nameOf(v)]; p != nil && p.acked && m.alive(p) {
+			live++ // heard by this leader, recently (a new leader assumes every peer alive)
+		}
+	}
+	return live >= n/2+1
 }
 
 // followerLeave asks the leader to remove this node, again every election

@@ -480,3 +480,74 @@ func TestStaleLeaveKeepsLaterIncarnation(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaveKeepsLiveMajority: a graceful stop of the holder while another
+// voter is dead must not shrink the configuration to one whose live voters
+// are no majority (the survivor would sit with one dead voter of two, no
+// holder, forever). The leader declines the leave: the leaving node stops
+// as a voter with its state and, restarted, the two live voters hold again.
+// With all voters alive the leave is carried out.
+func TestLeaveKeepsLiveMajority(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		dead    bool
+		removed bool
+	}{
+		{"another voter is dead", true, false},
+		{"all voters alive", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := three(t)
+			n.run(2 * time.Second)
+			hs := n.holders("vip")
+			if len(hs) != 1 {
+				t.Fatalf("setup: holders %v", hs)
+			}
+			h := hs[0]
+			var dead, survivor string
+			for _, x := range n.order {
+				switch {
+				case x == h:
+				case dead == "":
+					dead = x
+				default:
+					survivor = x
+				}
+			}
+			if tc.dead {
+				n.nodes[dead].up = false
+				n.view()
+				n.run(2 * time.Second)
+			}
+			hid := n.nodes[h].m.id
+			n.step(h, Leave{})
+			n.run(3 * time.Second)
+			s := n.nodes[survivor].m
+			if got := !slices.Contains(s.conf.Voters, hid); got != tc.removed {
+				t.Fatalf("%s removed = %v, want %v (voters %v)", h, got, tc.removed, s.Status().Voters)
+			}
+			if got := n.holders("vip"); slices.Contains(got, h) {
+				t.Fatalf("the leaving node %s still holds: %v", h, got)
+			}
+			if !tc.dead {
+				if got := n.holders("vip"); len(got) != 1 {
+					t.Fatalf("after the leave: holders %v", got)
+				}
+				return
+			}
+			// The leaving node stops and starts again with its state.
+			n.nodes[h].up = false
+			n.view()
+			n.run(time.Second)
+			n.nodes[h].up = true
+			n.restart(h, true)
+			for i := 0; i < 5; i++ {
+				n.view()
+				n.run(time.Second)
+			}
+			if got := n.holders("vip"); len(got) != 1 || got[0] == dead {
+				t.Fatalf("after %s restarted beside dead %s: holders %v", h, dead, got)
+			}
+		})
+	}
+}
