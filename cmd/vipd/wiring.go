@@ -179,6 +179,10 @@ type leaseElector struct {
 	log    *slog.Logger
 	core   map[string]bool               // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
 	onHold func([]cluster.LeaseDecision) // other addresses (pools; nil: none); set before Run
+	// decided, when set, gets who holds each VIPD_ADDRESS / VIPD_EGRESS
+	// address as this node knows it (the l2 announcer's SetHolder); set
+	// before Run.
+	decided func(vip netip.Prefix, holder string, self bool)
 }
 
 func (e *leaseElector) Run(ctx context.Context, send func(vip.Event)) error {
@@ -212,6 +216,9 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 		return
 	}
 	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason})
+	if e.decided != nil {
+		e.decided(p, d.Node, d.Holder)
+	}
 }
 
 func (e clusterElector) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]cluster.HandoverResult, error) {
