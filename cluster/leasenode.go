@@ -257,11 +257,13 @@ func (n *LeaseNode) SetFailed(vip, reason string) {
 func (n *LeaseNode) SetPrepared(string, error) {}
 
 // SetAddresses replaces the addresses of one kind (pool, egress) the
-// cluster must place; the control-plane VIPs come from the configuration.
-func (n *LeaseNode) SetAddresses(kind lease.Kind, keys []string) {
-	as := make([]lease.Address, len(keys))
-	for i, k := range keys {
-		as[i] = lease.Address{Key: k, Kind: kind}
+// cluster must place, with the nodes that may hold each (Restricted,
+// Nodes); the control-plane VIPs come from the configuration.
+func (n *LeaseNode) SetAddresses(kind lease.Kind, addrs []lease.Address) {
+	as := make([]lease.Address, len(addrs))
+	for i, a := range addrs {
+		a.Kind = kind
+		as[i] = a
 	}
 	n.mu.Lock()
 	n.want[kind] = as

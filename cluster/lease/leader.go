@@ -328,13 +328,21 @@ func (m *Machine) place() {
 			desired = cp
 		default:
 			// rendezvous over the nodes eligible for PoolSettle (all
-			// eligible ones if none is settled yet), and the current holder
-			for _, n := range poolCands {
+			// eligible ones if none is settled yet), and the current
+			// holder; a restricted address only over the nodes it allows
+			cands := poolCands
+			if a.Restricted {
+				cands = allowed(poolCands, a)
+				if len(cands) == 0 {
+					cands = allowed(elig, a)
+				}
+			}
+			for _, n := range cands {
 				if desired == "" || rendezvous(n, a.Key) > rendezvous(desired, a.Key) {
 					desired = n
 				}
 			}
-			if cur != "" && m.eligible(cur) && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
+			if cur != "" && m.eligible(cur) && a.allows(cur) && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
 				desired = cur
 			}
 		}
@@ -361,6 +369,17 @@ func (m *Machine) place() {
 			m.unassign(k, n)
 		}
 	}
+}
+
+// allowed returns the names that may hold a.
+func allowed(names []string, a Address) []string {
+	var out []string
+	for _, n := range names {
+		if a.allows(n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func (m *Machine) unassign(key, from string) {

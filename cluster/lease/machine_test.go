@@ -551,3 +551,60 @@ func TestLeaveKeepsLiveMajority(t *testing.T) {
 		})
 	}
 }
+
+// TestRestrictedAddressesGoOnlyToAllowedNodes: a pool or egress address
+// that only some nodes may hold (an IPPool's node selector, a Service's
+// local traffic policy, an EgressPolicy's nodeSelector) is granted only to
+// one of them, moves when the set changes, and is held by nobody when no
+// node may hold it; the others are spread as before.
+func TestRestrictedAddressesGoOnlyToAllowedNodes(t *testing.T) {
+	n := three(t)
+	want := func(p1 []string) {
+		for _, name := range n.order {
+			n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane},
+				{Key: "p1", Kind: Pool, Restricted: true, Nodes: p1},
+				{Key: "p2", Kind: Egress, Restricted: true},
+				{Key: "p3", Kind: Pool}}})
+		}
+		n.run(3 * time.Second)
+	}
+	for _, tc := range []struct {
+		nodes []string
+		want  []string
+	}{
+		{[]string{"c"}, []string{"c"}},
+		{[]string{"b", "zz"}, []string{"b"}},
+		{[]string{"zz"}, nil},
+		{[]string{"a", "c"}, nil}, // one of them
+	} {
+		want(tc.nodes)
+		got := n.holders("p1")
+		switch {
+		case tc.want == nil && len(tc.nodes) == 2:
+			if len(got) != 1 || !slices.Contains(tc.nodes, got[0]) {
+				t.Fatalf("p1 for %v: holders %v", tc.nodes, got)
+			}
+		case !slices.Equal(got, tc.want):
+			t.Fatalf("p1 for %v: holders %v, want %v", tc.nodes, got, tc.want)
+		}
+		if h := n.holders("p2"); len(h) != 0 {
+			t.Fatalf("p2 (no node allowed) held by %v", h)
+		}
+		if h := n.holders("p3"); len(h) != 1 {
+			t.Fatalf("p3 (any node) held by %v", h)
+		}
+	}
+	// The allowed holder dies: the address goes to the other allowed node
+	// only.
+	h := n.holders("p1")[0]
+	n.nodes[h].up = false
+	n.view()
+	n.run(5 * time.Second)
+	other := "a"
+	if h == "a" {
+		other = "c"
+	}
+	if got := n.holders("p1"); !slices.Equal(got, []string{other}) {
+		t.Fatalf("after %s died: p1 holders %v, want [%s]", h, got, other)
+	}
+}
