@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -60,6 +61,37 @@ type peerState struct {
 	grantedGen uint64
 	grantEnd   time.Time // leader's clock: every grant it gave ends before this
 	pending    *grant
+
+	placedSig string    // the placement last sent (placed)
+	placedAt  time.Time // when
+}
+
+// placedRefresh: a follower hears the placement again this often even if
+// it did not change (a lost message is repaired).
+const placedRefresh = 5 * time.Second
+
+// placement is who holds each control-plane and egress address (an
+// address on its way from A to B is A's until A let go), and a signature
+// of it. Pool addresses are left out: there may be thousands, and their
+// status is each holder's own.
+func (m *Machine) placement() (map[string]string, string) {
+	l := m.lead
+	out := map[string]string{}
+	for _, a := range m.want {
+		if a.Kind == Pool {
+			continue
+		}
+		if r, ok := l.releasing[a.Key]; ok {
+			out[a.Key] = r.from
+		} else if n := l.assign[a.Key]; n != "" {
+			out[a.Key] = n
+		}
+	}
+	var b strings.Builder
+	for _, k := range sortedKeys(out) {
+		b.WriteString(k + "=" + out[k] + ",")
+	}
+	return out, b.String()
 }
 
 type release struct {
@@ -404,7 +436,12 @@ func (m *Machine) leaderDecide() {
 		m.membership()
 		m.maybeTransfer()
 	}
-	// assignments and grants
+	// assignments and grants; with the renewals, who holds what
+	var pl map[string]string
+	var plSig string
+	if l.beat {
+		pl, plSig = m.placement()
+	}
 	for name, p := range l.peers {
 		changed := p.ackedGen != p.gen
 		if !l.beat && !(changed && p.sentGenDiffers()) {
@@ -417,6 +454,10 @@ func (m *Machine) leaderDecide() {
 		}
 		e := m.env(name)
 		e.h.Assign = a
+		if l.beat && (plSig != p.placedSig || m.now.Sub(p.placedAt) >= placedRefresh) {
+			e.h.Placed = &placed{Term: l.term, Holders: pl}
+			p.placedSig, p.placedAt = plSig, m.now
+		}
 		p.markSent()
 		if p.pending != nil {
 			e.h.Grant = p.pending

@@ -608,3 +608,47 @@ func TestRestrictedAddressesGoOnlyToAllowedNodes(t *testing.T) {
 		t.Fatalf("after %s died: p1 holders %v, want [%s]", h, got, other)
 	}
 }
+
+// TestFollowersKnowWhoHolds: followers learn from the leader's renewals who
+// holds the control-plane and egress addresses (status, the egress
+// directors' route to the gateway, the l2 wire checks); pool addresses are
+// each holder's own. After the holder dies they learn the new one.
+func TestFollowersKnowWhoHolds(t *testing.T) {
+	n := three(t)
+	for _, name := range n.order {
+		n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane}, {Key: "e1", Kind: Egress}, {Key: "p1", Kind: Pool}}})
+	}
+	n.run(3 * time.Second)
+	check := func(nodes ...string) {
+		t.Helper()
+		for _, key := range []string{"vip", "e1"} {
+			h := n.holders(key)
+			if len(h) != 1 {
+				t.Fatalf("%s: holders %v", key, h)
+			}
+			for _, name := range nodes {
+				if got := n.nodes[name].m.Status().Holders[key]; got != h[0] {
+					t.Fatalf("%s says %s holds %s, it is %s", name, got, key, h[0])
+				}
+			}
+		}
+		for _, name := range nodes {
+			st := n.nodes[name].m.Status()
+			if got, ok := st.Holders["p1"]; ok && st.Leader != name && got != name {
+				t.Fatalf("%s reports the pool address's holder %s", name, got)
+			}
+		}
+	}
+	check(n.order...)
+	h := n.holders("vip")[0]
+	n.nodes[h].up = false
+	n.view()
+	n.run(5 * time.Second)
+	var alive []string
+	for _, name := range n.order {
+		if name != h {
+			alive = append(alive, name)
+		}
+	}
+	check(alive...)
+}
