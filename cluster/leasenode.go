@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -223,6 +224,28 @@ func leftBefore(st lease.Status, name string) bool {
 		return false
 	}
 	return !slices.Contains(st.Voters, name) && !slices.Contains(st.Learners, name) && !slices.Contains(st.Witnesses, name)
+}
+
+// Holder returns the node that holds vip as this node knows it (the
+// leader's placement; this node's own holds) and that node's gossip
+// address: the egress directors route to it. "" when none is known.
+func (n *LeaseNode) Holder(vip string) (name string, addr netip.Addr) {
+	st, holds, _ := n.loop.snapshot()
+	if _, mine := holds[vip]; mine {
+		name = n.cfg.Cluster.Name
+	} else if name = st.Holders[vip]; name == "" {
+		return "", netip.Addr{}
+	}
+	n.mu.Lock()
+	a := n.addrs[name]
+	n.mu.Unlock()
+	if name == n.cfg.Cluster.Name {
+		a = n.localAddr
+	}
+	if ap, err := netip.ParseAddrPort(a); err == nil {
+		addr = ap.Addr().Unmap()
+	}
+	return name, addr
 }
 
 // SetHealthy feeds this node's apiserver health to the machine.

@@ -796,18 +796,23 @@ func (m *Machine) membership() {
 			continue // hand its addresses over first
 		}
 		want := l.leaves[name]
-		delete(l.leaves, name)
-		if id := m.idOf(name); id != 0 && id != m.id && (want == 0 || id == want) {
-			if !m.liveMajorityWithout(id) {
-				// Removing it would leave a configuration whose live voters
-				// are no majority (another voter is dead): nobody could
-				// hold until the dead one came back. It stops as a voter
-				// instead, keeps its state and resumes on restart (Consul:
-				// leave_on_terminate=false). It asks again every election
-				// timeout while it runs.
-				m.note("leave declined: without it the live voters would be no majority", "node", name)
-				continue
+		id := m.idOf(name)
+		if id != 0 && id != m.id && (want == 0 || id == want) && !m.liveMajorityWithout(id) {
+			if m.now.Sub(l.since) < m.electionTimeout() {
+				continue // a new leader: the others' acks are on their way
 			}
+			// Removing it would leave a configuration whose live voters
+			// are no majority (another voter is dead): nobody could hold
+			// until the dead one came back. It stops as a voter instead,
+			// keeps its state and resumes on restart (Consul:
+			// leave_on_terminate=false). It asks again every election
+			// timeout while it runs.
+			delete(l.leaves, name)
+			m.note("leave declined: without it the live voters would be no majority", "node", name)
+			continue
+		}
+		delete(l.leaves, name)
+		if id != 0 && id != m.id && (want == 0 || id == want) {
 			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})
 			return
 		}
