@@ -176,8 +176,8 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 // to onHold, EgressPolicy holds to onEgress.
 type leaseElector struct {
 	*cluster.LeaseNode
-	log    *slog.Logger
-	core   map[string]bool               // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
+	log      *slog.Logger
+	core     map[string]bool               // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
 	onHold   func([]cluster.LeaseDecision) // pool addresses (nil: none); set before Run
 	onEgress func([]cluster.LeaseDecision) // EgressPolicy addresses (nil: none); set before Run
 	// decided, when set, gets who holds each VIPD_ADDRESS / VIPD_EGRESS
