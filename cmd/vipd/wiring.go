@@ -222,7 +222,7 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 		}
 		return
 	}
-	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason})
+	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover, PrevHolder: d.Prev})
 	if e.decided != nil {
 		e.decided(p, d.Node, d.Holder)
 	}
