@@ -229,13 +229,14 @@ type Status struct {
 	Witnesses  []string
 	LeaseUntil time.Time         // leader lease end (zero if not leader / no lease)
 	Holders    map[string]string // address key -> node (as this node knows it; authoritative on the leader)
-	// From: address key -> the node that let it go for its current holder
-	// (a planned move: a handover, preemption, graceful leave or pool
-	// rebalancing, not a failure), as this node knows it.
-	From map[string]string
 	Holds      map[string]time.Time
 	Quorum     bool // this node is leader with a valid lease, or follows a live leader
 	Healthy    bool
 	Leaving    bool
 	Removed    bool // this node left the cluster (Leave completed); it holds nothing and stays inert
+
+	// From: address key -> the node that let it go for its current holder
+	// (a planned move: a handover, preemption, graceful leave or pool
+	// rebalancing, not a failure), as this node knows it.
+	From map[string]string
 }
