@@ -252,6 +252,11 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 	}
 	timer.Reset(wait)
 	st := l.m.Status()
+	for k, h := range st.Holders {
+		if h != "" && h != st.Name && l.kinds[k] != lease.Pool {
+			l.lastOther[k] = h // the holder a handover would come from
+		}
+	}
 	l.mu.Lock()
 	l.status = st
 	l.holds = maps.Clone(l.held)
@@ -367,6 +372,9 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 			handover = true
 			reason = "lease granted by a majority: " + prev + " handed it over"
 		}
+		if !renewed && !handover {
+			l.log.Debug("new hold", "address", k, "last known holder", prev, "let go by", st.From[k], "state", st.State)
+		}
 		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name,
 			Prev: prev, Handover: handover})
 	}
@@ -392,7 +400,6 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		switch h := st.Holders[k]; {
 		case h != "" && h != st.Name:
 			reason, node = h+" holds it", h
-			l.lastOther[k] = h
 		case leader != "" && leader != st.Name:
 			reason = "placed by the leader, " + leader
 		case leader != "":

@@ -70,6 +70,9 @@ type LeaseNode struct {
 	localAddr  string               // this node's gossip address (set once after Create)
 	vetoPosted map[string]time.Time // postVeto's last post by kind
 	broken     map[string]string    // VIPs this node could not hold, with why (until it holds them)
+	// the last handover of each VIP this node ran (vipd handover, a
+	// graceful stop)
+	handovers map[string]HandoverResult
 
 	mMembers *prometheus.GaugeVec
 	mQuorum  prometheus.Gauge
@@ -154,6 +157,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		addrs:      map[string]string{},
 		vetoPosted: map[string]time.Time{},
 		broken:     map[string]string{},
+		handovers:  map[string]HandoverResult{},
 		want:       map[lease.Kind][]lease.Address{lease.ControlPlane: cfg.Addresses},
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Members by state: alive and dead as memberlist sees them; voters, learners and witnesses of the lease election's configuration.",
@@ -560,6 +564,7 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 				}
 				rs = append(rs, r)
 			}
+			n.noteHandovers(rs)
 			return rs, nil
 		}
 		select {
@@ -576,9 +581,20 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 				}
 				rs = append(rs, r)
 			}
+			n.noteHandovers(rs)
 			return rs, ctx.Err()
 		case <-stepped:
 		}
+	}
+}
+
+// noteHandovers keeps the results for /status (vipd status: "last
+// handover VIP: done to n2").
+func (n *LeaseNode) noteHandovers(rs []HandoverResult) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, r := range rs {
+		n.handovers[r.VIP] = r
 	}
 }
 
@@ -657,6 +673,8 @@ type LeaseStatusDoc struct {
 	Holds      map[string]time.Time `json:"holds"`
 	Members    []LeaseMemberStatus  `json:"members"`
 	Broken     map[string]string    `json:"broken,omitempty"`
+	// LastHandover is the last handover of each VIP this node ran.
+	LastHandover map[string]HandoverResult `json:"last_handover,omitempty"`
 }
 
 // LeaseMemberStatus is one memberlist member in /status. Healthy is what
@@ -681,6 +699,9 @@ func (n *LeaseNode) Status() any {
 	n.mu.Lock()
 	if len(n.broken) > 0 {
 		doc.Broken = maps.Clone(n.broken)
+	}
+	if len(n.handovers) > 0 {
+		doc.LastHandover = maps.Clone(n.handovers)
 	}
 	for _, k := range sortedKeys(n.members) {
 		m := n.members[k]

@@ -350,11 +350,16 @@ func (m *Machine) Status() Status {
 					s.Holders[k] = n
 				}
 			}
-			s.From = maps.Clone(m.placedFrom)
 		}
 		for k := range m.hold.keys {
 			s.Holders[k] = m.cfg.Name
 		}
+	}
+	if m.lead == nil {
+		// What the last leader said (also while a transfer makes this
+		// node a candidate): the runtime names a giver only if it is the
+		// holder it last knew.
+		s.From = maps.Clone(m.placedFrom)
 	}
 	return s
 }

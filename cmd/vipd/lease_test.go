@@ -95,8 +95,10 @@ func TestPrintStatusLease(t *testing.T) {
 	doc := cluster.LeaseStatusDoc{Election: "lease", Role: "voter", State: "StateLeader", Leader: "cp-1", Term: 7, Quorum: true,
 		Voters: []string{"cp-1", "cp-2", "w"}, Learners: []string{"cp-3"}, Witnesses: []string{"w"}, LeaseLeft: "612ms",
 		Holders: map[string]string{"10.0.0.1/32": "cp-1"}, Holds: map[string]time.Time{"10.0.0.1/32": now.Add(700 * time.Millisecond)},
-		Members: []cluster.LeaseMemberStatus{{Name: "cp-2", Addr: "10.0.0.12:7950", Alive: true}},
-		Broken:  map[string]string{"10.0.0.2/32": "last attempt failed 12:00:09: interface down"}}
+		Members: []cluster.LeaseMemberStatus{{Name: "cp-2", Addr: "10.0.0.12:7950", Alive: true, Healthy: true, Eligible: false}},
+		Broken:  map[string]string{"10.0.0.2/32": "last attempt failed 12:00:09: interface down"},
+		LastHandover: map[string]cluster.HandoverResult{"10.0.0.3/32": {VIP: "10.0.0.3/32", To: "cp-2", OK: true, At: now.Add(-2 * time.Second),
+			Took: 41 * time.Millisecond, Reason: "lease transferred"}}}
 	s := Status{Node: "cp-1", Version: "v1", Mode: "l2", Started: now.Add(-time.Minute), Components: map[string]any{"cluster": doc}}
 	var b bytes.Buffer
 	if err := printStatus(&b, s, now); err != nil {
@@ -104,7 +106,8 @@ func TestPrintStatusLease(t *testing.T) {
 	}
 	for _, want := range []string{"lease election, voter (StateLeader), leader cp-1, term 7, quorum true", "leader lease:", "612ms left",
 		"voters:", "cp-1, cp-2, w", "learners:", "cp-3", "witnesses:", "10.0.0.1/32", "700ms", "cp-2", "10.0.0.12:7950",
-		"CANNOT HOLD 10.0.0.2/32:", "interface down"} {
+		"CANNOT HOLD 10.0.0.2/32:", "interface down", "last handover 10.0.0.3/32:", "done to cp-2 2s ago (41ms): lease transferred",
+		"ALIVE  HEALTHY  ELIGIBLE", "true   true     false"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
