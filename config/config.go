@@ -63,6 +63,7 @@ type Config struct {
 	GossipBind    netip.AddrPort
 	GossipKeyFile string
 	Priority      int
+	Nice          int // VIPD_NICE
 	Quorum        Quorum
 	StateDir      string
 	MemberExpiry  time.Duration

@@ -453,6 +453,7 @@ func (d *daemon) run(parent context.Context) error {
 	// Registered first, so logged last: after the deferred waits below
 	// (VIPs released, cluster left, egress state removed).
 	defer d.log.Info("vipd stopped")
+	raisePriority(d.cfg.Nice, d.log)
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	if d.cfg.MetricsAddress != "" {
