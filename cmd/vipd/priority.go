@@ -39,7 +39,7 @@ func raisePriority(nice int, log *slog.Logger) int {
 		}
 	}
 	if failed > 0 {
-		log.Warn("VIPD_NICE: cannot raise the scheduling priority (needs CAP_SYS_NICE): running at the priority it was started with", "nice", nice, "err", first)
+		log.Warn("VIPD_NICE: cannot set the scheduling priority (raising it needs CAP_SYS_NICE, or start vipd at that nice value, as vipd.service does with Nice=-10; VIPD_NICE=0 keeps the priority it was started with)", "nice", nice, "err", first)
 		return failed
 	}
 	log.Debug("scheduling priority set", "nice", nice, "threads", len(ents))
