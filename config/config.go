@@ -228,6 +228,28 @@ func Load(src Source) (*Config, error) {
 	return c, nil
 }
 
+// gossipOnly are the settings only the gossip election reads.
+var gossipOnly = map[string]string{
+	"VIPD_QUORUM":        "the lease election counts the agreed voters; for two control-plane nodes run a third voter, VIPD_ROLE=witness (docs/l2.md)",
+	"VIPD_MEMBER_EXPIRY": "the lease election removes a dead voter after 20 s while a majority remains (docs/lease.md)",
+}
+
+// Ignored lists, one line each, the settings given explicitly that the
+// chosen election does not read: an env file written for the gossip
+// election keeps working under the lease (the default), with a warning.
+func (c *Config) Ignored() []string {
+	if c.Election != ElectionLease {
+		return nil
+	}
+	var out []string
+	for _, env := range c.Explicit {
+		if why, ok := gossipOnly[env]; ok {
+			out = append(out, env+" is ignored with VIPD_ELECTION=lease: "+why)
+		}
+	}
+	return out
+}
+
 // check validates combinations of settings.
 func (c *Config) check() error {
 	if err := c.checkEgress(); err != nil {

@@ -329,3 +329,36 @@ func TestWitnessImpliesLease(t *testing.T) {
 		t.Fatalf("role %q election %q, want a witness in the lease election", c.Role, c.Election)
 	}
 }
+
+// Settings only the gossip election reads are accepted under the lease (an
+// env file written for the gossip election keeps working) with one line
+// each naming the setting and what replaces it; nothing under the gossip
+// election or when they are not set.
+func TestIgnoredUnderTheLease(t *testing.T) {
+	for _, tc := range []struct {
+		kv   []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"VIPD_QUORUM", "off", "VIPD_MEMBER_EXPIRY", "1h"}, []string{"VIPD_QUORUM is ignored with VIPD_ELECTION=lease: ", "VIPD_MEMBER_EXPIRY is ignored with VIPD_ELECTION=lease: "}},
+		{[]string{"VIPD_QUORUM", "off", "VIPD_ELECTION", "gossip"}, nil},
+	} {
+		c, err := load(t, tc.kv...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.Ignored()
+		if len(got) != len(tc.want) {
+			t.Fatalf("%v: %q, want %d lines", tc.kv, got, len(tc.want))
+		}
+		for i, w := range tc.want {
+			if !strings.HasPrefix(got[i], w) || strings.Contains(got[i], "\n") {
+				t.Errorf("%v: %q, want %q...", tc.kv, got[i], w)
+			}
+		}
+	}
+	c, _ := load(t, "VIPD_QUORUM", "off")
+	if got := c.Ignored(); len(got) != 1 || !strings.Contains(got[0], "VIPD_ROLE=witness") {
+		t.Errorf("VIPD_QUORUM=off does not point to the witness: %q", got)
+	}
+}

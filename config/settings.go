@@ -207,7 +207,7 @@ var table = []Setting{
 			return c.PreemptDelay.String()
 		}},
 	{Env: "VIPD_QUORUM", Flag: "quorum", Default: "auto", Section: SecCluster,
-		Doc:      "auto: a majority of known members must be alive; off: no quorum (two-node setups, split-brain risk); N: at least N alive.",
+		Doc:      "Gossip election only (VIPD_ELECTION=gossip; ignored with a warning under the lease, where a witness gives two-node clusters their third vote): auto: a majority of known members must be alive; off: no quorum (two-node setups, split-brain risk); N: at least N alive.",
 		Accepted: "auto, off, or a number 1-100",
 		parse: func(c *Config, v string) error {
 			switch v {
@@ -225,7 +225,7 @@ var table = []Setting{
 			return nil
 		}, format: func(c *Config) string { return c.Quorum.String() }},
 	durationSetting("VIPD_MEMBER_EXPIRY", "member-expiry", "10m", SecCluster,
-		"How long a member may be dead before the members that still have quorum stop counting it (a member that leaves gracefully is not counted from then on).",
+		"Gossip election only (VIPD_ELECTION=gossip; ignored with a warning under the lease, which removes a dead voter after 20 s while a majority remains): how long a member may be dead before the members that still have quorum stop counting it (a member that leaves gracefully is not counted from then on).",
 		10*time.Second, 30*24*time.Hour, func(c *Config) *time.Duration { return &c.MemberExpiry }),
 	pathSetting("VIPD_STATE_DIR", "state-dir", "/var/lib/vipd", SecCluster,
 		"Directory for persistent state (members ever seen).",

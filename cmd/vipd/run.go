@@ -70,6 +70,9 @@ func runDaemon(c *config.Config) error {
 	for _, w := range warnUnknownEnv() {
 		log.Warn(w)
 	}
+	for _, w := range c.Ignored() {
+		log.Warn(w)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
