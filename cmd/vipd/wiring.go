@@ -146,16 +146,13 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 	var addrs []lease.Address
 	core := map[string]bool{}
 	if !c.Witness() {
-		egressIPs := map[netip.Addr]bool{}
-		for _, ip := range c.EgressIPs() {
-			egressIPs[ip] = true
-		}
+		// Every VIPD_ADDRESS address, a static VIPD_EGRESS one included,
+		// follows the control-plane rule: held together, the incumbent
+		// keeps them (one gateway for all static egress IPs, which a
+		// joining node does not take: egress connections survive it, as
+		// with the gossip election). EgressPolicy addresses are spread.
 		for _, a := range c.Addresses {
-			kind := lease.ControlPlane
-			if egressIPs[a.Addr()] {
-				kind = lease.Egress // a static VIPD_EGRESS address: the core holds it as a VIP
-			}
-			addrs = append(addrs, lease.Address{Key: a.String(), Kind: kind})
+			addrs = append(addrs, lease.Address{Key: a.String(), Kind: lease.ControlPlane})
 			core[a.String()] = true
 		}
 	}
