@@ -81,6 +81,11 @@ type LeaseDecision struct {
 	// planned move: handover, preemption, graceful stop), not a failure.
 	Prev     string
 	Handover bool
+	// Lone: this node holds as the only voter of its cluster while it
+	// expects peers (a kubeadm first node, or one cut off from the others
+	// at its first start): the l2 probe keeps looking for another holder
+	// and cloud mode does not take an address another instance holds.
+	Lone bool
 	// Node is the node that holds the address as this node knows it:
 	// this node's name while Holder, another's when the leader told who
 	// holds it, "" when none is known.
@@ -109,6 +114,10 @@ type leaseLoop struct {
 	meta   func([]byte)          // publish this node's metadata (nil: none)
 	// witness: never send Health (a witness has no apiserver).
 	witness bool
+	// expectPeers: VIPD_PEERS is set. A hold while this node is the only
+	// voter is then Lone (nobody vouches for it: it may be cut off from a
+	// cluster that holds the address).
+	expectPeers bool
 
 	events chan lease.Event
 	// stopped is closed when run returns (waiters stop waiting).
@@ -372,11 +381,8 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 			handover = true
 			reason = "lease granted by a majority: " + prev + " handed it over"
 		}
-		if !renewed && !handover {
-			l.log.Debug("new hold", "address", k, "last known holder", prev, "let go by", st.From[k], "state", st.State)
-		}
 		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name,
-			Prev: prev, Handover: handover})
+			Prev: prev, Handover: handover, Lone: l.expectPeers && len(st.Voters) == 1 && st.Voters[0] == st.Name})
 	}
 	for _, k := range sortedKeys(l.held) {
 		if _, ok := holds[k]; ok {

@@ -608,3 +608,45 @@ func TestLeaseLoopNamesThePreviousHolder(t *testing.T) {
 		})
 	}
 }
+
+// A hold while this node is the only voter and VIPD_PEERS is set is Lone
+// (the core keeps probing for another holder; cloud mode does not take an
+// address another instance holds); with other voters, or without peers
+// (a single-node setup), it is not.
+func TestLeaseLoopLoneHold(t *testing.T) {
+	for _, tc := range []struct {
+		voters []string
+		peers  bool
+		lone   bool
+	}{
+		{[]string{"a"}, true, true},
+		{[]string{"a"}, false, false},
+		{[]string{"a", "b", "c"}, true, false},
+	} {
+		clk := newFakeClock()
+		var mu sync.Mutex
+		m := &toyMachine{status: lease.Status{Name: "a", Leader: "a", Voters: tc.voters},
+			script: func(now time.Time, ev lease.Event) lease.Output {
+				return lease.Output{Holds: map[string]time.Time{"10.0.0.100/32": testT0.Add(time.Second)}}
+			}}
+		var got []LeaseDecision
+		l := newLeaseLoop(m, clk, &journal{}, &journal{}, discard())
+		l.expectPeers = tc.peers
+		l.decide = func(ds []LeaseDecision) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, ds...)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = l.run(ctx) }()
+		postWait(t, l, lease.Tick{})
+		cancel()
+		<-done
+		mu.Lock()
+		if len(got) == 0 || !got[0].Holder || got[0].Lone != tc.lone {
+			t.Errorf("voters %v peers %v: %+v, want Lone %v", tc.voters, tc.peers, got, tc.lone)
+		}
+		mu.Unlock()
+	}
+}

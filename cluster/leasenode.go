@@ -186,6 +186,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	}
 	n.loop = newLeaseLoop(m, cfg.Clock, n, st, log)
 	n.loop.witness = cfg.Machine.Role == lease.Witness
+	n.loop.expectPeers = len(cfg.Cluster.Peers) > 0
 	n.loop.meta = n.publishMeta
 	if reg != nil {
 		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, leaseRemaining{n}} {

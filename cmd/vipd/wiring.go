@@ -219,7 +219,7 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 		}
 		return
 	}
-	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover, PrevHolder: d.Prev})
+	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover, PrevHolder: d.Prev, Lone: d.Lone})
 	if e.decided != nil {
 		e.decided(p, d.Node, d.Holder)
 	}
