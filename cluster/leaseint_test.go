@@ -227,8 +227,9 @@ func TestLeaseIntegrationThreeNodes(t *testing.T) {
 		}
 	}
 
-	// Graceful stop of the holder (SIGTERM: Leave): another node holds,
-	// and the configuration shrinks to the two others.
+	// Graceful stop of the holder (SIGTERM: Leave): another node holds.
+	// Three voters do not shrink (the floor): the stopped node stays a
+	// voter and, started again from its state, is the same member.
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	rs, err := nodes[holder].n.HandOver(ctx, nil, "", true)
@@ -239,13 +240,31 @@ func TestLeaseIntegrationThreeNodes(t *testing.T) {
 	next := h.waitHolder(t, 5*time.Second, holder)
 	t.Logf("graceful stop of %s: %s holds after %v (%+v)", holder, next, time.Since(start).Round(time.Millisecond), rs)
 	nodes[holder].stop()
-	delete(nodes, holder)
-	waitVoters(next, 2)
+	waitVoters(next, 3)
+	nodes[holder] = startReal(t, holder, dirs[holder], h, nodes[next].addr())
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, _, _ := nodes[holder].n.loop.snapshot()
+		if st.Leader != "" && contains(st.Voters, holder) && len(st.Voters) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s restarted after its graceful stop: leader %q voters %v learners %v", holder, st.Leader, st.Voters, st.Learners)
+		}
+	}
 
-	// A replacement joins (through the holder's address), then the holder
-	// dies without a stop: another node holds within a lease and an
-	// election.
+	// A replacement joins (through the holder's address); the node it
+	// replaces stops gracefully and leaves (four voters may shrink to
+	// three); then the holder dies without a stop: another node holds
+	// within a lease and an election.
 	nodes["d"] = startReal(t, "d", t.TempDir(), h, nodes[next].addr())
+	waitVoters(next, 4)
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	if rs, err := nodes[holder].n.HandOver(ctx, nil, "", true); err != nil {
+		t.Fatalf("leave of %s: %v %+v", holder, err, rs)
+	}
+	cancel()
+	nodes[holder].stop()
+	delete(nodes, holder)
 	waitVoters(next, 3)
 	start = time.Now()
 	nodes[next].stop()

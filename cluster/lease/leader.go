@@ -827,6 +827,17 @@ func (m *Machine) membership() {
 		}
 		want := l.leaves[name]
 		id := m.idOf(name)
+		if id != 0 && id != m.id && (want == 0 || id == want) && m.isVoter(id) && len(m.conf.Voters)-1 < m.cfg.MinVoters {
+			// The floor autopilot keeps: a 3-voter cluster does not shrink
+			// on a graceful stop. The node stops as a voter, keeps its
+			// state and resumes on restart (a restart is not a rejoin, so
+			// no window with two voters and a learner that one more
+			// failure would leave without a majority); a machine gone for
+			// good is removed with vipd forget.
+			delete(l.leaves, name)
+			m.note("leave declined: the voters would fall below the floor", "node", name, "voters", len(m.conf.Voters), "floor", m.cfg.MinVoters)
+			continue
+		}
 		if id != 0 && id != m.id && (want == 0 || id == want) && !m.liveMajorityWithout(id) {
 			if m.now.Sub(l.since) < m.electionTimeout() {
 				continue // a new leader: the others' acks are on their way

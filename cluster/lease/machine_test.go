@@ -434,6 +434,20 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// four: three, then d joined and promoted.
+func four(t *testing.T) *tnet {
+	n := three(t)
+	n.add("d", true, Voter)
+	for i := 0; i < 5; i++ {
+		n.view()
+		n.run(200 * time.Millisecond)
+	}
+	if st := n.nodes["a"].m.Status(); len(st.Voters) != 4 {
+		t.Fatalf("setup: %+v", st)
+	}
+	return n
+}
+
 // TestStaleLeaveKeepsLaterIncarnation: a leave request names the incarnation
 // (raft id) that leaves. A late or duplicated copy of an old incarnation's
 // leave (UDP duplication, or a member forwarding it after the node came back
@@ -451,7 +465,7 @@ func TestStaleLeaveKeepsLaterIncarnation(t *testing.T) {
 		{"this incarnation leaves", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := three(t)
+			n := four(t) // three voters would not shrink (the floor)
 			n.step("c", Health{Healthy: false})
 			n.run(3 * time.Second)
 			if h := n.holders("p1"); slices.Contains(h, "c") {
@@ -481,44 +495,54 @@ func TestStaleLeaveKeepsLaterIncarnation(t *testing.T) {
 	}
 }
 
-// TestLeaveKeepsLiveMajority: a graceful stop of the holder while another
-// voter is dead must not shrink the configuration to one whose live voters
-// are no majority (the survivor would sit with one dead voter of two, no
-// holder, forever). The leader declines the leave: the leaving node stops
-// as a voter with its state and, restarted, the two live voters hold again.
-// With all voters alive the leave is carried out.
+// TestLeaveKeepsLiveMajority: a graceful stop never shrinks the
+// configuration below the voter floor (3), nor to one whose live voters are
+// no majority (another voter is dead: the survivor would sit with one dead
+// voter of two, no holder, forever). The leader declines such a leave: the
+// leaving node stops as a voter with its state and, restarted, resumes and
+// the live voters hold again. Above the floor with a live majority the
+// leave is carried out.
 func TestLeaveKeepsLiveMajority(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		dead    bool
+		four    bool
+		dead    int
 		removed bool
 	}{
-		{"another voter is dead", true, false},
-		{"all voters alive", false, true},
+		{"three voters, another one dead", false, 1, false},
+		{"three voters, all alive (the floor)", false, 0, false},
+		{"four voters, all alive", true, 0, true},
+		{"four voters, two others dead", true, 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := three(t)
+			var n *tnet
+			if tc.four {
+				n = four(t)
+			} else {
+				n = three(t)
+			}
 			n.run(2 * time.Second)
 			hs := n.holders("vip")
 			if len(hs) != 1 {
 				t.Fatalf("setup: holders %v", hs)
 			}
 			h := hs[0]
-			var dead, survivor string
+			var dead []string
+			survivor := ""
 			for _, x := range n.order {
 				switch {
 				case x == h:
-				case dead == "":
-					dead = x
-				default:
+				case len(dead) < tc.dead:
+					dead = append(dead, x)
+				case survivor == "":
 					survivor = x
 				}
 			}
-			if tc.dead {
-				n.nodes[dead].up = false
-				n.view()
-				n.run(2 * time.Second)
+			for _, d := range dead {
+				n.nodes[d].up = false
 			}
+			n.view()
+			n.run(2 * time.Second)
 			hid := n.nodes[h].m.id
 			n.step(h, Leave{})
 			n.run(3 * time.Second)
@@ -529,13 +553,14 @@ func TestLeaveKeepsLiveMajority(t *testing.T) {
 			if got := n.holders("vip"); slices.Contains(got, h) {
 				t.Fatalf("the leaving node %s still holds: %v", h, got)
 			}
-			if !tc.dead {
+			if tc.removed {
 				if got := n.holders("vip"); len(got) != 1 {
 					t.Fatalf("after the leave: holders %v", got)
 				}
 				return
 			}
-			// The leaving node stops and starts again with its state.
+			// The leaving node stops and starts again with its state: it
+			// resumes as a voter and, with it, the live voters hold.
 			n.nodes[h].up = false
 			n.view()
 			n.run(time.Second)
@@ -545,8 +570,13 @@ func TestLeaveKeepsLiveMajority(t *testing.T) {
 				n.view()
 				n.run(time.Second)
 			}
-			if got := n.holders("vip"); len(got) != 1 || got[0] == dead {
-				t.Fatalf("after %s restarted beside dead %s: holders %v", h, dead, got)
+			// (two of four dead: no majority with or without the leave,
+			// until one of them is back)
+			if got := n.holders("vip"); tc.dead == 1 && (len(got) != 1 || slices.Contains(dead, got[0])) {
+				t.Fatalf("after %s restarted beside dead %v: holders %v", h, dead, got)
+			}
+			if !slices.Contains(n.nodes[survivor].m.conf.Voters, hid) {
+				t.Fatalf("%s is no longer a voter after its restart", h)
 			}
 		})
 	}
