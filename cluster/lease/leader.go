@@ -29,7 +29,8 @@ type leaderState struct {
 	transferTo   string
 	transferAt   time.Time
 	lastTransfer time.Time
-	handover     string // a requested holder of the control-plane addresses
+	handover     string    // a requested holder of the control-plane addresses
+	handoverBy   time.Time // a request for a node not eligible yet lapses then (zero: none)
 
 	confPending bool
 	confAt      time.Time
@@ -278,7 +279,7 @@ func (m *Machine) eligibleNames() []string {
 // node has been healthy for PreemptDelay; otherwise the best ranked.
 func (m *Machine) controlPlaneHolder(elig []string) string {
 	l := m.lead
-	if l.handover != "" && m.eligible(l.handover) {
+	if l.handover != "" && m.eligible(l.handover) && (l.handoverBy.IsZero() || !m.now.After(l.handoverBy)) {
 		return l.handover
 	}
 	cur := ""
@@ -696,11 +697,19 @@ func (m *Machine) transferRequest(to, except string) {
 		}
 		to = best
 	}
+	if to != "" && !m.eligible(to) && m.isVoter(m.idOf(to)) && m.cfg.Name != to {
+		// A voter not eligible yet in this leader's eyes (its healthy
+		// ack is one renewal away after its apiserver came back): the
+		// request waits for it, two election timeouts at most.
+		m.lead.handover, m.lead.handoverBy = to, m.now.Add(2*m.electionTimeout())
+		m.note("handover requested: waiting for the successor to be eligible", "to", to)
+		return
+	}
 	if to == "" || !m.eligible(to) {
 		m.note("no eligible node to hand over to", "asked", to)
 		return
 	}
-	m.lead.handover = to
+	m.lead.handover, m.lead.handoverBy = to, time.Time{}
 	m.note("handover requested", "to", to)
 }
 

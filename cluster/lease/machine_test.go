@@ -713,3 +713,38 @@ func TestPlannedMovesNameTheGiver(t *testing.T) {
 		t.Fatalf("%s says %q handed the VIP over after a failure", got[0], f)
 	}
 }
+
+// TestHandoverWaitsForTheSuccessor: vipd handover --to a voter whose
+// healthy ack has not reached the leader yet (its apiserver just came back)
+// waits for it, two election timeouts at most; a successor still not
+// eligible then does not get the addresses later (no delayed preemption).
+func TestHandoverWaitsForTheSuccessor(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		after  time.Duration // b healthy again this long after the request
+		movesB bool
+	}{
+		{"healthy a renewal later", 100 * time.Millisecond, true},
+		{"healthy only after the request lapsed", 3 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := three(t)
+			n.run(2 * time.Second)
+			h := n.holders("vip")[0]
+			to := "b"
+			if h == "b" {
+				to = "c"
+			}
+			n.step(to, Health{Healthy: false})
+			n.run(time.Second)
+			n.step(h, Transfer{To: to})
+			n.run(tc.after)
+			n.step(to, Health{Healthy: true})
+			n.run(3 * time.Second)
+			got := n.holders("vip")
+			if moved := slices.Equal(got, []string{to}); moved != tc.movesB {
+				t.Fatalf("holders %v: moved to %s = %v, want %v", got, to, moved, tc.movesB)
+			}
+		})
+	}
+}
