@@ -26,13 +26,16 @@ type meta struct {
 	VoterSum uint64 `json:"vh,omitempty"`
 	Healthy  bool   `json:"h,omitempty"`
 	Priority int    `json:"p,omitempty"`
-	Alive    bool   `json:"-"`
+	// Unreach: the addresses this node cannot reach through their
+	// holder, "key holder" (unverified.go; at most MaxReports).
+	Unreach []string `json:"u,omitempty"`
+	Alive   bool     `json:"-"`
 }
 
 const metaVersion = 1
 
 func (m *Machine) metaBytes() []byte {
-	md := meta{V: metaVersion, ID: m.id, Role: m.cfg.Role, Healthy: m.health && m.cfg.Role == Voter, Priority: m.cfg.Priority}
+	md := meta{V: metaVersion, ID: m.id, Role: m.cfg.Role, Healthy: m.health && m.cfg.Role == Voter, Priority: m.cfg.Priority, Unreach: m.reportsMeta()}
 	if m.rn != nil && !m.left {
 		bs := m.rn.BasicStatus()
 		md.Cluster = m.cluster

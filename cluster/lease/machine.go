@@ -128,6 +128,8 @@ type Machine struct {
 	leaving bool
 	left    bool
 
+	unv unverifiedState // reports and exclusions of unverified holders (unverified.go)
+
 	// per Step output
 	out      map[string]*envelope
 	outOrder []string
@@ -380,6 +382,8 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 		}
 	case Forget:
 		m.forgetRequest(e.Name)
+	case Unreachable:
+		m.setReports(e.Reports)
 	}
 	m.drive()
 	return m.output()
