@@ -37,9 +37,10 @@ var ErrUnverified = errors.New("the other nodes cannot reach the VIP through thi
 
 // VerifyPeers is what the verification needs from the cluster.
 type VerifyPeers interface {
-	// SetUnverified publishes whether this node can reach vip, held by
-	// another node.
-	SetUnverified(vip string, unreachable bool)
+	// SetUnverified publishes whether this node can reach vip through
+	// holder, the other node it believes holds it (the lease election
+	// counts a report only against the holder it names).
+	SetUnverified(vip, holder string, unreachable bool)
 	// UnverifiedBy returns the other alive members that report they
 	// cannot reach vip, and how many other alive members there are.
 	UnverifiedBy(vip string) (reporters []string, others int)
@@ -80,6 +81,14 @@ type verification struct {
 	dups     map[netip.Addr]*Duplicate
 	dupCount *prometheus.CounterVec
 	holder   map[netip.Addr]string // who holds each VIP, by name
+	self     map[netip.Addr]bool   // the VIPs this node holds, as last told
+	// lost: VIPs this node held until the election moved them, not yet
+	// checked for the others' reports (an election that acts on the
+	// reports itself, the lease, moves a VIP before its holder gives it
+	// up: the holder still says why it lost it).
+	lost map[netip.Addr]bool
+	// given: VIPs this node gave up itself on the reports (counted once).
+	given map[netip.Addr]bool
 	// ndp sends the rounds' neighbour solicitations (opened on first use,
 	// again when the interface changes; it receives nothing).
 	ndp      *ndp.Conn
@@ -99,7 +108,7 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 	vf := &verification{
 		opts: opts, v: conflict.NewVerifier(opts.Every),
 		queue: map[netip.Addr]conflict.Holder{}, prefix: map[netip.Addr]netip.Prefix{}, denied: map[netip.Addr]string{},
-		dups: map[netip.Addr]*Duplicate{}, holder: map[netip.Addr]string{},
+		dups: map[netip.Addr]*Duplicate{}, holder: map[netip.Addr]string{}, self: map[netip.Addr]bool{}, lost: map[netip.Addr]bool{}, given: map[netip.Addr]bool{},
 		dupCount: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_duplicate_answers_total", Help: "Verification rounds (on a node that does not hold the VIP) in which more than one host answered for the VIP: one per set of MACs and episode (it ends after 10 s without).",
 		}, []string{"vip"}),
@@ -150,6 +159,10 @@ func (l *L2) SetHolder(vip netip.Prefix, holder string, self bool) {
 	}
 	vf.prefix[vip.Addr()] = vip
 	vf.holder[vip.Addr()] = holder
+	if vf.self[vip.Addr()] && !self {
+		vf.lost[vip.Addr()] = true
+	}
+	vf.self[vip.Addr()] = self
 	vf.queue[vip.Addr()] = conflict.Holder{Addr: vip.Addr(), Name: holder, Self: self}
 	l.vmu.Unlock()
 	select {
@@ -234,7 +247,12 @@ func (l *L2) runVerify(ctx context.Context) {
 			queued = append(queued, h)
 		}
 		clear(vf.queue)
+		lost := slices.SortedFunc(maps.Keys(vf.lost), netip.Addr.Compare)
+		clear(vf.lost)
 		l.vmu.Unlock()
+		for _, a := range lost {
+			l.lostUnverified(vf, a)
+		}
 		queued = append(queued, conflict.Tick{})
 		for _, ev := range queued {
 			l.verifyStep(ctx, vf, ev)
@@ -515,7 +533,7 @@ func (l *L2) verdict(vf *verification, d conflict.Verdict) {
 	p := l.prefixOf(vf, d.Addr)
 	v := p.String()
 	if !d.Self {
-		vf.opts.Peers.SetUnverified(v, d.Unreachable)
+		vf.opts.Peers.SetUnverified(v, d.Holder, d.Unreachable)
 		if d.Unreachable {
 			vf.unreach.WithLabelValues(v).Set(1)
 			l.log.Warn("VIP unreachable through its holder: its ARP / neighbour answers do not arrive here (reported to the cluster)",
@@ -528,6 +546,7 @@ func (l *L2) verdict(vf *verification, d conflict.Verdict) {
 	}
 	l.vmu.Lock()
 	if d.Unreachable {
+		vf.given[d.Addr] = true
 		vf.denied[d.Addr] = fmt.Sprintf("%s cannot reach it", strings.Join(d.Reporters, ", "))
 	} else {
 		delete(vf.denied, d.Addr)
@@ -546,4 +565,23 @@ func (l *L2) verdict(vf *verification, d conflict.Verdict) {
 	case l.poke <- struct{}{}:
 	default:
 	}
+}
+
+// lostUnverified: the election moved a away from this node; when most of
+// the other nodes were reporting that they cannot reach it through this
+// node, that is why: said and counted as when this node gives it up
+// itself (the lease election's leader moves it on the reports).
+func (l *L2) lostUnverified(vf *verification, a netip.Addr) {
+	p := l.prefixOf(vf, a)
+	reporters, others := vf.opts.Peers.UnverifiedBy(p.String())
+	l.vmu.Lock()
+	gaveUp := vf.given[a]
+	delete(vf.given, a)
+	l.vmu.Unlock()
+	if gaveUp || others == 0 || 2*len(reporters) <= others {
+		return
+	}
+	vf.gaveUp.WithLabelValues(p.String()).Inc()
+	l.log.Warn("the other nodes cannot reach a VIP this node holds: its announcements do not arrive; the election moved it to another node",
+		"vip", a, "reporters", strings.Join(reporters, ","), "interface", l.ifname)
 }

@@ -29,13 +29,15 @@ type meta struct {
 	// Unreach: the addresses this node cannot reach through their
 	// holder, "key holder" (unverified.go; at most MaxReports).
 	Unreach []string `json:"u,omitempty"`
-	Alive   bool     `json:"-"`
+	// Excl: the addresses this node is not eligible for now, unverified.
+	Excl  []string `json:"x,omitempty"`
+	Alive bool     `json:"-"`
 }
 
 const metaVersion = 1
 
 func (m *Machine) metaBytes() []byte {
-	md := meta{V: metaVersion, ID: m.id, Role: m.cfg.Role, Healthy: m.health && m.cfg.Role == Voter, Priority: m.cfg.Priority, Unreach: m.reportsMeta()}
+	md := meta{V: metaVersion, ID: m.id, Role: m.cfg.Role, Healthy: m.health && m.cfg.Role == Voter, Priority: m.cfg.Priority, Unreach: m.reportsMeta(), Excl: m.exclMeta()}
 	if m.rn != nil && !m.left {
 		bs := m.rn.BasicStatus()
 		md.Cluster = m.cluster

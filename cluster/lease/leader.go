@@ -281,7 +281,6 @@ func (m *Machine) legacyClaims() map[string]bool {
 func (m *Machine) place() {
 	l := m.lead
 	elig := m.eligibleNames()
-	m.updateUnverified()
 	cp := m.controlPlaneHolder(m.unverifiedCP(elig))
 	legacy := m.legacyClaims()
 	wanted := map[string]bool{}

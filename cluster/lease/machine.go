@@ -385,6 +385,7 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 	case Unreachable:
 		m.setReports(e.Reports)
 	}
+	m.updateUnverified()
 	m.drive()
 	return m.output()
 }

@@ -17,6 +17,11 @@ import (
 // address for a bounded time, when another eligible node exists, so the
 // address moves to a node whose announcements the others can verify.
 //
+// Every machine counts the reports that name its own node too, and keeps
+// its own exclusions in its metadata (meta "x"): the control-plane
+// addresses follow the leader, so the node they leave is usually the
+// leader that excluded itself; the next leader reads the exclusion there.
+//
 // Only failures travel, at most MaxReports per node (the metadata is
 // memberlist's 512 bytes). A report names the holder, so a report about
 // the previous holder never counts against the next one. Each new
@@ -137,9 +142,22 @@ func ReportsOf(meta []byte) (rs []Report, witness, ok bool) {
 	return decodeReports(md.Unreach), md.Role == Witness, true
 }
 
-// updateUnverified (the leader, at every placement) turns the live
-// members' reports into exclusions: an address's assigned holder that a
-// majority of the other live verifying nodes report is excluded from it.
+// exclMeta lists the addresses this node is excluded from now, for its
+// metadata (at most MaxReports).
+func (m *Machine) exclMeta() []string {
+	var out []string
+	for _, k := range sortedExcl(m.unv.until) {
+		if k.node == m.cfg.Name && m.now.Before(m.unv.until[k]) && len(out) < MaxReports {
+			out = append(out, k.key)
+		}
+	}
+	return out
+}
+
+// updateUnverified (every Step) turns the live members' reports into
+// exclusions: an address's holder that a majority of the other live
+// verifying nodes report is excluded from it. The leader counts reports
+// on the holder it assigned; every node counts those on itself.
 func (m *Machine) updateUnverified() {
 	if m.unv.until == nil {
 		m.unv.until = map[exclKey]time.Time{}
@@ -169,7 +187,8 @@ func (m *Machine) updateUnverified() {
 	reporters := map[exclKey][]string{}
 	for name, rs := range verifiers {
 		for _, r := range rs {
-			if m.lead.assign[r.Key] == r.Holder && r.Holder != name {
+			assigned := m.lead != nil && m.lead.assign[r.Key] == r.Holder
+			if (assigned || r.Holder == m.cfg.Name) && r.Holder != name {
 				k := exclKey{r.Key, r.Holder}
 				reporters[k] = append(reporters[k], name)
 			}
@@ -201,10 +220,14 @@ func (m *Machine) updateUnverified() {
 		m.note("address unverified: most other nodes cannot reach it through its holder; that node is not eligible for it for a while",
 			"address", k.key, "node", k.node, "reporters", strings.Join(rep, ","), "for", d)
 	}
-	keys := sortedExcl(m.unv.until)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k.key + "@" + k.node
+	var parts []string
+	for _, k := range sortedExcl(m.unv.until) {
+		parts = append(parts, k.key+"@"+k.node)
+	}
+	for _, name := range sortedKeys(m.viewMeta) {
+		for _, k := range m.viewMeta[name].Excl {
+			parts = append(parts, k+"@"+name+"(own)")
+		}
 	}
 	m.unv.sig = strings.Join(parts, ",")
 }
@@ -212,7 +235,7 @@ func (m *Machine) updateUnverified() {
 // unverifiedFilter drops from cands the nodes excluded for key, unless
 // that leaves none (an unverified holder is better than none).
 func (m *Machine) unverifiedFilter(key string, cands []string) []string {
-	if len(m.unv.until) == 0 {
+	if m.unv.sig == "" {
 		return cands
 	}
 	var out []string
@@ -230,7 +253,7 @@ func (m *Machine) unverifiedFilter(key string, cands []string) []string {
 // unverifiedCP is unverifiedFilter for the control-plane addresses, which
 // move together: a node excluded for any of them is dropped.
 func (m *Machine) unverifiedCP(cands []string) []string {
-	if len(m.unv.until) == 0 {
+	if m.unv.sig == "" {
 		return cands
 	}
 	for _, a := range m.want {
@@ -241,9 +264,16 @@ func (m *Machine) unverifiedCP(cands []string) []string {
 	return cands
 }
 
+// unverifiedExcluded: node is excluded from key by this machine's count,
+// or says so itself in its metadata.
 func (m *Machine) unverifiedExcluded(key, node string) bool {
-	until, ok := m.unv.until[exclKey{key, node}]
-	return ok && m.now.Before(until)
+	if until, ok := m.unv.until[exclKey{key, node}]; ok && m.now.Before(until) {
+		return true
+	}
+	if md, ok := m.viewMeta[node]; ok && md.Alive && node != m.cfg.Name {
+		return slices.Contains(md.Excl, key)
+	}
+	return false
 }
 
 // UnverifiedStatus lists the exclusions in force, "address@node until".

@@ -8,7 +8,8 @@ import (
 )
 
 // runBy advances the clock by d in steps of every (coarser than run: the
-// exclusions last tens of seconds).
+// exclusions last tens of seconds), then gossips the metadata (as the
+// runtime does on every change).
 func (n *tnet) runBy(d, every time.Duration) {
 	end := n.now.Add(d)
 	for n.now.Before(end) {
@@ -18,6 +19,7 @@ func (n *tnet) runBy(d, every time.Duration) {
 		}
 		n.flush()
 	}
+	n.view()
 }
 
 // report sets what each node reports (empty: nothing) and gossips the
@@ -132,6 +134,7 @@ func TestUnverifiedBounded(t *testing.T) {
 	// After the exclusion p1 goes back to its rendezvous winner h, which
 	// is still filtered: reported again, excluded twice as long.
 	n.runBy(10*time.Second, 10*time.Millisecond)
+	n.run(2 * time.Second)
 	if cur := holderOf(t, n, "p1"); cur != h {
 		t.Fatalf("p1 on %s after the exclusion ended, want its rendezvous winner %s", cur, h)
 	}
@@ -142,7 +145,7 @@ func TestUnverifiedBounded(t *testing.T) {
 	}
 	n.report(nil)
 	back := n.now
-	for holderOf(t, n, "p1") != h && n.now.Sub(back) < 3*UnverifiedFor {
+	for !slices.Equal(n.holders("p1"), []string{h}) && n.now.Sub(back) < 3*UnverifiedFor {
 		n.runBy(time.Second, 10*time.Millisecond)
 	}
 	if took := n.now.Sub(back); took < 2*UnverifiedFor-5*time.Second || took > 2*UnverifiedFor+5*time.Second {
@@ -214,5 +217,45 @@ func TestReportsMeta(t *testing.T) {
 	m.Step(time.Now(), Unreachable{})
 	if got, _, _ := ReportsOf(m.metaBytes()); len(got) != 0 {
 		t.Fatalf("reports after clearing: %v", got)
+	}
+}
+
+// TestUnverifiedSurvivesLeaderChange: the control-plane addresses follow
+// the leader, so the node they leave is the leader that counted the
+// reports; the next leader reads the exclusion from that node's metadata:
+// when the second holder is reported too, the addresses go to the third
+// node, never back to the first while it is excluded.
+func TestUnverifiedSurvivesLeaderChange(t *testing.T) {
+	n := three(t)
+	n.run(PoolSettle + time.Second)
+	first := holderOf(t, n, "vip")
+	others := func(h string) []string {
+		var o []string
+		for _, name := range n.order {
+			if name != h {
+				o = append(o, name)
+			}
+		}
+		return o
+	}
+	o := others(first)
+	n.report(map[string][]Report{o[0]: {{"vip", first}}, o[1]: {{"vip", first}}})
+	n.runBy(3*time.Second, 5*time.Millisecond)
+	n.run(time.Second)
+	second := holderOf(t, n, "vip")
+	if second == first {
+		t.Fatalf("vip stayed on %s", first)
+	}
+	if ld := n.nodes[second].m.Status().Leader; ld != second {
+		t.Logf("leader %s, holder %s", ld, second)
+	}
+	n.report(nil)
+	o = others(second)
+	n.report(map[string][]Report{o[0]: {{"vip", second}}, o[1]: {{"vip", second}}})
+	n.runBy(3*time.Second, 5*time.Millisecond)
+	n.run(time.Second)
+	third := holderOf(t, n, "vip")
+	if third == first || third == second {
+		t.Fatalf("vip went %s -> %s -> %s: back to an excluded node", first, second, third)
 	}
 }

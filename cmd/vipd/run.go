@@ -397,17 +397,34 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 // the election tells it who holds each VIP, the gossip carries its verdicts.
 func (d *daemon) setupVerify() error {
 	l2, ok := d.ann.(*vip.L2)
-	ce, inCluster := d.elector.(clusterElector)
-	if !ok || !inCluster || d.cfg.VerifyInterval <= 0 {
+	if !ok || d.elector == nil || d.cfg.VerifyInterval <= 0 {
 		return nil
 	}
-	if err := l2.EnableVerify(vip.VerifyOptions{Every: d.cfg.VerifyInterval, Port: uint16(d.cfg.VerifyPort), Peers: ce.Node}, d.reg); err != nil {
+	opts := vip.VerifyOptions{Every: d.cfg.VerifyInterval, Port: uint16(d.cfg.VerifyPort)}
+	switch e := d.elector.(type) {
+	case clusterElector:
+		opts.Peers = gossipVerifyPeers{e.Node}
+		e.decided = func(v netip.Prefix, dec cluster.Decision) { l2.SetHolder(v, dec.Leader, dec.Holder) }
+		d.elector = e
+	case *leaseElector:
+		opts.Peers = cluster.NewLeaseVerify(e.LeaseNode)
+		e.decided = l2.SetHolder
+	default:
+		return nil
+	}
+	if err := l2.EnableVerify(opts, d.reg); err != nil {
 		return err
 	}
-	ce.decided = func(v netip.Prefix, dec cluster.Decision) { l2.SetHolder(v, dec.Leader, dec.Holder) }
-	d.elector = ce
 	d.addStatus("verification", func() any { return l2.Verification() })
 	return nil
+}
+
+// gossipVerifyPeers adapts the gossip election to the verification: its
+// reports name no holder (the holder reads them itself).
+type gossipVerifyPeers struct{ *cluster.Node }
+
+func (g gossipVerifyPeers) SetUnverified(vip, _ string, unreachable bool) {
+	g.Node.SetUnverified(vip, unreachable)
 }
 
 // actionTimeout bounds one acquire: a cloud assign includes API polling.

@@ -168,7 +168,7 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 	if err != nil {
 		return nil, err
 	}
-	return &leaseElector{LeaseNode: n, log: log, core: core}, nil
+	return &leaseElector{LeaseNode: n, log: log, core: core, self: c.NodeName}, nil
 }
 
 // leaseElector adapts cluster.LeaseNode to the daemon's elector: holds of
@@ -177,8 +177,13 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 type leaseElector struct {
 	*cluster.LeaseNode
 	log    *slog.Logger
+	self   string                        // this node's name
 	core   map[string]bool               // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
 	onHold func([]cluster.LeaseDecision) // other addresses (pools; nil: none); set before Run
+	// decided, when set, learns who holds each core address (the l2
+	// verification and conflict guard): this node, the other node the
+	// election names, or nobody (""). Set before Run.
+	decided func(vip netip.Prefix, holder string, self bool)
 }
 
 func (e *leaseElector) Run(ctx context.Context, send func(vip.Event)) error {
@@ -212,6 +217,24 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 		return
 	}
 	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason})
+	if e.decided != nil {
+		e.decided(p, leaseHolder(d, e.self), d.Holder)
+	}
+}
+
+// leaseHolder names the holder of a decided core address: this node when
+// it holds it, else for a control-plane address the leader (they follow
+// the leader; a leader that does not hold them is handing them over:
+// nobody known until it is done). A static egress address held elsewhere
+// is placed by rendezvous: its holder is not known here ("").
+func leaseHolder(d cluster.LeaseDecision, self string) string {
+	switch {
+	case d.Holder:
+		return self
+	case d.Address.Kind == lease.ControlPlane && d.Leader != self:
+		return d.Leader
+	}
+	return ""
 }
 
 func (e clusterElector) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]cluster.HandoverResult, error) {

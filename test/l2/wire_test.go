@@ -11,6 +11,10 @@ import (
 	"github.com/vipd/vipd/lab"
 )
 
+// wireEnv: the wire checks run under the lease election (set explicitly,
+// so that the tests hold before and after it became the default).
+var wireEnv = []string{"VIPD_ELECTION=lease"}
+
 // releases counts the times vipd gave a VIP up (released or failed), from
 // its log.
 func releases(p *lab.Proc) int {
@@ -70,7 +74,7 @@ func TestSecondInterfaceOnSegment(t *testing.T) {
 // the VIP steadily; its own second MAC is never taken for a stray holder
 // (no conflicts, no defending announcements beyond the burst and refresh).
 func TestSecondInterfaceInCluster(t *testing.T) {
-	c := newClusterLab(t, 2)
+	c := newClusterLab(t, 2, wireEnv...)
 	ctx := ctxT(t, 60*time.Second)
 	for _, n := range c.Nodes {
 		if _, err := n.AddLink(ctx, "eth1", netip.PrefixFrom(c.VIP4(80+n.Index), 24)); err != nil {
@@ -112,7 +116,7 @@ func newWireLab(t *testing.T, nodes int, extra []string, env ...string) (*cluste
 	l := lab.New(t, lab.Options{Nodes: nodes, Client: true, Extra: extra})
 	c := &clusterLab{Lab: l, t: t, bin: bin, vip: l.VIP4(50), apis: map[string]*lab.APIServer{}, vipd: map[string]*lab.Proc{}}
 	v6 := l.VIP6(50)
-	c.env = append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32," + v6.String() + "/128"}, env...)
+	c.env = append(append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32," + v6.String() + "/128"}, wireEnv...), env...)
 	for _, n := range l.Nodes {
 		api, err := n.StartAPIServer("[::]:6443", lab.OK)
 		if err != nil {

@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"net/netip"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/vipd/vipd/cluster/lease"
+)
+
+// LeaseVerify carries the l2 verification's verdicts (issue 27) over the
+// lease election: this node's reports go into the lease machine, which
+// publishes them in its metadata (at most lease.MaxReports, only
+// failures) and, on the leader, makes a holder most others cannot verify
+// ineligible for the address (cluster/lease/unverified.go); the holder
+// reads the reports about itself from the members' metadata.
+type LeaseVerify struct {
+	n  *LeaseNode
+	mu sync.Mutex
+	// reports: the addresses this node cannot reach, to the holder it
+	// believes in.
+	reports map[string]string
+}
+
+// NewLeaseVerify returns the verification's view of n.
+func NewLeaseVerify(n *LeaseNode) *LeaseVerify {
+	return &LeaseVerify{n: n, reports: map[string]string{}}
+}
+
+// SetUnverified publishes whether this node can reach vip through holder.
+func (v *LeaseVerify) SetUnverified(vip, holder string, unreachable bool) {
+	v.mu.Lock()
+	if unreachable && holder != "" {
+		v.reports[vip] = holder
+	} else {
+		delete(v.reports, vip)
+	}
+	rs := make([]lease.Report, 0, len(v.reports))
+	for k, h := range v.reports {
+		rs = append(rs, lease.Report{Key: k, Holder: h})
+	}
+	v.mu.Unlock()
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Key < rs[j].Key })
+	// The full set every time: a dropped event (queue full) is repaired
+	// by the next verdict; the verifier repeats nothing by itself, so a
+	// drop is logged by post.
+	v.n.loop.post(lease.Unreachable{Reports: rs})
+}
+
+// UnverifiedBy returns the alive members other than this node that report
+// they cannot reach vip through this node, and how many alive members
+// other than this node verify (witnesses do not).
+func (v *LeaseVerify) UnverifiedBy(vip string) (reporters []string, others int) {
+	self := v.n.cfg.Cluster.Name
+	v.n.mu.Lock()
+	defer v.n.mu.Unlock()
+	for name, m := range v.n.members {
+		if !m.Alive || name == self {
+			continue
+		}
+		rs, witness, ok := lease.ReportsOf(m.Meta)
+		if !ok || witness {
+			continue
+		}
+		others++
+		if slices.Contains(rs, lease.Report{Key: vip, Holder: self}) {
+			reporters = append(reporters, name)
+		}
+	}
+	sort.Strings(reporters)
+	return reporters, others
+}
+
+// MemberAddr returns the gossip IP address of the named member.
+func (v *LeaseVerify) MemberAddr(name string) (netip.Addr, bool) {
+	v.n.mu.Lock()
+	a := v.n.addrs[name]
+	v.n.mu.Unlock()
+	ap, err := netip.ParseAddrPort(a)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}
