@@ -82,6 +82,7 @@ type Config struct {
 	ExpectPeers    bool          // VIPD_PEERS configured: wait to discover before bootstrapping alone (see docs)
 	Discover       time.Duration // with ExpectPeers: how long a node without state looks for a cluster before the lowest name bootstraps
 	Incarnation    uint64        // random per start without state (the runtime draws it); 0: derived from Name and now
+	VerifySettle   time.Duration // how long a report naming no holder must stand (unverified.go); 0: VerifySettle
 }
 
 // ProfileConfig returns the timings of a profile ("default", "fast"); an

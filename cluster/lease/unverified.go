@@ -46,13 +46,22 @@ const (
 	UnverifiedMax = 10 * time.Minute
 	// UnverifiedMemory: strikes older than this are forgotten.
 	UnverifiedMemory = 30 * time.Minute
+	// VerifySettle is Config.VerifySettle's default: three verification
+	// rounds of one second.
+	VerifySettle = 3 * time.Second
 )
 
 // Report is one address this node cannot reach through the node it
 // believes holds it.
 type Report struct {
-	Key    string // the address key
-	Holder string // the node this node believes holds it
+	Key string // the address key
+	// Holder: the node this node believes holds it; "" when it does not
+	// know (pool and egress addresses: a node knows only its own holds).
+	// Such a report counts against whoever holds the address once it has
+	// held it, and the report has stood, for VerifySettle: by then a
+	// reporter has verified a new holder and withdrawn a report about
+	// the previous one.
+	Holder string
 }
 
 // Unreachable replaces this node's reports (the verification's verdicts):
@@ -69,6 +78,15 @@ type unverifiedState struct {
 	until   map[exclKey]time.Time // excluded until
 	strikes map[exclKey]strike
 	sig     string // of the exclusions in force, for place's signature
+	// For reports that name no holder: since when each address has had
+	// its holder, and since when each reporter's report has stood.
+	heldSince map[string]heldSince
+	seen      map[exclKey]time.Time // {key, reporter}
+}
+
+type heldSince struct {
+	node  string
+	since time.Time
 }
 
 type exclKey struct{ key, node string }
@@ -83,7 +101,7 @@ type strike struct {
 func (m *Machine) setReports(rs []Report) {
 	own := make([]Report, 0, len(rs))
 	for _, r := range rs {
-		if r.Key != "" && r.Holder != "" && r.Holder != m.cfg.Name {
+		if r.Key != "" && r.Holder != m.cfg.Name && !strings.Contains(r.Key, " ") && !strings.Contains(r.Holder, " ") {
 			own = append(own, r)
 		}
 	}
@@ -108,7 +126,10 @@ func (m *Machine) reportsMeta() []string {
 	var out []string
 	size := 0
 	for _, r := range m.unv.own {
-		s := r.Key + " " + r.Holder
+		s := r.Key
+		if r.Holder != "" {
+			s += " " + r.Holder
+		}
 		if size += len(s) + 3; size > reportBytes {
 			break
 		}
@@ -120,8 +141,8 @@ func (m *Machine) reportsMeta() []string {
 func decodeReports(ss []string) []Report {
 	var out []Report
 	for _, s := range ss {
-		k, h, ok := strings.Cut(s, " ")
-		if ok && k != "" && h != "" {
+		k, h, named := strings.Cut(s, " ")
+		if k != "" && (!named || h != "") {
 			out = append(out, Report{Key: k, Holder: h})
 		}
 		if len(out) == MaxReports {
@@ -162,6 +183,8 @@ func (m *Machine) updateUnverified() {
 	if m.unv.until == nil {
 		m.unv.until = map[exclKey]time.Time{}
 		m.unv.strikes = map[exclKey]strike{}
+		m.unv.heldSince = map[string]heldSince{}
+		m.unv.seen = map[exclKey]time.Time{}
 	}
 	for k, until := range m.unv.until {
 		if !m.now.Before(until) {
@@ -184,14 +207,50 @@ func (m *Machine) updateUnverified() {
 			verifiers[name] = decodeReports(md.Unreach)
 		}
 	}
+	settle := m.cfg.VerifySettle
+	if settle <= 0 {
+		settle = VerifySettle
+	}
+	seen := map[exclKey]bool{}
 	reporters := map[exclKey][]string{}
 	for name, rs := range verifiers {
 		for _, r := range rs {
-			assigned := m.lead != nil && m.lead.assign[r.Key] == r.Holder
-			if (assigned || r.Holder == m.cfg.Name) && r.Holder != name {
-				k := exclKey{r.Key, r.Holder}
+			holder := r.Holder
+			if holder == "" {
+				// Whoever holds it, once it and the report have settled.
+				holder = m.holderOf(r.Key)
+				sk := exclKey{r.Key, name}
+				seen[sk] = true
+				if _, ok := m.unv.seen[sk]; !ok {
+					m.unv.seen[sk] = m.now
+				}
+				hs, ok := m.unv.heldSince[r.Key]
+				if holder == "" || !ok || hs.node != holder || m.now.Sub(hs.since) < settle || m.now.Sub(m.unv.seen[sk]) < settle {
+					continue
+				}
+			}
+			assigned := m.lead != nil && m.lead.assign[r.Key] == holder
+			if (assigned || holder == m.cfg.Name) && holder != name {
+				k := exclKey{r.Key, holder}
 				reporters[k] = append(reporters[k], name)
 			}
+		}
+	}
+	for k := range m.unv.seen {
+		if !seen[k] {
+			delete(m.unv.seen, k)
+		}
+	}
+	for key := range m.unv.heldSince {
+		reported := false
+		for k := range m.unv.seen {
+			if k.key == key {
+				reported = true
+				break
+			}
+		}
+		if !reported {
+			delete(m.unv.heldSince, key)
 		}
 	}
 	for _, k := range sortedExcl(reporters) {
@@ -230,6 +289,26 @@ func (m *Machine) updateUnverified() {
 		}
 	}
 	m.unv.sig = strings.Join(parts, ",")
+}
+
+// holderOf is who holds key as this machine knows it: the leader's
+// assignment, or this node for what it holds. It notes when that holder
+// got it (heldSince) for the reports that name no holder.
+func (m *Machine) holderOf(key string) string {
+	h := ""
+	if m.lead != nil {
+		h = m.lead.assign[key]
+	} else if m.hold.keys[key] {
+		h = m.cfg.Name
+	}
+	if hs, ok := m.unv.heldSince[key]; !ok || hs.node != h {
+		if h == "" {
+			delete(m.unv.heldSince, key)
+		} else {
+			m.unv.heldSince[key] = heldSince{node: h, since: m.now}
+		}
+	}
+	return h
 }
 
 // unverifiedFilter drops from cands the nodes excluded for key, unless

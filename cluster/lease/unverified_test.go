@@ -208,7 +208,7 @@ func TestReportsMeta(t *testing.T) {
 	if len(m.metaBytes()) > 512 {
 		t.Fatalf("metadata %d bytes with %d reports", len(m.metaBytes()), MaxReports)
 	}
-	if rs := decodeReports([]string{"nospace", " b", "k ", "k h"}); len(rs) != 1 || rs[0] != (Report{"k", "h"}) {
+	if rs := decodeReports([]string{"unnamed", " b", "k ", "k h"}); len(rs) != 2 || rs[0] != (Report{"unnamed", ""}) || rs[1] != (Report{"k", "h"}) {
 		t.Fatalf("decodeReports: %v", rs)
 	}
 	if _, _, ok := ReportsOf([]byte(`{"v":1,"u":"notalist"}`)); ok {
@@ -271,5 +271,43 @@ func TestUnverifiedSurvivesLeaderChange(t *testing.T) {
 	third := holderOf(t, n, "vip")
 	if third == first || third == second || seen[first] {
 		t.Fatalf("vip went %s -> %s -> %s (held on the way: %v): back to an excluded node", first, second, third, seen)
+	}
+}
+
+// TestUnverifiedUnnamedHolder: pool and egress reports name no holder (a
+// node knows only its own holds). They count against the address's
+// holder once both the holding and the report have stood VerifySettle;
+// a report about the previous holder that its reporter withdraws within
+// that time (it verified the new holder) never counts against the new one.
+func TestUnverifiedUnnamedHolder(t *testing.T) {
+	n := three(t)
+	n.run(PoolSettle + time.Second)
+	h := holderOf(t, n, "p1")
+	var others []string
+	for _, name := range n.order {
+		if name != h {
+			others = append(others, name)
+		}
+	}
+	bad := map[string][]Report{others[0]: {{Key: "p1"}}, others[1]: {{Key: "p1"}}}
+	n.report(bad)
+	n.runBy(VerifySettle/2, 5*time.Millisecond)
+	if got := holderOf(t, n, "p1"); got != h {
+		t.Fatalf("p1 moved to %s before the reports settled", got)
+	}
+	n.runBy(VerifySettle, 5*time.Millisecond)
+	n.run(time.Second)
+	second := holderOf(t, n, "p1")
+	if second == h {
+		t.Fatalf("p1 stayed on %s after settled unnamed reports", h)
+	}
+	// The reports stand a little longer (the reporters' next round),
+	// then they are withdrawn: the new holder keeps p1.
+	n.runBy(VerifySettle/3, 5*time.Millisecond)
+	n.report(nil)
+	n.runBy(3*VerifySettle, 5*time.Millisecond)
+	n.run(time.Second)
+	if got := holderOf(t, n, "p1"); got != second {
+		t.Fatalf("p1 moved from %s to %s on reports about the previous holder", second, got)
 	}
 }
