@@ -28,10 +28,11 @@ func NewLeaseVerify(n *LeaseNode) *LeaseVerify {
 	return &LeaseVerify{n: n, reports: map[string]string{}}
 }
 
-// SetUnverified publishes whether this node can reach vip through holder.
+// SetUnverified publishes whether this node can reach vip through holder
+// ("" when it does not know who holds it: pool and egress addresses).
 func (v *LeaseVerify) SetUnverified(vip, holder string, unreachable bool) {
 	v.mu.Lock()
-	if unreachable && holder != "" {
+	if unreachable {
 		v.reports[vip] = holder
 	} else {
 		delete(v.reports, vip)
@@ -49,8 +50,9 @@ func (v *LeaseVerify) SetUnverified(vip, holder string, unreachable bool) {
 }
 
 // UnverifiedBy returns the alive members other than this node that report
-// they cannot reach vip through this node, and how many alive members
-// other than this node verify (witnesses do not).
+// they cannot reach vip through this node (or through its holder, not
+// named: pool and egress addresses), and how many alive members other
+// than this node verify (witnesses do not).
 func (v *LeaseVerify) UnverifiedBy(vip string) (reporters []string, others int) {
 	self := v.n.cfg.Cluster.Name
 	v.n.mu.Lock()
@@ -64,7 +66,7 @@ func (v *LeaseVerify) UnverifiedBy(vip string) (reporters []string, others int) 
 			continue
 		}
 		others++
-		if slices.Contains(rs, lease.Report{Key: vip, Holder: self}) {
+		if slices.Contains(rs, lease.Report{Key: vip, Holder: self}) || slices.Contains(rs, lease.Report{Key: vip}) {
 			reporters = append(reporters, name)
 		}
 	}

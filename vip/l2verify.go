@@ -89,6 +89,16 @@ type verification struct {
 	lost map[netip.Addr]bool
 	// given: VIPs this node gave up itself on the reports (counted once).
 	given map[netip.Addr]bool
+	// kinds: the addresses verified beside the core's VIPs (pool,
+	// egress), by kind: every one of them, and the ones this node holds.
+	// Their holders are not known here (UnknownHolder); their metrics are
+	// per kind, not per address.
+	kinds     map[string]*kindAddrs
+	kindOf    map[netip.Addr]string
+	drop      map[netip.Addr]bool // addresses of a kind gone: forgotten after the verifier's last verdict
+	kindUnr   *prometheus.GaugeVec
+	kindCount *prometheus.GaugeVec
+	kindMoved *prometheus.CounterVec
 	// ndp sends the rounds' neighbour solicitations (opened on first use,
 	// again when the interface changes; it receives nothing).
 	ndp      *ndp.Conn
@@ -112,6 +122,16 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 		dupCount: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_duplicate_answers_total", Help: "Verification rounds (on a node that does not hold the VIP) in which more than one host answered for the VIP: one per set of MACs and episode (it ends after 10 s without).",
 		}, []string{"vip"}),
+		kinds: map[string]*kindAddrs{}, kindOf: map[netip.Addr]string{}, drop: map[netip.Addr]bool{},
+		kindUnr: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vipd_addresses_unreachable", Help: "Addresses of a kind (pool, egress) held by another node that this node cannot reach through their holder (l2 verification).",
+		}, []string{"kind"}),
+		kindCount: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vipd_addresses_verified", Help: "Addresses of a kind (pool, egress) held by another node that this node verifies (batched: at most 64 a round).",
+		}, []string{"kind"}),
+		kindMoved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vipd_addresses_unverified_total", Help: "Addresses of a kind (pool, egress) the election moved away from this node because most of the other nodes could not reach them through it.",
+		}, []string{"kind"}),
 		kick: make(chan struct{}, 1),
 		unreach: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_vip_unreachable", Help: "1 while this node cannot reach the VIP through the node that holds it (its ARP / neighbour probes, and the VIPD_VERIFY_PORT connection, go unanswered).",
@@ -127,7 +147,7 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{vf.unreach, vf.unverify, vf.gaveUp, vf.rounds, vf.dupCount} {
+		for _, c := range []prometheus.Collector{vf.unreach, vf.unverify, vf.gaveUp, vf.rounds, vf.dupCount, vf.kindUnr, vf.kindCount, vf.kindMoved} {
 			if err := reg.Register(c); err != nil {
 				return err
 			}
@@ -258,6 +278,18 @@ func (l *L2) runVerify(ctx context.Context) {
 			l.verifyStep(ctx, vf, ev)
 		}
 		l.vmu.Lock()
+		for a := range vf.drop {
+			if _, requeued := vf.queue[a]; !requeued {
+				delete(vf.kindOf, a)
+				delete(vf.prefix, a)
+				delete(vf.holder, a)
+				delete(vf.self, a)
+				delete(vf.lost, a)
+				delete(vf.drop, a)
+			}
+		}
+		l.vmu.Unlock()
+		l.vmu.Lock()
 		next := vf.next
 		l.vmu.Unlock()
 		arm(timer, next)
@@ -338,6 +370,12 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 			ok[a] = true
 		}
 		if len(macs) < 2 {
+			continue
+		}
+		if vf.holder[a] == UnknownHolder {
+			// A pool or egress address: its holder is not known here,
+			// so a multi-homed holder's NICs cannot be told from a
+			// second holder (the holder's own guard sees a second one).
 			continue
 		}
 		dups = append(dups, a)
@@ -532,8 +570,19 @@ func (l *L2) duplicate(vf *verification, a netip.Addr, macs []string) {
 func (l *L2) verdict(vf *verification, d conflict.Verdict) {
 	p := l.prefixOf(vf, d.Addr)
 	v := p.String()
+	l.vmu.Lock()
+	kind := vf.kindOf[d.Addr]
+	l.vmu.Unlock()
+	if kind != "" {
+		l.kindVerdict(vf, kind, p, d)
+		return
+	}
 	if !d.Self {
-		vf.opts.Peers.SetUnverified(v, d.Holder, d.Unreachable)
+		holder := d.Holder
+		if holder == UnknownHolder {
+			holder = ""
+		}
+		vf.opts.Peers.SetUnverified(v, holder, d.Unreachable)
 		if d.Unreachable {
 			vf.unreach.WithLabelValues(v).Set(1)
 			l.log.Warn("VIP unreachable through its holder: its ARP / neighbour answers do not arrive here (reported to the cluster)",
@@ -581,7 +630,165 @@ func (l *L2) lostUnverified(vf *verification, a netip.Addr) {
 	if gaveUp || others == 0 || 2*len(reporters) <= others {
 		return
 	}
+	l.vmu.Lock()
+	kind := vf.kindOf[a]
+	l.vmu.Unlock()
+	if kind != "" {
+		vf.kindMoved.WithLabelValues(kind).Inc()
+		l.log.Warn("the other nodes cannot reach an address this node held: its announcements do not arrive; the election moved it to another node",
+			"address", a, "kind", kind, "reporters", strings.Join(reporters, ","), "interface", l.ifname)
+		return
+	}
 	vf.gaveUp.WithLabelValues(p.String()).Inc()
 	l.log.Warn("the other nodes cannot reach a VIP this node holds: its announcements do not arrive; the election moved it to another node",
 		"vip", a, "reporters", strings.Join(reporters, ","), "interface", l.ifname)
+}
+
+// UnknownHolder names the holder of an address held by another node that
+// the election does not name (pool and egress addresses under the lease
+// election): verified all the same; its reports name no holder.
+const UnknownHolder = "another node"
+
+// kindAddrs: the addresses of one kind, and those this node holds.
+type kindAddrs struct {
+	all  map[netip.Addr]bool
+	held map[netip.Addr]bool
+	bad  map[netip.Addr]bool // unreachable from here
+}
+
+// SetKindAddresses tells the verification every address of kind ("pool",
+// "egress") the cluster places, as host prefixes; SetKindHeld which of
+// them this node holds. The others are verified as held by another node,
+// batched with the VIPs (at most conflict.VerifyMaxRound a round). Never
+// blocks.
+func (l *L2) SetKindAddresses(kind string, all []netip.Addr) {
+	l.vmu.Lock()
+	vf := l.verify
+	if vf == nil {
+		l.vmu.Unlock()
+		return
+	}
+	k := vf.kind(kind)
+	next := make(map[netip.Addr]bool, len(all))
+	for _, a := range all {
+		next[a.Unmap()] = true
+	}
+	for a := range k.all {
+		if !next[a] {
+			vf.setKindHolder(k, kind, a, false)
+		}
+	}
+	k.all = next
+	for a := range next {
+		vf.setKindHolder(k, kind, a, true)
+	}
+	l.vmu.Unlock()
+	l.kickVerify(vf)
+}
+
+// SetKindHeld replaces the addresses of kind this node holds.
+func (l *L2) SetKindHeld(kind string, held []netip.Addr) {
+	l.vmu.Lock()
+	vf := l.verify
+	if vf == nil {
+		l.vmu.Unlock()
+		return
+	}
+	k := vf.kind(kind)
+	k.held = make(map[netip.Addr]bool, len(held))
+	for _, a := range held {
+		k.held[a.Unmap()] = true
+	}
+	for a := range k.all {
+		vf.setKindHolder(k, kind, a, true)
+	}
+	l.vmu.Unlock()
+	l.kickVerify(vf)
+}
+
+func (l *L2) kickVerify(vf *verification) {
+	select {
+	case vf.kick <- struct{}{}:
+	default:
+	}
+}
+
+// kind returns the state of kind (vmu held).
+func (vf *verification) kind(kind string) *kindAddrs {
+	k := vf.kinds[kind]
+	if k == nil {
+		k = &kindAddrs{all: map[netip.Addr]bool{}, held: map[netip.Addr]bool{}, bad: map[netip.Addr]bool{}}
+		vf.kinds[kind] = k
+		vf.kindUnr.WithLabelValues(kind).Set(0)
+		vf.kindCount.WithLabelValues(kind).Set(0)
+		vf.kindMoved.WithLabelValues(kind).Add(0)
+	}
+	return k
+}
+
+// setKindHolder queues what the verifier must know of a (vmu held): held
+// by another node, by this node (not verified here: the others verify
+// it), or gone (present false).
+func (vf *verification) setKindHolder(k *kindAddrs, kind string, a netip.Addr, present bool) {
+	if _, core := vf.prefix[a]; core && vf.kindOf[a] == "" {
+		return // a VIP of the core (SetHolder) is never a pool address
+	}
+	name := ""
+	self := present && k.held[a]
+	if present && !self {
+		name = UnknownHolder
+	}
+	_, known := vf.kindOf[a]
+	if present && known && vf.holder[a] == name && vf.self[a] == self || !present && !known {
+		return
+	}
+	if vf.self[a] && !self {
+		vf.lost[a] = true
+	}
+	vf.self[a] = self
+	vf.holder[a] = name
+	vf.kindOf[a] = kind
+	vf.prefix[a] = hostPrefix(a)
+	if name == "" {
+		delete(k.bad, a)
+	}
+	if !present {
+		vf.drop[a] = true // forgotten once the verifier was told
+	} else {
+		delete(vf.drop, a)
+	}
+	vf.queue[a] = conflict.Holder{Addr: a, Name: name}
+	others := 0
+	for b := range k.all {
+		if !k.held[b] {
+			others++
+		}
+	}
+	vf.kindCount.WithLabelValues(kind).Set(float64(others))
+	vf.kindUnr.WithLabelValues(kind).Set(float64(len(k.bad)))
+}
+
+// kindVerdict acts on a verdict on a pool or egress address: reported to
+// the cluster without a holder name, counted per kind.
+func (l *L2) kindVerdict(vf *verification, kind string, p netip.Prefix, d conflict.Verdict) {
+	if d.Self {
+		return // never fed as held here
+	}
+	vf.opts.Peers.SetUnverified(p.String(), "", d.Unreachable)
+	l.vmu.Lock()
+	k := vf.kind(kind)
+	if d.Unreachable {
+		k.bad[d.Addr] = true
+	} else {
+		delete(k.bad, d.Addr)
+	}
+	n := len(k.bad)
+	l.vmu.Unlock()
+	vf.kindUnr.WithLabelValues(kind).Set(float64(n))
+	if d.Unreachable {
+		l.log.Warn("address unreachable through its holder: its ARP / neighbour answers do not arrive here (reported to the cluster)",
+			"address", d.Addr, "kind", kind, "interface", l.ifname)
+	} else {
+		l.log.Info("address reachable through its holder", "address", d.Addr, "kind", kind)
+	}
 }

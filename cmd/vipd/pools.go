@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,13 +57,14 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 	for _, a := range c.Addresses {
 		dc.Exclude = append(dc.Exclude, a.Addr())
 	}
+	var vl2 *vip.L2 // l2 mode: the verification checks the pool addresses too
 	switch c.Mode {
 	case config.ModeL2:
 		l2, ok := d.ann.(*vip.L2)
 		if !ok {
 			return nil, fmt.Errorf("pools: the l2 announcer is a %T", d.ann)
 		}
-		dc.L2 = l2
+		dc.L2, vl2 = l2, l2
 	case config.ModeBGP:
 		dc.BGP = d.ann
 	}
@@ -113,8 +115,16 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 				}
 			}
 			le.SetAddresses(lease.Pool, keys)
+			if vl2 != nil {
+				// The l2 verification checks the ones held elsewhere.
+				all := make([]netip.Addr, 0, len(keys))
+				for _, k := range keys {
+					all = append(all, netip.MustParsePrefix(k).Addr())
+				}
+				vl2.SetKindAddresses("pool", all)
+			}
 		}
-		le.onHold = poolLeases(drv)
+		le.onHold = poolLeases(drv, vl2)
 		if fromDisk {
 			p.want(saved.Addresses)
 		}
@@ -197,7 +207,7 @@ func remarshal(v, into any) error {
 // poolLeases keeps this node's pool leases from the lease election's
 // decisions and hands the complete set to the pools driver after each
 // batch.
-func poolLeases(drv *pools.Driver) func([]cluster.LeaseDecision) {
+func poolLeases(drv *pools.Driver, l2 *vip.L2) func([]cluster.LeaseDecision) {
 	held := map[netip.Addr]time.Time{}
 	return func(ds []cluster.LeaseDecision) { // the election's goroutine only
 		for _, d := range ds {
@@ -212,5 +222,8 @@ func poolLeases(drv *pools.Driver) func([]cluster.LeaseDecision) {
 			}
 		}
 		drv.SetLeases(maps.Clone(held))
+		if l2 != nil {
+			l2.SetKindHeld("pool", slices.Collect(maps.Keys(held)))
+		}
 	}
 }

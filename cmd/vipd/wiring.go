@@ -140,6 +140,12 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 	timings, _ := cluster.TimingsFor(c.Profile)
 	mc := lease.ProfileConfig(c.Profile)
 	mc.Priority, mc.PreemptDelay = c.Priority, c.PreemptDelay
+	if c.VerifyInterval > 0 {
+		// Reports that name no holder stand this long before they count
+		// (cluster/lease/unverified.go): two verification rounds and a
+		// half, the time a reporter needs to verify a new holder.
+		mc.VerifySettle = 2*c.VerifyInterval + c.VerifyInterval/2
+	}
 	if c.Witness() {
 		mc.Role = lease.Witness
 	}
@@ -226,13 +232,16 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 // it holds it, else for a control-plane address the leader (they follow
 // the leader; a leader that does not hold them is handing them over:
 // nobody known until it is done). A static egress address held elsewhere
-// is placed by rendezvous: its holder is not known here ("").
+// is placed by rendezvous: held by a node not named here
+// (vip.UnknownHolder), once there is a leader.
 func leaseHolder(d cluster.LeaseDecision, self string) string {
 	switch {
 	case d.Holder:
 		return self
 	case d.Address.Kind == lease.ControlPlane && d.Leader != self:
 		return d.Leader
+	case d.Address.Kind == lease.Egress && d.Leader != "":
+		return vip.UnknownHolder
 	}
 	return ""
 }
