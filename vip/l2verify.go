@@ -146,6 +146,7 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 			Name: "vipd_verify_rounds_total", Help: "Verification rounds: batched ARP / neighbour probes of the VIPs other nodes hold.",
 		}),
 	}
+	vf.kind("pool") // exported from the start, 0 without pools
 	if reg != nil {
 		for _, c := range []prometheus.Collector{vf.unreach, vf.unverify, vf.gaveUp, vf.rounds, vf.dupCount, vf.kindUnr, vf.kindCount, vf.kindMoved} {
 			if err := reg.Register(c); err != nil {
