@@ -95,7 +95,8 @@ type verification struct {
 	// per kind, not per address.
 	kinds     map[string]*kindAddrs
 	kindOf    map[netip.Addr]string
-	drop      map[netip.Addr]bool // addresses of a kind gone: forgotten after the verifier's last verdict
+	drop      map[netip.Addr]bool      // addresses of a kind gone: forgotten after the verifier's last verdict
+	overlap   map[netip.Addr]time.Time // agreed second holders (SetOverlap), until
 	kindUnr   *prometheus.GaugeVec
 	kindCount *prometheus.GaugeVec
 	kindMoved *prometheus.CounterVec
@@ -122,7 +123,7 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 		dupCount: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_duplicate_answers_total", Help: "Verification rounds (on a node that does not hold the VIP) in which more than one host answered for the VIP: one per set of MACs and episode (it ends after 10 s without).",
 		}, []string{"vip"}),
-		kinds: map[string]*kindAddrs{}, kindOf: map[netip.Addr]string{}, drop: map[netip.Addr]bool{},
+		kinds: map[string]*kindAddrs{}, kindOf: map[netip.Addr]string{}, drop: map[netip.Addr]bool{}, overlap: map[netip.Addr]time.Time{},
 		kindUnr: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_addresses_unreachable", Help: "Addresses of a kind (pool, egress) held by another node that this node cannot reach through their holder (l2 verification).",
 		}, []string{"kind"}),
@@ -372,6 +373,12 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 		}
 		if len(macs) < 2 {
 			continue
+		}
+		if until, ok := vf.overlap[a]; ok {
+			if time.Now().Before(until) {
+				continue // an agreed second holder (make-before-break)
+			}
+			delete(vf.overlap, a)
 		}
 		if vf.holder[a] == UnknownHolder {
 			// A pool or egress address: its holder is not known here,
@@ -792,4 +799,27 @@ func (l *L2) kindVerdict(vf *verification, kind string, p netip.Prefix, d confli
 	} else {
 		l.log.Info("address reachable through its holder", "address", d.Addr, "kind", kind)
 	}
+}
+
+// SetOverlap agrees a second holder of vip until until (zero: ends it): a
+// make-before-break transfer, in which the old and the new holder both
+// answer for a bounded time. On a node that binds vip the conflict guard
+// takes claims from macs (from any MAC when none is given) for no
+// conflict; on the others the verification reports no duplicate for vip
+// meanwhile. Call it on every node, before the overlap begins.
+func (l *L2) SetOverlap(ctx context.Context, vip netip.Prefix, until time.Time, macs ...net.HardwareAddr) {
+	ms := make([]string, len(macs))
+	for i, m := range macs {
+		ms[i] = m.String()
+	}
+	l.guardStep(ctx, conflict.Overlap{Addr: vip.Addr(), MACs: ms, Until: until})
+	l.vmu.Lock()
+	if l.verify != nil {
+		if until.After(time.Now()) {
+			l.verify.overlap[vip.Addr()] = until
+		} else {
+			delete(l.verify.overlap, vip.Addr())
+		}
+	}
+	l.vmu.Unlock()
 }
