@@ -85,3 +85,14 @@ func (v *LeaseVerify) MemberAddr(name string) (netip.Addr, bool) {
 	}
 	return ap.Addr().Unmap(), true
 }
+
+// Exclusions lists, for /status, the nodes the lease election keeps from
+// an address because most others could not verify them there, as this
+// node's machine knows them ("address@node until").
+func (v *LeaseVerify) Exclusions() []string {
+	st, _, _ := v.n.loop.snapshot()
+	if st.Unverified == nil {
+		return []string{}
+	}
+	return st.Unverified
+}

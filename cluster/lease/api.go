@@ -216,4 +216,7 @@ type Status struct {
 	Healthy    bool
 	Leaving    bool
 	Removed    bool // this node left the cluster (Leave completed); it holds nothing and stays inert
+	// Unverified: nodes not eligible for an address now because most
+	// others could not verify them, "address@node until" (unverified.go).
+	Unverified []string
 }

@@ -302,7 +302,7 @@ func (m *Machine) restore(b []byte) error {
 
 // Status returns a snapshot of the machine.
 func (m *Machine) Status() Status {
-	s := Status{Name: m.cfg.Name, ClusterID: m.cluster, ID: m.id, Healthy: m.health, Leaving: m.leaving, Removed: m.left, Holders: map[string]string{}, Holds: m.holds()}
+	s := Status{Name: m.cfg.Name, ClusterID: m.cluster, ID: m.id, Healthy: m.health, Leaving: m.leaving, Removed: m.left, Holders: map[string]string{}, Holds: m.holds(), Unverified: m.UnverifiedStatus()}
 	if m.rn == nil {
 		s.State = "Discovering"
 		return s

@@ -359,7 +359,9 @@ func (m *Machine) unverifiedExcluded(key, node string) bool {
 func (m *Machine) UnverifiedStatus() []string {
 	var out []string
 	for _, k := range sortedExcl(m.unv.until) {
-		out = append(out, fmt.Sprintf("%s@%s until %s", k.key, k.node, m.unv.until[k].Format(time.RFC3339)))
+		if until := m.unv.until[k]; m.now.Before(until) {
+			out = append(out, fmt.Sprintf("%s@%s until %s", k.key, k.node, until.Format(time.RFC3339)))
+		}
 	}
 	return out
 }

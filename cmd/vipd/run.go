@@ -407,8 +407,10 @@ func (d *daemon) setupVerify() error {
 		e.decided = func(v netip.Prefix, dec cluster.Decision) { l2.SetHolder(v, dec.Leader, dec.Holder) }
 		d.elector = e
 	case *leaseElector:
-		opts.Peers = cluster.NewLeaseVerify(e.LeaseNode)
+		lv := cluster.NewLeaseVerify(e.LeaseNode)
+		opts.Peers = lv
 		e.decided = l2.SetHolder
+		d.addStatus("unverified", func() any { return lv.Exclusions() })
 	default:
 		return nil
 	}

@@ -396,6 +396,12 @@ func TestFilteredAnnouncementMoves(t *testing.T) {
 		if !metric(ctx, t, h, `vipd_vip_unverified_total{vip="`+v.String()+bits+`"} 1`) {
 			t.Errorf("%s: vipd_vip_unverified_total is not 1 on %s", v, h.Name)
 		}
+		// The lease election keeps the holder from the VIP for a while,
+		// and says so in /status (components.unverified).
+		if st, err := h.Output(ctx, c.bin, "status", "--json"); err != nil || !strings.Contains(string(st), v.String()+bits+"@"+h.Name+" until") {
+			t.Errorf("%s: /status of %s does not list its exclusion from the VIP: %v\n%s", v, h.Name, err, st)
+		}
+		t.Logf("holder timeline of %s:\n%s", c.vip, c.mon)
 	}
 }
 
