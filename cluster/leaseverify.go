@@ -21,6 +21,7 @@ type LeaseVerify struct {
 	// reports: the addresses this node cannot reach, to the holder it
 	// believes in.
 	reports map[string]string
+	pending bool // the last set was dropped (the election's queue was full)
 }
 
 // NewLeaseVerify returns the verification's view of n.
@@ -37,16 +38,32 @@ func (v *LeaseVerify) SetUnverified(vip, holder string, unreachable bool) {
 	} else {
 		delete(v.reports, vip)
 	}
+	v.mu.Unlock()
+	v.post()
+}
+
+// Resync posts the reports again if the last post was dropped (the
+// verification calls it every round): a withdrawal must never be lost, or
+// a stale report would count against the next holder.
+func (v *LeaseVerify) Resync() {
+	v.mu.Lock()
+	pending := v.pending
+	v.mu.Unlock()
+	if pending {
+		v.post()
+	}
+}
+
+// post hands the full set to the machine.
+func (v *LeaseVerify) post() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	rs := make([]lease.Report, 0, len(v.reports))
 	for k, h := range v.reports {
 		rs = append(rs, lease.Report{Key: k, Holder: h})
 	}
-	v.mu.Unlock()
 	sort.Slice(rs, func(i, j int) bool { return rs[i].Key < rs[j].Key })
-	// The full set every time: a dropped event (queue full) is repaired
-	// by the next verdict; the verifier repeats nothing by itself, so a
-	// drop is logged by post.
-	v.n.loop.post(lease.Unreachable{Reports: rs})
+	v.pending = !v.n.loop.post(lease.Unreachable{Reports: rs})
 }
 
 // UnverifiedBy returns the alive members other than this node that report

@@ -276,6 +276,9 @@ func (l *L2) runVerify(ctx context.Context) {
 			l.lostUnverified(vf, a)
 		}
 		queued = append(queued, conflict.Tick{})
+		if r, ok := vf.opts.Peers.(interface{ Resync() }); ok {
+			r.Resync() // a report the cluster dropped is sent again
+		}
 		for _, ev := range queued {
 			l.verifyStep(ctx, vf, ev)
 		}

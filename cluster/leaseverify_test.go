@@ -1,0 +1,47 @@
+package cluster
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/vipd/vipd/cluster/lease"
+)
+
+// TestLeaseVerifyUnverifiedBy: the holder reads, from the members'
+// lease metadata, who reports a VIP unreachable through it: reports
+// naming it or no holder count, reports naming another holder do not;
+// dead members, witnesses and members without lease metadata are not
+// among the others.
+func TestLeaseVerifyUnverifiedBy(t *testing.T) {
+	const vip = "10.0.0.100/32"
+	n := &LeaseNode{cfg: LeaseConfig{Cluster: Config{Name: "n1"}},
+		members: map[string]lease.Member{
+			"n2":  {Name: "n2", Alive: true, Meta: []byte(`{"v":1,"u":["10.0.0.100/32 n1"]}`)},
+			"n3":  {Name: "n3", Alive: true, Meta: []byte(`{"v":1,"u":["10.0.0.100/32"]}`)},
+			"n4":  {Name: "n4", Alive: true, Meta: []byte(`{"v":1,"u":["10.0.0.100/32 n9"]}`)},
+			"n5":  {Name: "n5", Alive: false, Meta: []byte(`{"v":1,"u":["10.0.0.100/32 n1"]}`)},
+			"w":   {Name: "w", Alive: true, Meta: []byte(`{"v":1,"r":1}`)},
+			"old": {Name: "old", Alive: true, Meta: []byte(`{"v":["10.0.0.100/32"],"u":["10.0.0.100/32"]}`)},
+			"n6":  {Name: "n6", Alive: true, Meta: []byte(`{"v":1}`)},
+		},
+		addrs: map[string]string{"n2": "10.1.0.2:7950", "n3": "[fd00::3]:7950", "bad": "nonsense"},
+	}
+	v := NewLeaseVerify(n)
+	rep, others := v.UnverifiedBy(vip)
+	if !slices.Equal(rep, []string{"n2", "n3"}) || others != 4 {
+		t.Fatalf("UnverifiedBy = %v, %d; want [n2 n3], 4 (n2, n3, n4, n6)", rep, others)
+	}
+	if rep, _ := v.UnverifiedBy("10.0.0.101/32"); len(rep) != 0 {
+		t.Fatalf("reports for another VIP: %v", rep)
+	}
+	for _, tc := range []struct {
+		name string
+		want netip.Addr
+		ok   bool
+	}{{"n2", netip.MustParseAddr("10.1.0.2"), true}, {"n3", netip.MustParseAddr("fd00::3"), true}, {"bad", netip.Addr{}, false}, {"none", netip.Addr{}, false}} {
+		if a, ok := v.MemberAddr(tc.name); a != tc.want || ok != tc.ok {
+			t.Errorf("MemberAddr(%s) = %v, %v; want %v, %v", tc.name, a, ok, tc.want, tc.ok)
+		}
+	}
+}
