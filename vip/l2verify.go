@@ -693,6 +693,7 @@ func (l *L2) SetKindAddresses(kind string, all []netip.Addr) {
 	for a := range next {
 		vf.setKindHolder(k, kind, a, true)
 	}
+	vf.kindGauges(k, kind)
 	l.vmu.Unlock()
 	l.kickVerify(vf)
 }
@@ -713,6 +714,7 @@ func (l *L2) SetKindHeld(kind string, held []netip.Addr) {
 	for a := range k.all {
 		vf.setKindHolder(k, kind, a, true)
 	}
+	vf.kindGauges(k, kind)
 	l.vmu.Unlock()
 	l.kickVerify(vf)
 }
@@ -769,6 +771,10 @@ func (vf *verification) setKindHolder(k *kindAddrs, kind string, a netip.Addr, p
 		delete(vf.drop, a)
 	}
 	vf.queue[a] = conflict.Holder{Addr: a, Name: name}
+}
+
+// kindGauges updates the gauges of kind (vmu held).
+func (vf *verification) kindGauges(k *kindAddrs, kind string) {
 	others := 0
 	for b := range k.all {
 		if !k.held[b] {
