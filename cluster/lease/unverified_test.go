@@ -311,3 +311,58 @@ func TestUnverifiedUnnamedHolder(t *testing.T) {
 		t.Fatalf("p1 moved from %s to %s on reports about the previous holder", second, got)
 	}
 }
+
+// TestUnverifiedExclusionOutlastsLeader: the excluded node publishes its
+// own exclusion, so a new leader, which counted nothing, keeps it from the
+// address: a pool address whose rendezvous winner is excluded does not go
+// back to it when the leadership moves to a third node.
+func TestUnverifiedExclusionOutlastsLeader(t *testing.T) {
+	n := three(t)
+	n.run(PoolSettle + time.Second)
+	leader := n.nodes["a"].m.Status().Leader
+	key, holder := "", ""
+	for _, k := range []string{"p1", "p2"} {
+		if h := holderOf(t, n, k); h != leader {
+			key, holder = k, h
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("setup: the leader holds every pool address (the harness is deterministic: change the keys)")
+	}
+	third := ""
+	for _, name := range n.order {
+		if name != leader && name != holder {
+			third = name
+		}
+	}
+	n.report(map[string][]Report{leader: {{Key: key}}, third: {{Key: key}}})
+	n.runBy(VerifySettle+time.Second, 5*time.Millisecond)
+	n.run(time.Second)
+	if got := holderOf(t, n, key); got == holder {
+		t.Fatalf("setup: %s stayed on %s", key, holder)
+	}
+	if ex := n.nodes[holder].m.exclMeta(); !slices.Contains(ex, key) {
+		t.Fatalf("%s does not publish its exclusion from %s: %v", holder, key, ex)
+	}
+	n.report(nil)
+	// The leadership goes to the third node, which counted nothing.
+	n.step(leader, Transfer{To: third})
+	seen := map[string]bool{}
+	for i := 0; i < 100; i++ {
+		n.view()
+		n.run(50 * time.Millisecond)
+		for _, h := range n.holders(key) {
+			seen[h] = true
+		}
+	}
+	if ld := n.nodes[third].m.Status().Leader; ld != third {
+		t.Fatalf("setup: leader %s, want %s", ld, third)
+	}
+	if _, counted := n.nodes[third].m.unv.until[exclKey{key, holder}]; counted {
+		t.Fatalf("setup: the new leader counted the exclusion itself")
+	}
+	if seen[holder] {
+		t.Fatalf("%s went back to the excluded %s after the leadership moved to %s (held by %v)", key, holder, third, seen)
+	}
+}
