@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"io"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"testing"
@@ -43,5 +45,34 @@ func TestLeaseVerifyUnverifiedBy(t *testing.T) {
 		if a, ok := v.MemberAddr(tc.name); a != tc.want || ok != tc.ok {
 			t.Errorf("MemberAddr(%s) = %v, %v; want %v, %v", tc.name, a, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestLeaseVerifyResync: a report set the election's queue dropped is
+// posted again at the next round (a lost withdrawal would stay in the
+// metadata and count against the next holder).
+func TestLeaseVerifyResync(t *testing.T) {
+	loop := &leaseLoop{events: make(chan lease.Event), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	v := NewLeaseVerify(&LeaseNode{loop: loop})
+	v.SetUnverified("10.0.0.100/32", "n2", true) // nobody reads: dropped
+	if !v.pending {
+		t.Fatal("a dropped post is not pending")
+	}
+	loop.events = make(chan lease.Event, 1)
+	v.Resync()
+	select {
+	case ev := <-loop.events:
+		u, ok := ev.(lease.Unreachable)
+		if !ok || !slices.Equal(u.Reports, []lease.Report{{Key: "10.0.0.100/32", Holder: "n2"}}) {
+			t.Fatalf("posted %#v", ev)
+		}
+	default:
+		t.Fatal("Resync posted nothing")
+	}
+	v.Resync() // nothing pending: nothing posted
+	select {
+	case ev := <-loop.events:
+		t.Fatalf("posted again without need: %#v", ev)
+	default:
 	}
 }
