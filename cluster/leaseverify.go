@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/vipd/vipd/cluster/lease"
@@ -112,4 +113,49 @@ func (v *LeaseVerify) Exclusions() []string {
 		return []string{}
 	}
 	return st.Unverified
+}
+
+// Excluded reports whether the lease election keeps this node from vip
+// because most others could not verify it there (this node's machine
+// counts the reports on itself): why the election moved it away.
+func (v *LeaseVerify) Excluded(vip string) bool {
+	st, _, _ := v.n.loop.snapshot()
+	prefix := vip + "@" + v.n.cfg.Cluster.Name + " "
+	for _, e := range st.Unverified {
+		if strings.HasPrefix(e, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// Reported returns, by address, the alive members other than this node
+// that report it unreachable through this node or through a holder not
+// named, and how many alive members other than this node verify: one
+// pass over the members' metadata (at most lease.MaxReports each) that
+// the verification keeps between rounds, so that a holder the election
+// moved still knows who reported it after the reports were withdrawn.
+func (v *LeaseVerify) Reported() (map[string][]string, int) {
+	self := v.n.cfg.Cluster.Name
+	out := map[string][]string{}
+	others := 0
+	v.n.mu.Lock()
+	defer v.n.mu.Unlock()
+	for _, name := range sortedKeys(v.n.members) {
+		m := v.n.members[name]
+		if !m.Alive || name == self {
+			continue
+		}
+		rs, witness, ok := lease.ReportsOf(m.Meta)
+		if !ok || witness {
+			continue
+		}
+		others++
+		for _, r := range rs {
+			if r.Holder == self || r.Holder == "" {
+				out[r.Key] = append(out[r.Key], name)
+			}
+		}
+	}
+	return out, others
 }

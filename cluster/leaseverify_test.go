@@ -37,6 +37,9 @@ func TestLeaseVerifyUnverifiedBy(t *testing.T) {
 	if rep, _ := v.UnverifiedBy("10.0.0.101/32"); len(rep) != 0 {
 		t.Fatalf("reports for another VIP: %v", rep)
 	}
+	if all, others := v.Reported(); !slices.Equal(all[vip], []string{"n2", "n3"}) || len(all) != 1 || others != 4 {
+		t.Fatalf("Reported = %v, %d; want %s: [n2 n3], 4", all, others, vip)
+	}
 	for _, tc := range []struct {
 		name string
 		want netip.Addr
@@ -74,5 +77,18 @@ func TestLeaseVerifyResync(t *testing.T) {
 	case ev := <-loop.events:
 		t.Fatalf("posted again without need: %#v", ev)
 	default:
+	}
+}
+
+// TestLeaseVerifyExcluded: the exclusion of this node, as its machine's
+// status lists it, for another address or node it is not.
+func TestLeaseVerifyExcluded(t *testing.T) {
+	loop := &leaseLoop{}
+	loop.status = lease.Status{Unverified: []string{"10.0.0.100/32@n1 until 2026-01-01T00:00:30Z", "10.0.0.101/32@n2 until 2026-01-01T00:00:30Z"}}
+	v := NewLeaseVerify(&LeaseNode{cfg: LeaseConfig{Cluster: Config{Name: "n1"}}, loop: loop})
+	for vip, want := range map[string]bool{"10.0.0.100/32": true, "10.0.0.101/32": false, "10.0.0.10/32": false} {
+		if got := v.Excluded(vip); got != want {
+			t.Errorf("Excluded(%s) = %v, want %v", vip, got, want)
+		}
 	}
 }

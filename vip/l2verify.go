@@ -59,6 +59,11 @@ type VerifyOptions struct {
 	// port (VIPD_VERIFY_PORT); a refused or timed-out connection is a miss.
 	Port  uint16
 	Peers VerifyPeers
+	// ElectionMoves: the election itself moves a VIP most others cannot
+	// verify (the lease election's leader reads the reports): the holder
+	// does not give it up on its own (no ErrUnverified, no step-aside that
+	// would move its pool addresses too); it says why when it loses it.
+	ElectionMoves bool
 }
 
 const verifyWait = 300 * time.Millisecond
@@ -89,6 +94,10 @@ type verification struct {
 	lost map[netip.Addr]bool
 	// given: VIPs this node gave up itself on the reports (counted once).
 	given map[netip.Addr]bool
+	// reported: the others' reports on this node's addresses at the last
+	// round (Peers with Reported), by prefix, and how many others verify.
+	reported     map[string][]string
+	reportOthers int
 	// kinds: the addresses verified beside the core's VIPs (pool,
 	// egress), by kind: every one of them, and the ones this node holds.
 	// Their holders are not known here (UnknownHolder); their metrics are
@@ -274,6 +283,17 @@ func (l *L2) runVerify(ctx context.Context) {
 		l.vmu.Unlock()
 		for _, a := range lost {
 			l.lostUnverified(vf, a)
+		}
+		// After the losses: they are judged on the reports of the last
+		// round, which the reporters withdraw once they reach the new
+		// holder.
+		if r, ok := vf.opts.Peers.(interface {
+			Reported() (map[string][]string, int)
+		}); ok {
+			reps, others := r.Reported()
+			l.vmu.Lock()
+			vf.reported, vf.reportOthers = reps, others
+			l.vmu.Unlock()
 		}
 		queued = append(queued, conflict.Tick{})
 		if r, ok := vf.opts.Peers.(interface{ Resync() }); ok {
@@ -604,6 +624,16 @@ func (l *L2) verdict(vf *verification, d conflict.Verdict) {
 		}
 		return
 	}
+	if vf.opts.ElectionMoves {
+		if d.Unreachable {
+			vf.unverify.WithLabelValues(v).Set(1)
+			l.log.Warn("most other nodes report they cannot reach a VIP this node holds: the election moves it",
+				"vip", d.Addr, "reporters", strings.Join(d.Reporters, ","), "interface", l.ifname)
+		} else {
+			vf.unverify.WithLabelValues(v).Set(0)
+		}
+		return
+	}
 	l.vmu.Lock()
 	if d.Unreachable {
 		vf.given[d.Addr] = true
@@ -637,8 +667,18 @@ func (l *L2) lostUnverified(vf *verification, a netip.Addr) {
 	l.vmu.Lock()
 	gaveUp := vf.given[a]
 	delete(vf.given, a)
+	if was := vf.reported[p.String()]; 2*len(reporters) <= others && 2*len(was) > vf.reportOthers {
+		reporters, others = was, vf.reportOthers
+	}
 	l.vmu.Unlock()
-	if gaveUp || others == 0 || 2*len(reporters) <= others {
+	// The election may say so itself (the reporters withdraw their
+	// reports as soon as they reach the new holder, which may be one of
+	// them: the reports alone can be gone by now).
+	excluded := false
+	if x, ok := vf.opts.Peers.(interface{ Excluded(vip string) bool }); ok {
+		excluded = x.Excluded(p.String())
+	}
+	if gaveUp || !excluded && (others == 0 || 2*len(reporters) <= others) {
 		return
 	}
 	l.vmu.Lock()

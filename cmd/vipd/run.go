@@ -408,7 +408,7 @@ func (d *daemon) setupVerify() error {
 		d.elector = e
 	case *leaseElector:
 		lv := cluster.NewLeaseVerify(e.LeaseNode)
-		opts.Peers = lv
+		opts.Peers, opts.ElectionMoves = lv, true
 		e.decided = l2.SetHolder
 		d.addStatus("unverified", func() any { return lv.Exclusions() })
 	default:
