@@ -37,9 +37,10 @@ var ErrUnverified = errors.New("the other nodes cannot reach the VIP through thi
 
 // VerifyPeers is what the verification needs from the cluster.
 type VerifyPeers interface {
-	// SetUnverified publishes whether this node can reach vip, held by
-	// another node.
-	SetUnverified(vip string, unreachable bool)
+	// SetUnverified publishes whether this node can reach vip through
+	// holder, the other node it believes holds it (the lease election
+	// counts a report only against the holder it names).
+	SetUnverified(vip, holder string, unreachable bool)
 	// UnverifiedBy returns the other alive members that report they
 	// cannot reach vip, and how many other alive members there are.
 	UnverifiedBy(vip string) (reporters []string, others int)
@@ -58,6 +59,11 @@ type VerifyOptions struct {
 	// port (VIPD_VERIFY_PORT); a refused or timed-out connection is a miss.
 	Port  uint16
 	Peers VerifyPeers
+	// ElectionMoves: the election itself moves a VIP most others cannot
+	// verify (the lease election's leader reads the reports): the holder
+	// does not give it up on its own (no ErrUnverified, no step-aside that
+	// would move its pool addresses too); it says why when it loses it.
+	ElectionMoves bool
 }
 
 const verifyWait = 300 * time.Millisecond
@@ -80,6 +86,29 @@ type verification struct {
 	dups     map[netip.Addr]*Duplicate
 	dupCount *prometheus.CounterVec
 	holder   map[netip.Addr]string // who holds each VIP, by name
+	self     map[netip.Addr]bool   // the VIPs this node holds, as last told
+	// lost: VIPs this node held until the election moved them, not yet
+	// checked for the others' reports (an election that acts on the
+	// reports itself, the lease, moves a VIP before its holder gives it
+	// up: the holder still says why it lost it).
+	lost map[netip.Addr]bool
+	// given: VIPs this node gave up itself on the reports (counted once).
+	given map[netip.Addr]bool
+	// reported: the others' reports on this node's addresses at the last
+	// round (Peers with Reported), by prefix, and how many others verify.
+	reported     map[string][]string
+	reportOthers int
+	// kinds: the addresses verified beside the core's VIPs (pool,
+	// egress), by kind: every one of them, and the ones this node holds.
+	// Their holders are not known here (UnknownHolder); their metrics are
+	// per kind, not per address.
+	kinds     map[string]*kindAddrs
+	kindOf    map[netip.Addr]string
+	drop      map[netip.Addr]bool      // addresses of a kind gone: forgotten after the verifier's last verdict
+	overlap   map[netip.Addr]time.Time // agreed second holders (SetOverlap), until
+	kindUnr   *prometheus.GaugeVec
+	kindCount *prometheus.GaugeVec
+	kindMoved *prometheus.CounterVec
 	// ndp sends the rounds' neighbour solicitations (opened on first use,
 	// again when the interface changes; it receives nothing).
 	ndp      *ndp.Conn
@@ -99,10 +128,20 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 	vf := &verification{
 		opts: opts, v: conflict.NewVerifier(opts.Every),
 		queue: map[netip.Addr]conflict.Holder{}, prefix: map[netip.Addr]netip.Prefix{}, denied: map[netip.Addr]string{},
-		dups: map[netip.Addr]*Duplicate{}, holder: map[netip.Addr]string{},
+		dups: map[netip.Addr]*Duplicate{}, holder: map[netip.Addr]string{}, self: map[netip.Addr]bool{}, lost: map[netip.Addr]bool{}, given: map[netip.Addr]bool{},
 		dupCount: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vipd_duplicate_answers_total", Help: "Verification rounds (on a node that does not hold the VIP) in which more than one host answered for the VIP: one per set of MACs and episode (it ends after 10 s without).",
 		}, []string{"vip"}),
+		kinds: map[string]*kindAddrs{}, kindOf: map[netip.Addr]string{}, drop: map[netip.Addr]bool{}, overlap: map[netip.Addr]time.Time{},
+		kindUnr: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vipd_addresses_unreachable", Help: "Addresses of a kind (pool, egress) held by another node that this node cannot reach through their holder (l2 verification).",
+		}, []string{"kind"}),
+		kindCount: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vipd_addresses_verified", Help: "Addresses of a kind (pool, egress) held by another node that this node verifies (batched: at most 64 a round).",
+		}, []string{"kind"}),
+		kindMoved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vipd_addresses_unverified_total", Help: "Addresses of a kind (pool, egress) the election moved away from this node because most of the other nodes could not reach them through it.",
+		}, []string{"kind"}),
 		kick: make(chan struct{}, 1),
 		unreach: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_vip_unreachable", Help: "1 while this node cannot reach the VIP through the node that holds it (its ARP / neighbour probes, and the VIPD_VERIFY_PORT connection, go unanswered).",
@@ -117,8 +156,9 @@ func (l *L2) EnableVerify(opts VerifyOptions, reg prometheus.Registerer) error {
 			Name: "vipd_verify_rounds_total", Help: "Verification rounds: batched ARP / neighbour probes of the VIPs other nodes hold.",
 		}),
 	}
+	vf.kind("pool") // exported from the start, 0 without pools
 	if reg != nil {
-		for _, c := range []prometheus.Collector{vf.unreach, vf.unverify, vf.gaveUp, vf.rounds, vf.dupCount} {
+		for _, c := range []prometheus.Collector{vf.unreach, vf.unverify, vf.gaveUp, vf.rounds, vf.dupCount, vf.kindUnr, vf.kindCount, vf.kindMoved} {
 			if err := reg.Register(c); err != nil {
 				return err
 			}
@@ -150,6 +190,10 @@ func (l *L2) SetHolder(vip netip.Prefix, holder string, self bool) {
 	}
 	vf.prefix[vip.Addr()] = vip
 	vf.holder[vip.Addr()] = holder
+	if vf.self[vip.Addr()] && !self {
+		vf.lost[vip.Addr()] = true
+	}
+	vf.self[vip.Addr()] = self
 	vf.queue[vip.Addr()] = conflict.Holder{Addr: vip.Addr(), Name: holder, Self: self}
 	l.vmu.Unlock()
 	select {
@@ -234,11 +278,42 @@ func (l *L2) runVerify(ctx context.Context) {
 			queued = append(queued, h)
 		}
 		clear(vf.queue)
+		lost := slices.SortedFunc(maps.Keys(vf.lost), netip.Addr.Compare)
+		clear(vf.lost)
 		l.vmu.Unlock()
+		for _, a := range lost {
+			l.lostUnverified(vf, a)
+		}
+		// After the losses: they are judged on the reports of the last
+		// round, which the reporters withdraw once they reach the new
+		// holder.
+		if r, ok := vf.opts.Peers.(interface {
+			Reported() (map[string][]string, int)
+		}); ok {
+			reps, others := r.Reported()
+			l.vmu.Lock()
+			vf.reported, vf.reportOthers = reps, others
+			l.vmu.Unlock()
+		}
 		queued = append(queued, conflict.Tick{})
+		if r, ok := vf.opts.Peers.(interface{ Resync() }); ok {
+			r.Resync() // a report the cluster dropped is sent again
+		}
 		for _, ev := range queued {
 			l.verifyStep(ctx, vf, ev)
 		}
+		l.vmu.Lock()
+		for a := range vf.drop {
+			if _, requeued := vf.queue[a]; !requeued {
+				delete(vf.kindOf, a)
+				delete(vf.prefix, a)
+				delete(vf.holder, a)
+				delete(vf.self, a)
+				delete(vf.lost, a)
+				delete(vf.drop, a)
+			}
+		}
+		l.vmu.Unlock()
 		l.vmu.Lock()
 		next := vf.next
 		l.vmu.Unlock()
@@ -320,6 +395,18 @@ func (l *L2) verifyRound(ctx context.Context, vf *verification, addrs []netip.Ad
 			ok[a] = true
 		}
 		if len(macs) < 2 {
+			continue
+		}
+		if until, ok := vf.overlap[a]; ok {
+			if time.Now().Before(until) {
+				continue // an agreed second holder (make-before-break)
+			}
+			delete(vf.overlap, a)
+		}
+		if vf.holder[a] == UnknownHolder {
+			// A pool or egress address: its holder is not known here,
+			// so a multi-homed holder's NICs cannot be told from a
+			// second holder (the holder's own guard sees a second one).
 			continue
 		}
 		dups = append(dups, a)
@@ -514,8 +601,19 @@ func (l *L2) duplicate(vf *verification, a netip.Addr, macs []string) {
 func (l *L2) verdict(vf *verification, d conflict.Verdict) {
 	p := l.prefixOf(vf, d.Addr)
 	v := p.String()
+	l.vmu.Lock()
+	kind := vf.kindOf[d.Addr]
+	l.vmu.Unlock()
+	if kind != "" {
+		l.kindVerdict(vf, kind, p, d)
+		return
+	}
 	if !d.Self {
-		vf.opts.Peers.SetUnverified(v, d.Unreachable)
+		holder := d.Holder
+		if holder == UnknownHolder {
+			holder = ""
+		}
+		vf.opts.Peers.SetUnverified(v, holder, d.Unreachable)
 		if d.Unreachable {
 			vf.unreach.WithLabelValues(v).Set(1)
 			l.log.Warn("VIP unreachable through its holder: its ARP / neighbour answers do not arrive here (reported to the cluster)",
@@ -526,8 +624,19 @@ func (l *L2) verdict(vf *verification, d conflict.Verdict) {
 		}
 		return
 	}
+	if vf.opts.ElectionMoves {
+		if d.Unreachable {
+			vf.unverify.WithLabelValues(v).Set(1)
+			l.log.Warn("most other nodes report they cannot reach a VIP this node holds: the election moves it",
+				"vip", d.Addr, "reporters", strings.Join(d.Reporters, ","), "interface", l.ifname)
+		} else {
+			vf.unverify.WithLabelValues(v).Set(0)
+		}
+		return
+	}
 	l.vmu.Lock()
 	if d.Unreachable {
+		vf.given[d.Addr] = true
 		vf.denied[d.Addr] = fmt.Sprintf("%s cannot reach it", strings.Join(d.Reporters, ", "))
 	} else {
 		delete(vf.denied, d.Addr)
@@ -546,4 +655,220 @@ func (l *L2) verdict(vf *verification, d conflict.Verdict) {
 	case l.poke <- struct{}{}:
 	default:
 	}
+}
+
+// lostUnverified: the election moved a away from this node; when most of
+// the other nodes were reporting that they cannot reach it through this
+// node, that is why: said and counted as when this node gives it up
+// itself (the lease election's leader moves it on the reports).
+func (l *L2) lostUnverified(vf *verification, a netip.Addr) {
+	p := l.prefixOf(vf, a)
+	reporters, others := vf.opts.Peers.UnverifiedBy(p.String())
+	l.vmu.Lock()
+	gaveUp := vf.given[a]
+	delete(vf.given, a)
+	if was := vf.reported[p.String()]; 2*len(reporters) <= others && 2*len(was) > vf.reportOthers {
+		reporters, others = was, vf.reportOthers
+	}
+	l.vmu.Unlock()
+	// The election may say so itself (the reporters withdraw their
+	// reports as soon as they reach the new holder, which may be one of
+	// them: the reports alone can be gone by now).
+	excluded := false
+	if x, ok := vf.opts.Peers.(interface{ Excluded(vip string) bool }); ok {
+		excluded = x.Excluded(p.String())
+	}
+	if gaveUp || !excluded && (others == 0 || 2*len(reporters) <= others) {
+		return
+	}
+	l.vmu.Lock()
+	kind := vf.kindOf[a]
+	l.vmu.Unlock()
+	if kind != "" {
+		vf.kindMoved.WithLabelValues(kind).Inc()
+		l.log.Warn("the other nodes cannot reach an address this node held: its announcements do not arrive; the election moved it to another node",
+			"address", a, "kind", kind, "reporters", strings.Join(reporters, ","), "interface", l.ifname)
+		return
+	}
+	vf.gaveUp.WithLabelValues(p.String()).Inc()
+	l.log.Warn("the other nodes cannot reach a VIP this node holds: its announcements do not arrive; the election moved it to another node",
+		"vip", a, "reporters", strings.Join(reporters, ","), "interface", l.ifname)
+}
+
+// UnknownHolder names the holder of an address held by another node that
+// the election does not name (pool and egress addresses under the lease
+// election): verified all the same; its reports name no holder.
+const UnknownHolder = "another node"
+
+// kindAddrs: the addresses of one kind, and those this node holds.
+type kindAddrs struct {
+	all  map[netip.Addr]bool
+	held map[netip.Addr]bool
+	bad  map[netip.Addr]bool // unreachable from here
+}
+
+// SetKindAddresses tells the verification every address of kind ("pool",
+// "egress") the cluster places, as host prefixes; SetKindHeld which of
+// them this node holds. The others are verified as held by another node,
+// batched with the VIPs (at most conflict.VerifyMaxRound a round). Never
+// blocks.
+func (l *L2) SetKindAddresses(kind string, all []netip.Addr) {
+	l.vmu.Lock()
+	vf := l.verify
+	if vf == nil {
+		l.vmu.Unlock()
+		return
+	}
+	k := vf.kind(kind)
+	next := make(map[netip.Addr]bool, len(all))
+	for _, a := range all {
+		next[a.Unmap()] = true
+	}
+	for a := range k.all {
+		if !next[a] {
+			vf.setKindHolder(k, kind, a, false)
+		}
+	}
+	k.all = next
+	for a := range next {
+		vf.setKindHolder(k, kind, a, true)
+	}
+	vf.kindGauges(k, kind)
+	l.vmu.Unlock()
+	l.kickVerify(vf)
+}
+
+// SetKindHeld replaces the addresses of kind this node holds.
+func (l *L2) SetKindHeld(kind string, held []netip.Addr) {
+	l.vmu.Lock()
+	vf := l.verify
+	if vf == nil {
+		l.vmu.Unlock()
+		return
+	}
+	k := vf.kind(kind)
+	k.held = make(map[netip.Addr]bool, len(held))
+	for _, a := range held {
+		k.held[a.Unmap()] = true
+	}
+	for a := range k.all {
+		vf.setKindHolder(k, kind, a, true)
+	}
+	vf.kindGauges(k, kind)
+	l.vmu.Unlock()
+	l.kickVerify(vf)
+}
+
+func (l *L2) kickVerify(vf *verification) {
+	select {
+	case vf.kick <- struct{}{}:
+	default:
+	}
+}
+
+// kind returns the state of kind (vmu held).
+func (vf *verification) kind(kind string) *kindAddrs {
+	k := vf.kinds[kind]
+	if k == nil {
+		k = &kindAddrs{all: map[netip.Addr]bool{}, held: map[netip.Addr]bool{}, bad: map[netip.Addr]bool{}}
+		vf.kinds[kind] = k
+		vf.kindUnr.WithLabelValues(kind).Set(0)
+		vf.kindCount.WithLabelValues(kind).Set(0)
+		vf.kindMoved.WithLabelValues(kind).Add(0)
+	}
+	return k
+}
+
+// setKindHolder queues what the verifier must know of a (vmu held): held
+// by another node, by this node (not verified here: the others verify
+// it), or gone (present false).
+func (vf *verification) setKindHolder(k *kindAddrs, kind string, a netip.Addr, present bool) {
+	if _, core := vf.prefix[a]; core && vf.kindOf[a] == "" {
+		return // a VIP of the core (SetHolder) is never a pool address
+	}
+	name := ""
+	self := present && k.held[a]
+	if present && !self {
+		name = UnknownHolder
+	}
+	_, known := vf.kindOf[a]
+	if present && known && vf.holder[a] == name && vf.self[a] == self || !present && !known {
+		return
+	}
+	if vf.self[a] && !self {
+		vf.lost[a] = true
+	}
+	vf.self[a] = self
+	vf.holder[a] = name
+	vf.kindOf[a] = kind
+	vf.prefix[a] = hostPrefix(a)
+	if name == "" {
+		delete(k.bad, a)
+	}
+	if !present {
+		vf.drop[a] = true // forgotten once the verifier was told
+	} else {
+		delete(vf.drop, a)
+	}
+	vf.queue[a] = conflict.Holder{Addr: a, Name: name}
+}
+
+// kindGauges updates the gauges of kind (vmu held).
+func (vf *verification) kindGauges(k *kindAddrs, kind string) {
+	others := 0
+	for b := range k.all {
+		if !k.held[b] {
+			others++
+		}
+	}
+	vf.kindCount.WithLabelValues(kind).Set(float64(others))
+	vf.kindUnr.WithLabelValues(kind).Set(float64(len(k.bad)))
+}
+
+// kindVerdict acts on a verdict on a pool or egress address: reported to
+// the cluster without a holder name, counted per kind.
+func (l *L2) kindVerdict(vf *verification, kind string, p netip.Prefix, d conflict.Verdict) {
+	if d.Self {
+		return // never fed as held here
+	}
+	vf.opts.Peers.SetUnverified(p.String(), "", d.Unreachable)
+	l.vmu.Lock()
+	k := vf.kind(kind)
+	if d.Unreachable {
+		k.bad[d.Addr] = true
+	} else {
+		delete(k.bad, d.Addr)
+	}
+	n := len(k.bad)
+	l.vmu.Unlock()
+	vf.kindUnr.WithLabelValues(kind).Set(float64(n))
+	if d.Unreachable {
+		l.log.Warn("address unreachable through its holder: its ARP / neighbour answers do not arrive here (reported to the cluster)",
+			"address", d.Addr, "kind", kind, "interface", l.ifname)
+	} else {
+		l.log.Info("address reachable through its holder", "address", d.Addr, "kind", kind)
+	}
+}
+
+// SetOverlap agrees a second holder of vip until until (zero: ends it): a
+// make-before-break transfer, in which the old and the new holder both
+// answer for a bounded time. On a node that binds vip the conflict guard
+// takes claims from macs (from any MAC when none is given) for no
+// conflict; on the others the verification reports no duplicate for vip
+// meanwhile. Call it on every node, before the overlap begins.
+func (l *L2) SetOverlap(ctx context.Context, vip netip.Prefix, until time.Time, macs ...net.HardwareAddr) {
+	ms := make([]string, len(macs))
+	for i, m := range macs {
+		ms[i] = m.String()
+	}
+	l.guardStep(ctx, conflict.Overlap{Addr: vip.Addr(), MACs: ms, Until: until})
+	l.vmu.Lock()
+	if l.verify != nil {
+		if until.After(time.Now()) {
+			l.verify.overlap[vip.Addr()] = until
+		} else {
+			delete(l.verify.overlap, vip.Addr())
+		}
+	}
+	l.vmu.Unlock()
 }

@@ -101,6 +101,7 @@ type Config struct {
 	ExpectPeers    bool          // VIPD_PEERS configured: wait to discover before bootstrapping alone (see docs)
 	Discover       time.Duration // with ExpectPeers: how long a node without state looks for a cluster before the lowest name bootstraps
 	Incarnation    uint64        // random per start without state (the runtime draws it); 0: derived from Name and now
+	VerifySettle   time.Duration // how long a report naming no holder must stand (unverified.go); 0: VerifySettle
 }
 
 // ProfileConfig returns the timings of a profile ("default", "fast"); an
@@ -239,4 +240,7 @@ type Status struct {
 	// (a planned move: a handover, preemption, graceful leave or pool
 	// rebalancing, not a failure), as this node knows it.
 	From map[string]string
+	// Unverified: nodes not eligible for an address now because most
+	// others could not verify them, "address@node until" (unverified.go).
+	Unverified []string
 }

@@ -27,13 +27,18 @@ type meta struct {
 	VoterSum uint64 `json:"vh,omitempty"`
 	Healthy  bool   `json:"h,omitempty"`
 	Priority int    `json:"p,omitempty"`
-	Alive    bool   `json:"-"`
+	// Unreach: the addresses this node cannot reach through their
+	// holder, "key holder" (unverified.go; at most MaxReports).
+	Unreach []string `json:"u,omitempty"`
+	// Excl: the addresses this node is not eligible for now, unverified.
+	Excl  []string `json:"x,omitempty"`
+	Alive bool     `json:"-"`
 }
 
 const metaVersion = 1
 
 func (m *Machine) metaBytes() []byte {
-	md := meta{V: metaVersion, ID: m.id, Role: m.cfg.Role, Healthy: m.health && m.cfg.Role == Voter, Priority: m.cfg.Priority}
+	md := meta{V: metaVersion, ID: m.id, Role: m.cfg.Role, Healthy: m.health && m.cfg.Role == Voter, Priority: m.cfg.Priority, Unreach: m.reportsMeta(), Excl: m.exclMeta()}
 	if m.rn != nil && !m.left {
 		bs := m.rn.BasicStatus()
 		md.Cluster = m.cluster
@@ -306,7 +311,7 @@ func (m *Machine) restore(b []byte) error {
 
 // Status returns a snapshot of the machine.
 func (m *Machine) Status() Status {
-	s := Status{Name: m.cfg.Name, ClusterID: m.cluster, ID: m.id, Healthy: m.health, Leaving: m.leaving, Removed: m.left, Holders: map[string]string{}, Holds: m.holds()}
+	s := Status{Name: m.cfg.Name, ClusterID: m.cluster, ID: m.id, Healthy: m.health, Leaving: m.leaving, Removed: m.left, Holders: map[string]string{}, Holds: m.holds(), Unverified: m.UnverifiedStatus()}
 	if m.rn == nil {
 		s.State = "Discovering"
 		return s

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -295,7 +296,7 @@ func (m *Machine) controlPlaneHolder(elig []string) string {
 			best = n
 		}
 	}
-	if cur == "" || !m.eligible(cur) {
+	if cur == "" || !slices.Contains(elig, cur) {
 		return best
 	}
 	if best != cur && m.cfg.PreemptDelay > 0 && m.candidateOf(best).priority > m.candidateOf(cur).priority {
@@ -330,7 +331,7 @@ func (m *Machine) legacyClaims() map[string]bool {
 func (m *Machine) place() {
 	l := m.lead
 	elig := m.eligibleNames()
-	cp := m.controlPlaneHolder(elig)
+	cp := m.controlPlaneHolder(m.unverifiedCP(elig))
 	legacy := m.legacyClaims()
 	wanted := map[string]bool{}
 	in := map[string]bool{}
@@ -355,7 +356,7 @@ func (m *Machine) place() {
 	// Nothing that decides placement changed, nothing is being released and
 	// every address is placed: skip the pass over every address (a leader
 	// with 1,000 addresses steps on every message it receives).
-	sig := fmt.Sprintf("%v|%v|%s|%d|%d|%v", elig, poolCands, cp, len(legacy), m.wantGen, sortedKeys(legacy))
+	sig := fmt.Sprintf("%v|%v|%s|%d|%d|%v|%s", elig, poolCands, cp, len(legacy), m.wantGen, sortedKeys(legacy), m.unv.sig)
 	if sig == l.placeSig && len(l.releasing) == 0 && len(l.assign) == len(m.want) {
 		return
 	}
@@ -392,12 +393,14 @@ func (m *Machine) place() {
 					cands = allowed(elig, a)
 				}
 			}
-			for _, n := range cands {
+			for _, n := range m.unverifiedFilter(a.Key, cands) {
 				if desired == "" || rendezvous(n, a.Key) > rendezvous(desired, a.Key) {
 					desired = n
 				}
 			}
-			if cur != "" && m.eligible(cur) && a.allows(cur) && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
+			// an unverified holder keeps it only when no verified node can take it
+			blocked := desired != "" && m.unverifiedExcluded(a.Key, cur) && !m.unverifiedExcluded(a.Key, desired)
+			if cur != "" && m.eligible(cur) && a.allows(cur) && !blocked && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
 				desired = cur
 			}
 		}

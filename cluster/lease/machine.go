@@ -134,6 +134,8 @@ type Machine struct {
 	placedFrom map[string]string
 	placedTerm uint64
 
+	unv unverifiedState // reports and exclusions of unverified holders (unverified.go)
+
 	// per Step output
 	out      map[string]*envelope
 	outOrder []string
@@ -387,7 +389,10 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 		}
 	case Forget:
 		m.forgetRequest(e.Name)
+	case Unreachable:
+		m.setReports(e.Reports)
 	}
+	m.updateUnverified()
 	m.drive()
 	return m.output()
 }

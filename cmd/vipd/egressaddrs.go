@@ -119,7 +119,7 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 	}
 	e.drv = drv
 	if e.lease != nil {
-		e.lease.onEgress = poolLeases(drv)
+		e.lease.onEgress = poolLeases(drv, nil) // EgressPolicy addresses: no verification by the others yet
 	}
 	if saved := e.load(); len(saved) > 0 {
 		e.log.Info("egress: starting from the runtime egress addresses saved by the previous run", "addresses", len(saved))

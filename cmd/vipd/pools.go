@@ -57,13 +57,14 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 	for _, a := range c.Addresses {
 		dc.Exclude = append(dc.Exclude, a.Addr())
 	}
+	var vl2 *vip.L2 // l2 mode: the verification checks the pool addresses too
 	switch c.Mode {
 	case config.ModeL2:
 		l2, ok := d.ann.(*vip.L2)
 		if !ok {
 			return nil, fmt.Errorf("pools: the l2 announcer is a %T", d.ann)
 		}
-		dc.L2 = l2
+		dc.L2, vl2 = l2, l2
 	case config.ModeBGP:
 		dc.BGP = d.ann
 	}
@@ -106,8 +107,19 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 		for _, a := range dc.Exclude {
 			exclude[a] = true
 		}
-		p.want = func(as []pools.Address) { le.SetAddresses(lease.Pool, leaseAddrs(as, exclude)) }
-		le.onHold = poolLeases(drv)
+		p.want = func(as []pools.Address) {
+			la := leaseAddrs(as, exclude)
+			le.SetAddresses(lease.Pool, la)
+			if vl2 != nil {
+				// The l2 verification checks the ones held elsewhere.
+				all := make([]netip.Addr, 0, len(la))
+				for _, a := range la {
+					all = append(all, netip.MustParsePrefix(a.Key).Addr())
+				}
+				vl2.SetKindAddresses("pool", all)
+			}
+		}
+		le.onHold = poolLeases(drv, vl2)
 		if fromDisk {
 			p.want(saved.Addresses)
 		}
@@ -206,7 +218,7 @@ func leaseAddrs(as []pools.Address, exclude map[netip.Addr]bool) []lease.Address
 // poolLeases keeps this node's pool leases from the lease election's
 // decisions and hands the complete set to the pools driver after each
 // batch.
-func poolLeases(drv *pools.Driver) func([]cluster.LeaseDecision) {
+func poolLeases(drv *pools.Driver, l2 *vip.L2) func([]cluster.LeaseDecision) {
 	held := map[netip.Addr]time.Time{}
 	return func(ds []cluster.LeaseDecision) { // the election's goroutine only
 		for _, d := range ds {
@@ -221,5 +233,8 @@ func poolLeases(drv *pools.Driver) func([]cluster.LeaseDecision) {
 			}
 		}
 		drv.SetLeases(maps.Clone(held))
+		if l2 != nil {
+			l2.SetKindHeld("pool", slices.Collect(maps.Keys(held)))
+		}
 	}
 }

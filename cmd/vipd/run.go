@@ -400,24 +400,43 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 // the election tells it who holds each VIP, the gossip carries its verdicts.
 func (d *daemon) setupVerify() error {
 	l2, ok := d.ann.(*vip.L2)
-	if le, leased := d.elector.(*leaseElector); ok && leased {
+	if !ok || d.elector == nil {
+		return nil
+	}
+	if le, leased := d.elector.(*leaseElector); leased {
 		// The l2 wire checks learn who holds each VIP and when this node
-		// does (conflict detection); the verification itself follows the
-		// lease's unverified input (issue 27).
+		// does (conflict detection), with or without the verification.
 		le.decided = l2.SetHolder
+	}
+	if d.cfg.VerifyInterval <= 0 {
 		return nil
 	}
-	ce, inCluster := d.elector.(clusterElector)
-	if !ok || !inCluster || d.cfg.VerifyInterval <= 0 {
+	opts := vip.VerifyOptions{Every: d.cfg.VerifyInterval, Port: uint16(d.cfg.VerifyPort)}
+	switch e := d.elector.(type) {
+	case clusterElector:
+		opts.Peers = gossipVerifyPeers{e.Node}
+		e.decided = func(v netip.Prefix, dec cluster.Decision) { l2.SetHolder(v, dec.Leader, dec.Holder) }
+		d.elector = e
+	case *leaseElector:
+		lv := cluster.NewLeaseVerify(e.LeaseNode)
+		opts.Peers, opts.ElectionMoves = lv, true
+		d.addStatus("unverified", func() any { return lv.Exclusions() })
+	default:
 		return nil
 	}
-	if err := l2.EnableVerify(vip.VerifyOptions{Every: d.cfg.VerifyInterval, Port: uint16(d.cfg.VerifyPort), Peers: ce.Node}, d.reg); err != nil {
+	if err := l2.EnableVerify(opts, d.reg); err != nil {
 		return err
 	}
-	ce.decided = func(v netip.Prefix, dec cluster.Decision) { l2.SetHolder(v, dec.Leader, dec.Holder) }
-	d.elector = ce
 	d.addStatus("verification", func() any { return l2.Verification() })
 	return nil
+}
+
+// gossipVerifyPeers adapts the gossip election to the verification: its
+// reports name no holder (the holder reads them itself).
+type gossipVerifyPeers struct{ *cluster.Node }
+
+func (g gossipVerifyPeers) SetUnverified(vip, _ string, unreachable bool) {
+	g.Node.SetUnverified(vip, unreachable)
 }
 
 // actionTimeout bounds one acquire: a cloud assign includes API polling.

@@ -140,6 +140,12 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 	timings, _ := cluster.TimingsFor(c.Profile)
 	mc := lease.ProfileConfig(c.Profile)
 	mc.Priority, mc.PreemptDelay = c.Priority, c.PreemptDelay
+	if c.VerifyInterval > 0 {
+		// Reports that name no holder stand this long before they count
+		// (cluster/lease/unverified.go): two verification rounds and a
+		// half, the time a reporter needs to verify a new holder.
+		mc.VerifySettle = 2*c.VerifyInterval + c.VerifyInterval/2
+	}
 	if c.Witness() {
 		mc.Role = lease.Witness
 	}
@@ -165,7 +171,7 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 	if err != nil {
 		return nil, err
 	}
-	return &leaseElector{LeaseNode: n, log: log, core: core}, nil
+	return &leaseElector{LeaseNode: n, log: log, core: core, self: c.NodeName}, nil
 }
 
 // leaseElector adapts cluster.LeaseNode to the daemon's elector: holds of
@@ -174,12 +180,13 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 type leaseElector struct {
 	*cluster.LeaseNode
 	log      *slog.Logger
+	self     string                        // this node's name
 	core     map[string]bool               // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
 	onHold   func([]cluster.LeaseDecision) // pool addresses (nil: none); set before Run
 	onEgress func([]cluster.LeaseDecision) // EgressPolicy addresses (nil: none); set before Run
-	// decided, when set, gets who holds each VIPD_ADDRESS / VIPD_EGRESS
-	// address as this node knows it (the l2 announcer's SetHolder); set
-	// before Run.
+	// decided, when set, learns who holds each core address (the l2
+	// verification and conflict guard): this node, the other node the
+	// election names, or nobody (""). Set before Run.
 	decided func(vip netip.Prefix, holder string, self bool)
 }
 
@@ -221,8 +228,28 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 	}
 	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover, PrevHolder: d.Prev, Lone: d.Lone})
 	if e.decided != nil {
-		e.decided(p, d.Node, d.Holder)
+		e.decided(p, leaseHolder(d, e.self), d.Holder)
 	}
+}
+
+// leaseHolder names the holder of a decided core address: this node when
+// it holds it, else the node the leader's placement names; without one,
+// for a control-plane address the leader (they follow the leader; a
+// leader that does not hold them is handing them over: nobody known until
+// it is done), for a static egress address a node not named here
+// (vip.UnknownHolder) once there is a leader.
+func leaseHolder(d cluster.LeaseDecision, self string) string {
+	switch {
+	case d.Holder:
+		return self
+	case d.Node != "":
+		return d.Node
+	case d.Address.Kind == lease.ControlPlane && d.Leader != self:
+		return d.Leader
+	case d.Address.Kind == lease.Egress && d.Leader != "":
+		return vip.UnknownHolder
+	}
+	return ""
 }
 
 func (e clusterElector) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]cluster.HandoverResult, error) {

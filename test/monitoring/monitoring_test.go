@@ -106,7 +106,7 @@ func TestRulesCoverEveryAlert(t *testing.T) {
 		}
 	}
 	sort.Strings(alerts)
-	want := []string{"VIPDAddressConflict", "VIPDAnnouncementNotReceived", "VIPDBFDFlapping", "VIPDCloudAPIErrors", "VIPDConflict", "VIPDControllersNotLeading", "VIPDDuplicateNodeName",
+	want := []string{"VIPDAddressConflict", "VIPDAddressesNotReceived", "VIPDAddressesUnreachable", "VIPDAnnouncementNotReceived", "VIPDBFDFlapping", "VIPDCloudAPIErrors", "VIPDConflict", "VIPDControllersNotLeading", "VIPDDuplicateNodeName",
 		"VIPDHealthFailingEverywhere", "VIPDMoreThanOneHolder", "VIPDNoHolder", "VIPDNodeCannotHoldVIP", "VIPDQuorumLostOnMajority", "VIPDVIPUnreachable"}
 	if !reflect.DeepEqual(alerts, want) {
 		t.Errorf("alerts %v, want %v", alerts, want)

@@ -47,9 +47,21 @@ type Claim struct {
 	MAC  net.HardwareAddr
 }
 
+// Overlap: another holder of Addr is agreed until Until (a
+// make-before-break transfer: the old and the new holder both answer for
+// a bounded time). Claims from MACs (any MAC when empty) are then no
+// conflict: not reported, not defended. A later Overlap replaces it; a
+// zero Until ends it.
+type Overlap struct {
+	Addr  netip.Addr
+	MACs  []string
+	Until time.Time
+}
+
 // Tick: time passed.
 type Tick struct{}
 
+func (Overlap) isEvent() {}
 func (Bound) isEvent()   {}
 func (Unbound) isEvent() {}
 func (Claim) isEvent()   {}
@@ -98,6 +110,9 @@ const keepEnded = 4
 type Guard struct {
 	gap, quiet time.Duration
 	addrs      map[netip.Addr]*addrState
+	// overlaps: agreed second holders, bound here or not yet (the new
+	// holder of a make-before-break binds during the overlap).
+	overlaps map[netip.Addr]Overlap
 }
 
 // New returns a guard; zero durations take the defaults.
@@ -108,7 +123,7 @@ func New(gap, quiet time.Duration) *Guard {
 	if quiet <= 0 {
 		quiet = Quiet
 	}
-	return &Guard{gap: gap, quiet: quiet, addrs: map[netip.Addr]*addrState{}}
+	return &Guard{gap: gap, quiet: quiet, addrs: map[netip.Addr]*addrState{}, overlaps: map[netip.Addr]Overlap{}}
 }
 
 // Bound reports whether the guard watches addr.
@@ -131,6 +146,11 @@ func (g *Guard) Step(ev Event, now time.Time) Output {
 		}
 	case Claim:
 		g.claim(e, now, &out)
+	case Overlap:
+		delete(g.overlaps, e.Addr)
+		if e.Until.After(now) {
+			g.overlaps[e.Addr] = e
+		}
 	case Tick:
 	}
 	g.tick(now, &out)
@@ -144,6 +164,13 @@ func (g *Guard) claim(e Claim, now time.Time, out *Output) {
 		return // not ours: whoever holds it defends it
 	}
 	mac := e.MAC.String()
+	if o, ok := g.overlaps[e.Addr]; ok {
+		if !now.Before(o.Until) {
+			delete(g.overlaps, e.Addr)
+		} else if len(o.MACs) == 0 || slices.Contains(o.MACs, mac) {
+			return // the agreed other holder
+		}
+	}
 	if c := s.conflict; c == nil || c.MAC != mac {
 		if c != nil {
 			g.end(s, out)
@@ -179,6 +206,11 @@ func (g *Guard) end(s *addrState, out *Output) {
 }
 
 func (g *Guard) tick(now time.Time, out *Output) {
+	for a, o := range g.overlaps {
+		if !now.Before(o.Until) {
+			delete(g.overlaps, a)
+		}
+	}
 	for _, a := range g.sorted() {
 		s := g.addrs[a]
 		if !s.pending.IsZero() && !now.Before(s.pending) {

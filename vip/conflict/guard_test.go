@@ -141,3 +141,52 @@ func TestGuardStatusKeepsRecent(t *testing.T) {
 		t.Fatalf("status %+v, want %d recent conflicts and none current", st, keepEnded)
 	}
 }
+
+// TestGuardOverlap: during an agreed overlap (make-before-break) the other
+// holder's claims are no conflict and are not defended; a MAC that is not
+// the agreed one still is, and once the overlap ends the agreed MAC is a
+// conflict again.
+func TestGuardOverlap(t *testing.T) {
+	a := netip.MustParseAddr("10.0.0.100")
+	agreed, _ := net.ParseMAC("02:00:00:00:00:02")
+	other, _ := net.ParseMAC("02:00:00:00:00:03")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		macs     []string
+		mac      net.HardwareAddr
+		at       time.Duration
+		conflict bool
+	}{
+		{"agreed MAC during the overlap", []string{agreed.String()}, agreed, time.Second, false},
+		{"any MAC when none is named", nil, other, time.Second, false},
+		{"another MAC during the overlap", []string{agreed.String()}, other, time.Second, true},
+		{"agreed MAC after the overlap", []string{agreed.String()}, agreed, 3 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := New(0, 0)
+			g.Step(Bound{Addr: a}, t0)
+			g.Step(Overlap{Addr: a, MACs: tc.macs, Until: t0.Add(2 * time.Second)}, t0)
+			out := g.Step(Claim{Addr: a, MAC: tc.mac}, t0.Add(tc.at))
+			if got := len(out.Reports) > 0 && len(out.Defend) > 0; got != tc.conflict {
+				t.Fatalf("conflict %v (reports %v, defend %v), want %v", got, out.Reports, out.Defend, tc.conflict)
+			}
+		})
+	}
+	// Agreed before this node binds the address (the new holder of a
+	// make-before-break binds during the overlap).
+	g0 := New(0, 0)
+	g0.Step(Overlap{Addr: a, Until: t0.Add(time.Hour)}, t0)
+	g0.Step(Bound{Addr: a}, t0.Add(time.Millisecond))
+	if out := g0.Step(Claim{Addr: a, MAC: agreed}, t0.Add(time.Second)); len(out.Reports) != 0 {
+		t.Fatalf("an overlap agreed before binding was lost: %v", out.Reports)
+	}
+	// Ended early by a zero Until.
+	g := New(0, 0)
+	g.Step(Bound{Addr: a}, t0)
+	g.Step(Overlap{Addr: a, Until: t0.Add(time.Hour)}, t0)
+	g.Step(Overlap{Addr: a}, t0.Add(time.Second))
+	if out := g.Step(Claim{Addr: a, MAC: agreed}, t0.Add(2*time.Second)); len(out.Reports) == 0 {
+		t.Fatal("a claim after the overlap was ended is no conflict")
+	}
+}
