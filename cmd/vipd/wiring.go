@@ -240,10 +240,10 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 // (vip.UnknownHolder) once there is a leader.
 func leaseHolder(d cluster.LeaseDecision, self string) string {
 	switch {
-	case d.Holder:
-		return self
 	case d.Node != "":
 		return d.Node
+	case d.Holder:
+		return self
 	case d.Address.Kind == lease.ControlPlane && d.Leader != self:
 		return d.Leader
 	case d.Address.Kind == lease.Egress && d.Leader != "":
