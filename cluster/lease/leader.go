@@ -60,12 +60,15 @@ type peerState struct {
 	grantedGen uint64
 	grantEnd   time.Time // leader's clock: every grant it gave ends before this
 	pending    *grant
+	ov         map[string]ovSpec // planned transfers' specs for its next full assignment (transfer.go)
+	ovHeld     map[string]bool   // keys it still holds in an overlap (its latest ack)
 }
 
 type release struct {
 	from  string
 	gen   uint64
 	until time.Time
+	ovTo  string // a planned transfer's successor (transfer.go)
 }
 
 func (l *leaderState) peer(name string) *peerState { return l.peers[name] }
@@ -91,7 +94,7 @@ func (m *Machine) becomeLeader() {
 		forgets:   map[string]bool{},
 	}
 	m.lead = l
-	m.hold.reset(0)
+	m.keepGrantsAsLeader(l)
 	m.syncPeers()
 	if h := m.pendingHandoff; h != nil && h.until.After(m.now) {
 		for k, n := range h.holders {
@@ -229,7 +232,7 @@ func (m *Machine) eligibleNames() []string {
 // node has been healthy for PreemptDelay; otherwise the best ranked.
 func (m *Machine) controlPlaneHolder(elig []string) string {
 	l := m.lead
-	if l.handover != "" && m.eligible(l.handover) {
+	if l.handover != "" && m.eligible(l.handover) && m.fresh(l.handover) {
 		return l.handover
 	}
 	cur := ""
@@ -246,6 +249,9 @@ func (m *Machine) controlPlaneHolder(elig []string) string {
 		}
 	}
 	if cur == "" || !m.eligible(cur) {
+		if f := m.bestFresh(elig, "control-plane"); f != "" {
+			return f // a successor that answers now (transfer.go)
+		}
 		return best
 	}
 	if best != cur && m.cfg.PreemptDelay > 0 && m.candidateOf(best).priority > m.candidateOf(cur).priority {
@@ -312,10 +318,13 @@ func (m *Machine) place() {
 	l.placeSig = sig
 	for k, r := range l.releasing {
 		p := l.peers[r.from]
-		// released when its ack shows it let go, or when its last grant ran
-		// out (a removed member can only run out)
-		if (p != nil && p.ackedGen >= r.gen) || !m.now.Before(r.until) {
+		// released when its ack shows it let go (also of an overlap), or
+		// when its last grant ran out (a removed member can only run out)
+		if (p != nil && p.ackedGen >= r.gen && !p.ovHeld[k]) || !m.now.Before(r.until) {
 			delete(l.releasing, k)
+			if p != nil && l.assign[k] != r.from {
+				delete(p.ov, k)
+			}
 		}
 	}
 	for _, a := range m.want {
@@ -329,7 +338,11 @@ func (m *Machine) place() {
 		default:
 			// rendezvous over the nodes eligible for PoolSettle (all
 			// eligible ones if none is settled yet), and the current holder
-			for _, n := range poolCands {
+			cands := poolCands
+			if cur != "" && !m.eligible(cur) {
+				cands = m.preferFresh(poolCands) // a successor that answers now
+			}
+			for _, n := range cands {
 				if desired == "" || rendezvous(n, a.Key) > rendezvous(desired, a.Key) {
 					desired = n
 				}
@@ -338,16 +351,24 @@ func (m *Machine) place() {
 				desired = cur
 			}
 		}
-		if desired == cur {
+		if r, ok := l.releasing[a.Key]; ok && cur == "" && r.ovTo != "" && desired != "" && m.eligible(r.ovTo) {
+			desired = r.ovTo // the successor the old holder agreed to
+		}
+		if desired == cur || m.ovSuccessor(a.Key, cur) {
 			continue
 		}
+		planned := m.plannedMove(a.Key, cur, desired)
 		if cur != "" {
 			m.unassign(a.Key, cur)
+		}
+		if planned {
+			m.ovBegin(a.Key, cur, desired)
 		}
 		if desired == "" {
 			continue
 		}
-		if _, busy := l.releasing[a.Key]; busy {
+		src, ok := m.ovSource(a.Key, desired)
+		if !ok {
 			continue
 		}
 		l.assign[a.Key] = desired
@@ -355,6 +376,7 @@ func (m *Machine) place() {
 			p.keys[a.Key] = true
 			p.gen++
 		}
+		m.ovAssigned(a.Key, desired, src)
 	}
 	for k, n := range l.assign {
 		if !wanted[k] {
@@ -368,6 +390,7 @@ func (m *Machine) unassign(key, from string) {
 	delete(l.assign, key)
 	if p := l.peers[from]; p != nil {
 		delete(p.keys, key)
+		delete(p.ov, key)
 		p.gen++
 		if p.grantEnd.After(m.now) {
 			l.releasing[key] = release{from: from, gen: p.gen, until: p.grantEnd}
@@ -395,6 +418,7 @@ func (m *Machine) leaderDecide() {
 		if changed {
 			a.Full = true
 			a.Keys = sortedKeys(p.keys)
+			a.Ov = p.ovSpecs()
 		}
 		e := m.env(name)
 		e.h.Assign = a
@@ -447,6 +471,10 @@ func (m *Machine) onAck(from string, a *ack) {
 	}
 	if a.Seq > p.ackSeq {
 		p.ackSeq, p.ackedGen = a.Seq, a.Gen
+		p.ovHeld = map[string]bool{}
+		for _, k := range a.OvHeld {
+			p.ovHeld[k] = true
+		}
 	}
 	if a.Gen != p.gen || len(p.keys) == 0 || !m.leaseValid() {
 		return
@@ -530,6 +558,9 @@ func (m *Machine) maybeTransfer() {
 	}
 	if !l.lastTransfer.IsZero() && m.now.Sub(l.lastTransfer) < m.electionTimeout() {
 		return
+	}
+	if m.ovPending() {
+		return // the handoff names one holder per key: let the overlap end first
 	}
 	target := ""
 	cpHolder := ""
