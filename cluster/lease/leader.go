@@ -626,19 +626,26 @@ func (m *Machine) transferRequest(to, except string) {
 		return
 	}
 	if to == "" || to == except {
-		best := ""
+		// the best eligible node that answered within a heartbeat and a
+		// half (transfer.go): never one whose answers just stopped
+		var cands []string
 		for _, n := range m.eligibleNames() {
-			if n == except {
-				continue
-			}
-			if best == "" || better(m.candidateOf(n), m.candidateOf(best), "control-plane") {
-				best = n
+			if n != except {
+				cands = append(cands, n)
 			}
 		}
-		to = best
+		to = m.bestFresh(cands, "control-plane")
+		if to == "" && len(cands) > 0 {
+			m.note("no eligible node answered within a heartbeat: nothing handed over", "eligible", cands)
+			return
+		}
 	}
 	if to == "" || !m.eligible(to) {
 		m.note("no eligible node to hand over to", "asked", to)
+		return
+	}
+	if !m.fresh(to) {
+		m.note("handover target has not answered within a heartbeat: nothing handed over", "asked", to)
 		return
 	}
 	m.lead.handover = to
