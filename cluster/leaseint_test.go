@@ -211,6 +211,21 @@ func TestLeaseIntegrationThreeNodes(t *testing.T) {
 	nodes["c"] = startReal(t, "c", dirs["c"], h, nodes["a"].addr())
 	waitVoters("a", 3)
 	holder := h.waitHolder(t, 5*time.Second)
+	// Every node knows the holder and its address (egress directors
+	// route to it; the l2 wire checks compare answers with it).
+	for name, rn := range nodes {
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			got, addr := rn.n.Holder(intVIP)
+			if got == holder && addr == netip.MustParseAddr("127.0.0.1") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Holder(%s) = %q %v, want %s 127.0.0.1", name, intVIP, got, addr, holder)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 
 	// Graceful stop of the holder (SIGTERM: Leave): another node holds,
 	// and the configuration shrinks to the two others.

@@ -76,6 +76,10 @@ type LeaseDecision struct {
 	Until   time.Time
 	Leader  string // the leader when decided ("" unknown)
 	Reason  string
+	// Node is the node that holds the address as this node knows it:
+	// this node's name while Holder, another's when the leader told who
+	// holds it, "" when none is known.
+	Node string
 }
 
 // idleWake bounds the timer when the machine asks for no tick.
@@ -351,7 +355,7 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		if renewed {
 			reason = "lease renewed by a majority"
 		}
-		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason})
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name})
 	}
 	for _, k := range sortedKeys(l.held) {
 		if _, ok := holds[k]; ok {
@@ -371,10 +375,10 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 			delete(l.elsewhere, k)
 			continue
 		}
-		reason := "no holder yet: no leader"
+		reason, node := "no holder yet: no leader", ""
 		switch h := st.Holders[k]; {
 		case h != "" && h != st.Name:
-			reason = h + " holds it"
+			reason, node = h+" holds it", h
 		case leader != "" && leader != st.Name:
 			reason = "placed by the leader, " + leader
 		case leader != "":
@@ -384,7 +388,7 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 			continue
 		}
 		l.elsewhere[k] = reason
-		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader, Node: node})
 	}
 	if len(ds) > 0 {
 		l.decide(ds)

@@ -499,7 +499,8 @@ func TestLeaseLoopKeyVeto(t *testing.T) {
 }
 
 // An address held elsewhere is reported once per change of its holder
-// (vipd status: "n1 holds it"); pool addresses are left to their status.
+// (vipd status: "n1 holds it", and Node for the l2 wire checks); pool
+// addresses are left to their status.
 func TestLeaseLoopReportsHolderElsewhere(t *testing.T) {
 	clk := newFakeClock()
 	m := &toyMachine{status: lease.Status{Name: "a", Leader: "b", Holders: map[string]string{"10.0.0.100/32": "b"}},
@@ -511,7 +512,7 @@ func TestLeaseLoopReportsHolderElsewhere(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, d := range ds {
-			got = append(got, fmt.Sprintf("%s holder=%v %s", d.Address.Key, d.Holder, d.Reason))
+			got = append(got, fmt.Sprintf("%s holder=%v node=%q %s", d.Address.Key, d.Holder, d.Node, d.Reason))
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -527,7 +528,7 @@ func TestLeaseLoopReportsHolderElsewhere(t *testing.T) {
 	postWait(t, l, lease.Tick{})
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"10.0.0.100/32 holder=false b holds it", "10.0.0.100/32 holder=false no holder yet: no leader"}
+	want := []string{`10.0.0.100/32 holder=false node="b" b holds it`, `10.0.0.100/32 holder=false node="" no holder yet: no leader`}
 	if !slices.Equal(got, want) {
 		t.Fatalf("decisions\n got %q\nwant %q", got, want)
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -225,6 +226,28 @@ func leftBefore(st lease.Status, name string) bool {
 	return !slices.Contains(st.Voters, name) && !slices.Contains(st.Learners, name) && !slices.Contains(st.Witnesses, name)
 }
 
+// Holder returns the node that holds vip as this node knows it (the
+// leader's placement; this node's own holds) and that node's gossip
+// address: the egress directors route to it. "" when none is known.
+func (n *LeaseNode) Holder(vip string) (name string, addr netip.Addr) {
+	st, holds, _ := n.loop.snapshot()
+	if _, mine := holds[vip]; mine {
+		name = n.cfg.Cluster.Name
+	} else if name = st.Holders[vip]; name == "" {
+		return "", netip.Addr{}
+	}
+	n.mu.Lock()
+	a := n.addrs[name]
+	n.mu.Unlock()
+	if name == n.cfg.Cluster.Name {
+		a = n.localAddr
+	}
+	if ap, err := netip.ParseAddrPort(a); err == nil {
+		addr = ap.Addr().Unmap()
+	}
+	return name, addr
+}
+
 // SetHealthy feeds this node's apiserver health to the machine.
 func (n *LeaseNode) SetHealthy(healthy bool) { n.loop.post(lease.Health{Healthy: healthy}) }
 
@@ -257,11 +280,13 @@ func (n *LeaseNode) SetFailed(vip, reason string) {
 func (n *LeaseNode) SetPrepared(string, error) {}
 
 // SetAddresses replaces the addresses of one kind (pool, egress) the
-// cluster must place; the control-plane VIPs come from the configuration.
-func (n *LeaseNode) SetAddresses(kind lease.Kind, keys []string) {
-	as := make([]lease.Address, len(keys))
-	for i, k := range keys {
-		as[i] = lease.Address{Key: k, Kind: kind}
+// cluster must place, with the nodes that may hold each (Restricted,
+// Nodes); the control-plane VIPs come from the configuration.
+func (n *LeaseNode) SetAddresses(kind lease.Kind, addrs []lease.Address) {
+	as := make([]lease.Address, len(addrs))
+	for i, a := range addrs {
+		a.Kind = kind
+		as[i] = a
 	}
 	n.mu.Lock()
 	n.want[kind] = as

@@ -235,12 +235,6 @@ func (c *Config) check() error {
 	if c.Witness() {
 		return c.checkWitness()
 	}
-	if c.Election == ElectionLease && c.Mode != ModeBGP && len(c.Peers) > 0 && c.EgressPolicies {
-		// Their addresses are placed by a pools machine over the gossip
-		// view; until it takes holds from the lease machine, mixing the
-		// two would let two nodes hold one address.
-		return &Error{Name: "VIPD_EGRESS_POLICIES", Value: "on", Accepted: "off with VIPD_ELECTION=lease in a cluster (EgressPolicy addresses follow the gossip election for now; VIPD_POOLS and static VIPD_EGRESS addresses follow the lease)"}
-	}
 	if len(c.Addresses) == 0 && c.Controllers == "" && !c.Pools {
 		return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "at least one VIP in CIDR form, e.g. 10.0.0.100/32,fd00::100/128 (required unless only VIPD_CONTROLLERS run or VIPD_POOLS=on)"}
 	}

@@ -36,7 +36,7 @@ func TestDefaults(t *testing.T) {
 		HealthCAFile: "/etc/kubernetes/pki/ca.crt", HealthClientCert: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		HealthClientKey: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		GossipBind:      netip.MustParseAddrPort("0.0.0.0:7950"), StateDir: "/var/lib/vipd", MemberExpiry: 10 * time.Minute, Profile: ProfileDefault, VerifyInterval: time.Second,
-		Election: ElectionGossip, Role: RoleVoter,
+		Election: ElectionLease, Role: RoleVoter,
 		BFDDetectMult: 3, BFDTxInterval: 300 * time.Millisecond, BFDRxInterval: 300 * time.Millisecond,
 		BGPRestartTime: 10 * time.Second, BFDMultihopMinTTL: 254,
 		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",
@@ -188,7 +188,7 @@ func TestCombinations(t *testing.T) {
 		{"witness not with the gossip election", []string{"VIPD_ROLE", "witness", "VIPD_ELECTION", "gossip", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_ELECTION"},
 		{"witness holds no pool addresses", []string{"VIPD_ROLE", "witness", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_POOLS"},
 		{"lease election with pools in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, ""},
-		{"lease election without egress policies in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_EGRESS_POLICIES", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_EGRESS_POLICIES"},
+		{"lease election with egress policies in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_EGRESS_POLICIES", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, ""},
 		{"pools in bgp mode need the AS", []string{"VIPD_ADDRESS", "", "VIPD_MODE", "bgp", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k"}, "VIPD_BGP_LOCAL_AS"},
 	}
 	for _, tt := range tests {

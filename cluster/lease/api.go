@@ -63,6 +63,25 @@ func (k Kind) String() string {
 type Address struct {
 	Key  string // canonical prefix, e.g. "10.0.0.100/32", "fd00::100/128"
 	Kind Kind
+	// Restricted: only Nodes may hold it (none when Nodes is empty): an
+	// IPPool's node selector, a Service's local traffic policy, an
+	// EgressPolicy's nodeSelector. Pool and egress addresses only; the
+	// leader places by its own Want.
+	Restricted bool
+	Nodes      []string
+}
+
+// allows reports whether node may hold a.
+func (a Address) allows(node string) bool {
+	if !a.Restricted {
+		return true
+	}
+	for _, n := range a.Nodes {
+		if n == node {
+			return true
+		}
+	}
+	return false
 }
 
 // Config is a node's configuration. Timings come from ProfileConfig; the

@@ -334,6 +334,13 @@ func (m *Machine) Status() Status {
 		}
 	} else if m.lead == nil && bs.Lead != raft.None && m.ticks-m.lastLeaderTick < int64(m.cfg.ElectionTicks) {
 		s.Quorum = true
+		if m.placedTerm == bs.GetTerm() {
+			for k, n := range m.placed {
+				if n != m.cfg.Name {
+					s.Holders[k] = n
+				}
+			}
+		}
 		for k := range m.hold.keys {
 			s.Holders[k] = m.cfg.Name
 		}

@@ -34,6 +34,7 @@ type header struct {
 	Handoff     *handoff `json:"h,omitempty"`
 	JoinRefused string   `json:"jr,omitempty"`
 	Removed     uint64   `json:"rm,omitempty"` // this raft id (yours) is not in the configuration: wipe and rejoin
+	Placed      *placed  `json:"pl,omitempty"`
 
 	// Node -> leader (or any member, which forwards).
 	Ack      *ack   `json:"k,omitempty"`
@@ -60,6 +61,14 @@ type assign struct {
 	// receipt, until Peer (the successor) confirms. For a key in Keys:
 	// Peer (the old holder) may hold it for that while.
 	Ov map[string]ovSpec `json:"o,omitempty"`
+}
+
+// placed tells a follower who holds the control-plane and egress addresses
+// (term Term's leader's placement): information for status, egress routing
+// and the l2 wire checks, never a permission to hold.
+type placed struct {
+	Term    uint64            `json:"t"`
+	Holders map[string]string `json:"h,omitempty"`
 }
 
 // grant lets a node hold its assigned keys until its own send time of ack

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -62,6 +63,37 @@ type peerState struct {
 	pending    *grant
 	ov         map[string]ovSpec // planned transfers' specs for its next full assignment (transfer.go)
 	ovHeld     map[string]bool   // keys it still holds in an overlap (its latest ack)
+
+	placedSig string    // the placement last sent (placed)
+	placedAt  time.Time // when
+}
+
+// placedRefresh: a follower hears the placement again this often even if
+// it did not change (a lost message is repaired).
+const placedRefresh = 5 * time.Second
+
+// placement is who holds each control-plane and egress address (an
+// address on its way from A to B is A's until A let go), and a signature
+// of it. Pool addresses are left out: there may be thousands, and their
+// status is each holder's own.
+func (m *Machine) placement() (map[string]string, string) {
+	l := m.lead
+	out := map[string]string{}
+	for _, a := range m.want {
+		if a.Kind == Pool {
+			continue
+		}
+		if r, ok := l.releasing[a.Key]; ok {
+			out[a.Key] = r.from
+		} else if n := l.assign[a.Key]; n != "" {
+			out[a.Key] = n
+		}
+	}
+	var b strings.Builder
+	for _, k := range sortedKeys(out) {
+		b.WriteString(k + "=" + out[k] + ",")
+	}
+	return out, b.String()
 }
 
 type release struct {
@@ -337,17 +369,24 @@ func (m *Machine) place() {
 			desired = cp
 		default:
 			// rendezvous over the nodes eligible for PoolSettle (all
-			// eligible ones if none is settled yet), and the current holder
+			// eligible ones if none is settled yet), and the current
+			// holder; a restricted address only over the nodes it allows
 			cands := poolCands
+			if a.Restricted {
+				cands = allowed(poolCands, a)
+				if len(cands) == 0 {
+					cands = allowed(elig, a)
+				}
+			}
 			if cur != "" && !m.eligible(cur) {
-				cands = m.preferFresh(poolCands) // a successor that answers now
+				cands = m.preferFresh(cands) // a successor that answers now (transfer.go)
 			}
 			for _, n := range cands {
 				if desired == "" || rendezvous(n, a.Key) > rendezvous(desired, a.Key) {
 					desired = n
 				}
 			}
-			if cur != "" && m.eligible(cur) && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
+			if cur != "" && m.eligible(cur) && a.allows(cur) && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
 				desired = cur
 			}
 		}
@@ -385,6 +424,17 @@ func (m *Machine) place() {
 	}
 }
 
+// allowed returns the names that may hold a.
+func allowed(names []string, a Address) []string {
+	var out []string
+	for _, n := range names {
+		if a.allows(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 func (m *Machine) unassign(key, from string) {
 	l := m.lead
 	delete(l.assign, key)
@@ -408,7 +458,12 @@ func (m *Machine) leaderDecide() {
 		m.membership()
 		m.maybeTransfer()
 	}
-	// assignments and grants
+	// assignments and grants; with the renewals, who holds what
+	var pl map[string]string
+	var plSig string
+	if l.beat {
+		pl, plSig = m.placement()
+	}
 	for name, p := range l.peers {
 		changed := p.ackedGen != p.gen
 		if !l.beat && !(changed && p.sentGenDiffers()) {
@@ -422,6 +477,10 @@ func (m *Machine) leaderDecide() {
 		}
 		e := m.env(name)
 		e.h.Assign = a
+		if l.beat && (plSig != p.placedSig || m.now.Sub(p.placedAt) >= placedRefresh) {
+			e.h.Placed = &placed{Term: l.term, Holders: pl}
+			p.placedSig, p.placedAt = plSig, m.now
+		}
 		p.markSent()
 		if p.pending != nil {
 			e.h.Grant = p.pending
@@ -774,8 +833,23 @@ func (m *Machine) membership() {
 			continue // hand its addresses over first
 		}
 		want := l.leaves[name]
+		id := m.idOf(name)
+		if id != 0 && id != m.id && (want == 0 || id == want) && !m.liveMajorityWithout(id) {
+			if m.now.Sub(l.since) < m.electionTimeout() {
+				continue // a new leader: the others' acks are on their way
+			}
+			// Removing it would leave a configuration whose live voters
+			// are no majority (another voter is dead): nobody could hold
+			// until the dead one came back. It stops as a voter instead,
+			// keeps its state and resumes on restart (Consul:
+			// leave_on_terminate=false). It asks again every election
+			// timeout while it runs.
+			delete(l.leaves, name)
+			m.note("leave declined: without it the live voters would be no majority", "node", name)
+			continue
+		}
 		delete(l.leaves, name)
-		if id := m.idOf(name); id != 0 && id != m.id && (want == 0 || id == want) {
+		if id != 0 && id != m.id && (want == 0 || id == want) {
 			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})
 			return
 		}
@@ -845,6 +919,29 @@ func (m *Machine) membership() {
 			return
 		}
 	}
+}
+
+// liveMajorityWithout reports whether the voters that acked this leader
+// within an election timeout would be a majority of the configuration
+// without voter id (true when id is not a voter: removing a learner changes
+// no majority).
+func (m *Machine) liveMajorityWithout(id uint64) bool {
+	if !m.isVoter(id) {
+		return true
+	}
+	n, live := 0, 0
+	for _, v := range m.conf.Voters {
+		if v == id {
+			continue
+		}
+		n++
+		if v == m.id {
+			live++
+		} else if p := m.lead.peers[m.nameOf(v)]; p != nil && p.acked && m.alive(p) {
+			live++ // heard by this leader, recently (a new leader assumes every peer alive)
+		}
+	}
+	return live >= n/2+1
 }
 
 // followerLeave asks the leader to remove this node, again every election

@@ -132,6 +132,11 @@ type Machine struct {
 	ov    map[string]*ovState  // make-before-break overlaps this node is in
 	carry map[string]time.Time // transferee: grants held on as leader until its lease is valid
 
+	// who holds the control-plane and egress addresses, as the leader of
+	// term placedTerm told this follower (status and routing only)
+	placed     map[string]string
+	placedTerm uint64
+
 	// per Step output
 	out      map[string]*envelope
 	outOrder []string
@@ -334,6 +339,7 @@ func (m *Machine) wipe(reason string) {
 	m.reads = map[string]time.Time{}
 	m.hold.reset(0)
 	m.ov, m.carry = nil, nil
+	m.placed, m.placedTerm = nil, 0
 	m.id = deriveID(m.cfg.Name, m.now.Add(time.Duration(m.id)))
 	m.joinCluster = 0
 	m.lastJoin = time.Time{}

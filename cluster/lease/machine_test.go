@@ -486,3 +486,175 @@ func TestStaleLeaveKeepsLaterIncarnation(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaveKeepsLiveMajority: a graceful stop of the holder while another
+// voter is dead must not shrink the configuration to one whose live voters
+// are no majority (the survivor would sit with one dead voter of two, no
+// holder, forever). The leader declines the leave: the leaving node stops
+// as a voter with its state and, restarted, the two live voters hold again.
+// With all voters alive the leave is carried out.
+func TestLeaveKeepsLiveMajority(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		dead    bool
+		removed bool
+	}{
+		{"another voter is dead", true, false},
+		{"all voters alive", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := three(t)
+			n.run(2 * time.Second)
+			hs := n.holders("vip")
+			if len(hs) != 1 {
+				t.Fatalf("setup: holders %v", hs)
+			}
+			h := hs[0]
+			var dead, survivor string
+			for _, x := range n.order {
+				switch {
+				case x == h:
+				case dead == "":
+					dead = x
+				default:
+					survivor = x
+				}
+			}
+			if tc.dead {
+				n.nodes[dead].up = false
+				n.view()
+				n.run(2 * time.Second)
+			}
+			hid := n.nodes[h].m.id
+			n.step(h, Leave{})
+			n.run(3 * time.Second)
+			s := n.nodes[survivor].m
+			if got := !slices.Contains(s.conf.Voters, hid); got != tc.removed {
+				t.Fatalf("%s removed = %v, want %v (voters %v)", h, got, tc.removed, s.Status().Voters)
+			}
+			if got := n.holders("vip"); slices.Contains(got, h) {
+				t.Fatalf("the leaving node %s still holds: %v", h, got)
+			}
+			if !tc.dead {
+				if got := n.holders("vip"); len(got) != 1 {
+					t.Fatalf("after the leave: holders %v", got)
+				}
+				return
+			}
+			// The leaving node stops and starts again with its state.
+			n.nodes[h].up = false
+			n.view()
+			n.run(time.Second)
+			n.nodes[h].up = true
+			n.restart(h, true)
+			for i := 0; i < 5; i++ {
+				n.view()
+				n.run(time.Second)
+			}
+			if got := n.holders("vip"); len(got) != 1 || got[0] == dead {
+				t.Fatalf("after %s restarted beside dead %s: holders %v", h, dead, got)
+			}
+		})
+	}
+}
+
+// TestRestrictedAddressesGoOnlyToAllowedNodes: a pool or egress address
+// that only some nodes may hold (an IPPool's node selector, a Service's
+// local traffic policy, an EgressPolicy's nodeSelector) is granted only to
+// one of them, moves when the set changes, and is held by nobody when no
+// node may hold it; the others are spread as before.
+func TestRestrictedAddressesGoOnlyToAllowedNodes(t *testing.T) {
+	n := three(t)
+	want := func(p1 []string) {
+		for _, name := range n.order {
+			n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane},
+				{Key: "p1", Kind: Pool, Restricted: true, Nodes: p1},
+				{Key: "p2", Kind: Egress, Restricted: true},
+				{Key: "p3", Kind: Pool}}})
+		}
+		n.run(3 * time.Second)
+	}
+	for _, tc := range []struct {
+		nodes []string
+		want  []string
+	}{
+		{[]string{"c"}, []string{"c"}},
+		{[]string{"b", "zz"}, []string{"b"}},
+		{[]string{"zz"}, nil},
+		{[]string{"a", "c"}, nil}, // one of them
+	} {
+		want(tc.nodes)
+		got := n.holders("p1")
+		switch {
+		case tc.want == nil && len(tc.nodes) == 2:
+			if len(got) != 1 || !slices.Contains(tc.nodes, got[0]) {
+				t.Fatalf("p1 for %v: holders %v", tc.nodes, got)
+			}
+		case !slices.Equal(got, tc.want):
+			t.Fatalf("p1 for %v: holders %v, want %v", tc.nodes, got, tc.want)
+		}
+		if h := n.holders("p2"); len(h) != 0 {
+			t.Fatalf("p2 (no node allowed) held by %v", h)
+		}
+		if h := n.holders("p3"); len(h) != 1 {
+			t.Fatalf("p3 (any node) held by %v", h)
+		}
+	}
+	// The allowed holder dies: the address goes to the other allowed node
+	// only.
+	h := n.holders("p1")[0]
+	n.nodes[h].up = false
+	n.view()
+	n.run(5 * time.Second)
+	other := "a"
+	if h == "a" {
+		other = "c"
+	}
+	if got := n.holders("p1"); !slices.Equal(got, []string{other}) {
+		t.Fatalf("after %s died: p1 holders %v, want [%s]", h, got, other)
+	}
+}
+
+// TestFollowersKnowWhoHolds: followers learn from the leader's renewals who
+// holds the control-plane and egress addresses (status, the egress
+// directors' route to the gateway, the l2 wire checks); pool addresses are
+// each holder's own. After the holder dies they learn the new one.
+func TestFollowersKnowWhoHolds(t *testing.T) {
+	n := three(t)
+	for _, name := range n.order {
+		n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane}, {Key: "e1", Kind: Egress}, {Key: "p1", Kind: Pool}}})
+	}
+	n.run(3 * time.Second)
+	check := func(nodes ...string) {
+		t.Helper()
+		for _, key := range []string{"vip", "e1"} {
+			h := n.holders(key)
+			if len(h) != 1 {
+				t.Fatalf("%s: holders %v", key, h)
+			}
+			for _, name := range nodes {
+				if got := n.nodes[name].m.Status().Holders[key]; got != h[0] {
+					t.Fatalf("%s says %s holds %s, it is %s", name, got, key, h[0])
+				}
+			}
+		}
+		for _, name := range nodes {
+			st := n.nodes[name].m.Status()
+			if got, ok := st.Holders["p1"]; ok && st.Leader != name && got != name {
+				t.Fatalf("%s reports the pool address's holder %s", name, got)
+			}
+		}
+	}
+	check(n.order...)
+	h := n.holders("vip")[0]
+	n.nodes[h].up = false
+	n.view()
+	n.run(5 * time.Second)
+	var alive []string
+	for _, name := range n.order {
+		if name != h {
+			alive = append(alive, name)
+		}
+	}
+	check(alive...)
+}

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/cluster/lease"
+	"github.com/vipd/vipd/vip"
 )
 
 // forgettingElector is a lease-style elector: it forgets on request.
@@ -104,5 +108,40 @@ func TestPrintStatusLease(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// The lease elector tells the l2 announcer (SetHolder) who holds each
+// VIPD_ADDRESS address as this node knows it, and when this node does: the
+// wire checks (conflict detection) compare the answers with it.
+func TestLeaseElectorTellsTheHolder(t *testing.T) {
+	type call struct {
+		vip    string
+		holder string
+		self   bool
+	}
+	var got []call
+	e := &leaseElector{log: slog.New(slog.NewTextHandler(io.Discard, nil)), core: map[string]bool{"10.0.0.100/32": true},
+		decided: func(v netip.Prefix, holder string, self bool) { got = append(got, call{v.String(), holder, self}) }}
+	var sent []vip.Event
+	send := func(ev vip.Event) { sent = append(sent, ev) }
+	k := lease.Address{Key: "10.0.0.100/32"}
+	for _, d := range []cluster.LeaseDecision{
+		{Address: k, Reason: "no holder yet: no leader"},
+		{Address: k, Node: "b", Reason: "b holds it"},
+		{Address: k, Holder: true, Node: "a", Until: time.Now().Add(time.Second), Reason: "lease granted by a majority"},
+		{Address: k, Reason: "lease not renewed"},
+	} {
+		e.toCore(d, send)
+	}
+	want := []call{{"10.0.0.100/32", "", false}, {"10.0.0.100/32", "b", false}, {"10.0.0.100/32", "a", true}, {"10.0.0.100/32", "", false}}
+	if !slices.Equal(got, want) || len(sent) != 4 {
+		t.Fatalf("SetHolder calls\n got %+v\nwant %+v (%d core events)", got, want, len(sent))
+	}
+	// A witness (no core) tells nobody.
+	got = nil
+	e.toCore(cluster.LeaseDecision{Address: k, Node: "b"}, nil)
+	if len(got) != 0 {
+		t.Fatalf("a witness called SetHolder: %+v", got)
 	}
 }

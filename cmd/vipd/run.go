@@ -397,6 +397,13 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 // the election tells it who holds each VIP, the gossip carries its verdicts.
 func (d *daemon) setupVerify() error {
 	l2, ok := d.ann.(*vip.L2)
+	if le, leased := d.elector.(*leaseElector); ok && leased {
+		// The l2 wire checks learn who holds each VIP and when this node
+		// does (conflict detection); the verification itself follows the
+		// lease's unverified input (issue 27).
+		le.decided = l2.SetHolder
+		return nil
+	}
 	ce, inCluster := d.elector.(clusterElector)
 	if !ok || !inCluster || d.cfg.VerifyInterval <= 0 {
 		return nil
