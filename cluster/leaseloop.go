@@ -80,6 +80,10 @@ type LeaseDecision struct {
 	// this node's name while Holder, another's when the leader told who
 	// holds it, "" when none is known.
 	Node string
+	// OverlapWith: a planned transfer's successor takes the address while
+	// this old holder still holds it for a bounded, agreed while
+	// (make-before-break): bind without the conflict probe.
+	OverlapWith string
 }
 
 // idleWake bounds the timer when the machine asks for no tick.
@@ -118,6 +122,8 @@ type leaseLoop struct {
 	vetoUntil   time.Time // a lone node counts as unhealthy until then (keyEvent, conflictEvent)
 	machineNext time.Time // the machine's last Output.Next
 	sentHealth  *bool
+	ovt         *overlapTracker          // planned transfers' overlaps (leaseoverlap.go); nil: not followed
+	ovs         map[string]lease.Overlap // the last Output's overlaps
 
 	mu       sync.Mutex
 	status   lease.Status
@@ -332,6 +338,8 @@ func (l *leaseLoop) apply(now time.Time, out lease.Output) error {
 		l.log.Info(n.Msg, n.Attrs...)
 	}
 	if out.Holds != nil {
+		l.ovs = out.Overlaps
+		l.ovt.observe(now, out)
 		l.holdsChanged(now, out.Holds)
 	}
 	return nil
@@ -355,7 +363,11 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		if renewed {
 			reason = "lease renewed by a majority"
 		}
-		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name})
+		d := LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name}
+		if o, ok := l.ovs[k]; ok && !o.Old && !renewed {
+			d.OverlapWith, d.Reason = o.With, "planned transfer from "+o.With+" (make-before-break)"
+		}
+		ds = append(ds, d)
 	}
 	for _, k := range sortedKeys(l.held) {
 		if _, ok := holds[k]; ok {

@@ -72,6 +72,8 @@ type L2 struct {
 	// macs is every MAC of this host: answers from them are never another
 	// holder's.
 	macs *hostMACs
+	// overlaps: planned transfers' agreed make-before-break windows (l2overlap.go)
+	overlaps overlapWindows
 	// watchRcvBuf is the receive buffer of the watch's netlink sockets;
 	// zero: the system default (tests make it tiny to overflow it).
 	watchRcvBuf int

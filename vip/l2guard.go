@@ -300,7 +300,7 @@ func (l *L2) foreignClaim(ctx context.Context, addr netip.Addr, mac net.Hardware
 	if awaited {
 		l.answered(addr, mac)
 	}
-	if guarded {
+	if guarded && !l.overlaps.in(addr, time.Now()) {
 		l.guardStep(ctx, conflict.Claim{Addr: addr, MAC: mac})
 	}
 }

@@ -905,6 +905,9 @@ func (m *Machine) next() time.Time {
 		return best
 	}
 	e := int64(m.cfg.ElectionTicks)
+	for _, o := range m.ov {
+		at(o.until) // an overlap ends (transfer.go)
+	}
 	if m.lead != nil {
 		h := int64(m.cfg.HeartbeatTicks)
 		atTick((m.ticks/h + 1) * h)

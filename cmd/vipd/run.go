@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/health"
@@ -402,6 +403,7 @@ func (d *daemon) setupVerify() error {
 		// does (conflict detection); the verification itself follows the
 		// lease's unverified input (issue 27).
 		le.decided = l2.SetHolder
+		le.OnOverlap(overlapToGuard(l2, le.core))
 		return nil
 	}
 	ce, inCluster := d.elector.(clusterElector)
@@ -415,6 +417,27 @@ func (d *daemon) setupVerify() error {
 	d.elector = ce
 	d.addStatus("verification", func() any { return l2.Verification() })
 	return nil
+}
+
+// overlapToGuard tells the l2 conflict guard of every planned transfer's
+// agreed overlap of a core address (the other holder's claims are no
+// conflict meanwhile); when the successor's window ends it announces the
+// address once more, for a client the old holder answered in between.
+func overlapToGuard(l2 *vip.L2, core map[string]bool) func(string, lease.Overlap, bool) {
+	return func(key string, o lease.Overlap, on bool) {
+		p, err := netip.ParsePrefix(key)
+		if err != nil || !core[key] {
+			return
+		}
+		if on {
+			l2.AgreedOverlap(p.Addr(), o.Until)
+			return
+		}
+		l2.AgreedOverlap(p.Addr(), time.Time{})
+		if !o.Old {
+			_ = l2.Announce(context.Background(), p)
+		}
+	}
 }
 
 // actionTimeout bounds one acquire: a cloud assign includes API polling.

@@ -222,7 +222,9 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 		}
 		return
 	}
-	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason})
+	// A planned transfer's successor binds beside the old holder (agreed
+	// make-before-break): without the conflict probe, which it answers.
+	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.OverlapWith != ""})
 	if e.decided != nil {
 		e.decided(p, d.Node, d.Holder)
 	}
