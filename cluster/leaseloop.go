@@ -76,6 +76,11 @@ type LeaseDecision struct {
 	Until   time.Time
 	Leader  string // the leader when decided ("" unknown)
 	Reason  string
+	// Prev is, for a new hold, the node this one last knew as the
+	// holder ("" unknown); Handover: Prev let it go for this node (a
+	// planned move: handover, preemption, graceful stop), not a failure.
+	Prev     string
+	Handover bool
 	// Node is the node that holds the address as this node knows it:
 	// this node's name while Holder, another's when the leader told who
 	// holds it, "" when none is known.
@@ -116,6 +121,7 @@ type leaseLoop struct {
 	// Run's goroutine only.
 	held        map[string]time.Time
 	elsewhere   map[string]string // not held here: the reason last given
+	lastOther   map[string]string // the other node last known to hold each address
 	kinds       map[string]lease.Kind
 	healthy     bool
 	failedUntil time.Time
@@ -138,6 +144,7 @@ func newLeaseLoop(m leaseMachine, clock Clock, net peerSender, store stateSaver,
 		events:    make(chan lease.Event, 256),
 		held:      map[string]time.Time{},
 		elsewhere: map[string]string{},
+		lastOther: map[string]string{},
 		kinds:     map[string]lease.Kind{},
 		holds:     map[string]time.Time{},
 		stepped:   make(chan struct{}),
@@ -360,12 +367,20 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		_, renewed := l.held[k]
 		l.held[k] = until
 		reason := "lease granted by a majority"
+		prev, handover := "", false
 		if renewed {
 			reason = "lease renewed by a majority"
+		} else if prev = l.lastOther[k]; prev != "" && st.From[k] == prev {
+			// the node this one last knew as the holder let it go for it
+			handover = true
+			reason = "lease granted by a majority: " + prev + " handed it over"
 		}
-		d := LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name}
+		d := LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name,
+			Prev: prev, Handover: handover}
 		if o, ok := l.ovs[k]; ok && !o.Old && !renewed {
-			d.OverlapWith, d.Reason = o.With, "planned transfer from "+o.With+" (make-before-break)"
+			// a planned transfer's successor beside the old holder
+			d.OverlapWith, d.Prev, d.Handover = o.With, o.With, true
+			d.Reason = "lease granted by a majority: planned transfer from " + o.With + " (make-before-break)"
 		}
 		ds = append(ds, d)
 	}
@@ -391,6 +406,7 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		switch h := st.Holders[k]; {
 		case h != "" && h != st.Name:
 			reason, node = h+" holds it", h
+			l.lastOther[k] = h
 		case leader != "" && leader != st.Name:
 			reason = "placed by the leader, " + leader
 		case leader != "":

@@ -551,3 +551,60 @@ func TestLeaseLoopVetoKeepsTheMachineDeadline(t *testing.T) {
 		t.Fatalf("timer in %v after the key error, want the machine's 40ms", d)
 	}
 }
+
+// A new hold names the node this one last knew as the holder (the status
+// timeline's previous holder), and is a handover only when the leader says
+// that node let it go for this one; otherwise a failover.
+func TestLeaseLoopNamesThePreviousHolder(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from     string
+		handover bool
+	}{
+		{"handed over", "b", true},
+		{"failover", "", false},
+		{"handed over by another node than the last known holder", "c", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			var mu sync.Mutex
+			holds := map[string]time.Time{}
+			m := &toyMachine{status: lease.Status{Name: "a", Leader: "b", Holders: map[string]string{"10.0.0.100/32": "b"}},
+				script: func(now time.Time, ev lease.Event) lease.Output {
+					mu.Lock()
+					defer mu.Unlock()
+					return lease.Output{Holds: cloneHolds(holds)}
+				}}
+			var got []LeaseDecision
+			l := newLeaseLoop(m, clk, &journal{}, &journal{}, discard())
+			l.decide = func(ds []LeaseDecision) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, ds...)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = l.run(ctx) }()
+			defer func() { cancel(); <-done }()
+			postWait(t, l, lease.Want{Addresses: []lease.Address{{Key: "10.0.0.100/32"}}})
+			postWait(t, l, lease.Tick{})
+			m.mu.Lock()
+			m.status.Holders = map[string]string{"10.0.0.100/32": "a"}
+			m.status.From = map[string]string{}
+			if tc.from != "" {
+				m.status.From["10.0.0.100/32"] = tc.from
+			}
+			m.mu.Unlock()
+			mu.Lock()
+			holds["10.0.0.100/32"] = testT0.Add(time.Second)
+			mu.Unlock()
+			postWait(t, l, lease.Tick{})
+			mu.Lock()
+			defer mu.Unlock()
+			last := got[len(got)-1]
+			if !last.Holder || last.Prev != "b" || last.Handover != tc.handover {
+				t.Fatalf("new hold: %+v, want Prev b, Handover %v", last, tc.handover)
+			}
+		})
+	}
+}

@@ -618,9 +618,11 @@ func (n *LeaseNode) refuseHandover(st lease.Status, holds map[string]time.Time, 
 		}
 	}
 	var members []string
+	healthy := map[string]bool{}
 	for _, k := range sortedKeys(n.members) {
 		if n.members[k].Alive {
 			members = append(members, k)
+			healthy[k], _ = lease.MetaHealthy(n.members[k].Meta)
 		}
 	}
 	n.mu.Unlock()
@@ -645,6 +647,8 @@ func (n *LeaseNode) refuseHandover(st lease.Status, holds map[string]time.Time, 
 		refuse(v, to+" is a witness: it votes and never holds")
 	case to != "" && !slices.Contains(st.Voters, to):
 		refuse(v, to+" is not a voter of the lease election yet (voters: "+strings.Join(st.Voters, ", ")+")")
+	case to != "" && !healthy[to]:
+		refuse(v, to+" is not eligible: its apiserver is unhealthy")
 	}
 	return out
 }
@@ -668,11 +672,15 @@ type LeaseStatusDoc struct {
 	Broken     map[string]string    `json:"broken,omitempty"`
 }
 
-// LeaseMemberStatus is one memberlist member in /status.
+// LeaseMemberStatus is one memberlist member in /status. Healthy is what
+// it publishes about its apiserver; Eligible: alive, healthy and a voter
+// (it may hold addresses).
 type LeaseMemberStatus struct {
-	Name  string `json:"name"`
-	Addr  string `json:"addr"`
-	Alive bool   `json:"alive"`
+	Name     string `json:"name"`
+	Addr     string `json:"addr"`
+	Alive    bool   `json:"alive"`
+	Healthy  bool   `json:"healthy"`
+	Eligible bool   `json:"eligible"`
 }
 
 // Status returns the lease election's view for /status.
@@ -688,7 +696,10 @@ func (n *LeaseNode) Status() any {
 		doc.Broken = maps.Clone(n.broken)
 	}
 	for _, k := range sortedKeys(n.members) {
-		doc.Members = append(doc.Members, LeaseMemberStatus{Name: k, Addr: n.addrs[k], Alive: n.members[k].Alive})
+		m := n.members[k]
+		healthy, _ := lease.MetaHealthy(m.Meta)
+		doc.Members = append(doc.Members, LeaseMemberStatus{Name: k, Addr: n.addrs[k], Alive: m.Alive, Healthy: healthy,
+			Eligible: m.Alive && healthy && slices.Contains(st.Voters, k)})
 	}
 	n.mu.Unlock()
 	n.updateMetrics(st)

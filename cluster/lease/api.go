@@ -261,4 +261,9 @@ type Status struct {
 	Healthy    bool
 	Leaving    bool
 	Removed    bool // this node left the cluster (Leave completed); it holds nothing and stays inert
+
+	// From: address key -> the node that let it go for its current holder
+	// (a planned move: a handover, preemption, graceful leave or pool
+	// rebalancing, not a failure), as this node knows it.
+	From map[string]string
 }

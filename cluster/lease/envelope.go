@@ -69,6 +69,7 @@ type assign struct {
 type placed struct {
 	Term    uint64            `json:"t"`
 	Holders map[string]string `json:"h,omitempty"`
+	From    map[string]string `json:"f,omitempty"` // key -> the node that let it go for its holder (a planned move)
 }
 
 // grant lets a node hold its assigned keys until its own send time of ack

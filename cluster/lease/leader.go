@@ -21,6 +21,7 @@ type leaderState struct {
 	peers     map[string]*peerState
 	assign    map[string]string // key -> node that holds it (or is being granted it)
 	releasing map[string]release
+	from      map[string]string // key -> the node that let it go for its holder (a planned move)
 	eligSince map[string]time.Time
 	placeSig  string
 	beat      bool
@@ -76,24 +77,27 @@ const placedRefresh = 5 * time.Second
 // address on its way from A to B is A's until A let go), and a signature
 // of it. Pool addresses are left out: there may be thousands, and their
 // status is each holder's own.
-func (m *Machine) placement() (map[string]string, string) {
+func (m *Machine) placement() (holders, from map[string]string, sig string) {
 	l := m.lead
-	out := map[string]string{}
+	holders, from = map[string]string{}, map[string]string{}
 	for _, a := range m.want {
 		if a.Kind == Pool {
 			continue
 		}
 		if r, ok := l.releasing[a.Key]; ok {
-			out[a.Key] = r.from
+			holders[a.Key] = r.from
 		} else if n := l.assign[a.Key]; n != "" {
-			out[a.Key] = n
+			holders[a.Key] = n
+			if f := l.from[a.Key]; f != "" {
+				from[a.Key] = f
+			}
 		}
 	}
 	var b strings.Builder
-	for _, k := range sortedKeys(out) {
-		b.WriteString(k + "=" + out[k] + ",")
+	for _, k := range sortedKeys(holders) {
+		b.WriteString(k + "=" + holders[k] + "<" + from[k] + ",")
 	}
-	return out, b.String()
+	return holders, from, b.String()
 }
 
 type release struct {
@@ -121,6 +125,7 @@ func (m *Machine) becomeLeader() {
 		peers:     map[string]*peerState{},
 		assign:    map[string]string{},
 		releasing: map[string]release{},
+		from:      map[string]string{},
 		eligSince: map[string]time.Time{},
 		leaves:    map[string]uint64{},
 		forgets:   map[string]bool{},
@@ -144,6 +149,18 @@ func (m *Machine) becomeLeader() {
 			p.gen = 1
 			if h.until.After(p.grantEnd) {
 				p.grantEnd = h.until
+			}
+		}
+	}
+	if h := m.pendingHandoff; h != nil {
+		// A planned transfer: what the old leader held itself, and what
+		// it had moved planned, moved planned.
+		for k, n := range m.placedFrom {
+			l.from[k] = n
+		}
+		for k, n := range m.placed {
+			if n == h.from {
+				l.from[k] = h.from
 			}
 		}
 	}
@@ -350,13 +367,19 @@ func (m *Machine) place() {
 	l.placeSig = sig
 	for k, r := range l.releasing {
 		p := l.peers[r.from]
-		// released when its ack shows it let go (also of an overlap), or
-		// when its last grant ran out (a removed member can only run out)
-		if (p != nil && p.ackedGen >= r.gen && !p.ovHeld[k]) || !m.now.Before(r.until) {
+		// released when its ack shows it let go (also of an overlap:
+		// transfer.go; planned: the next holder takes it over from
+		// r.from), or when its last grant ran out (a removed member can
+		// only run out)
+		if p != nil && p.ackedGen >= r.gen && !p.ovHeld[k] {
 			delete(l.releasing, k)
-			if p != nil && l.assign[k] != r.from {
+			l.from[k] = r.from
+			if l.assign[k] != r.from {
 				delete(p.ov, k)
 			}
+		} else if !m.now.Before(r.until) {
+			delete(l.releasing, k)
+			delete(l.from, k)
 		}
 	}
 	for _, a := range m.want {
@@ -438,6 +461,10 @@ func allowed(names []string, a Address) []string {
 func (m *Machine) unassign(key, from string) {
 	l := m.lead
 	delete(l.assign, key)
+	delete(l.from, key)
+	if from == m.cfg.Name {
+		l.from[key] = from // the leader lets go at once
+	}
 	if p := l.peers[from]; p != nil {
 		delete(p.keys, key)
 		delete(p.ov, key)
@@ -457,13 +484,14 @@ func (m *Machine) leaderDecide() {
 		m.place()
 		m.membership()
 		m.maybeTransfer()
+		if m.lead == nil {
+			return // the last member left (a nil leader state below panicked in vipd-sim)
+		}
 	}
 	// assignments and grants; with the renewals, who holds what
-	var pl map[string]string
+	var pl, plFrom map[string]string
 	var plSig string
-	if l.beat {
-		pl, plSig = m.placement()
-	}
+	plDone := false
 	for name, p := range l.peers {
 		changed := p.ackedGen != p.gen
 		if !l.beat && !(changed && p.sentGenDiffers()) {
@@ -477,8 +505,14 @@ func (m *Machine) leaderDecide() {
 		}
 		e := m.env(name)
 		e.h.Assign = a
-		if l.beat && (plSig != p.placedSig || m.now.Sub(p.placedAt) >= placedRefresh) {
-			e.h.Placed = &placed{Term: l.term, Holders: pl}
+		// with the renewals, and with a new assignment (a node taking an
+		// address over hears whom from before its grant)
+		if (l.beat || changed) && !plDone {
+			pl, plFrom, plSig = m.placement()
+			plDone = true
+		}
+		if plDone && (plSig != p.placedSig || m.now.Sub(p.placedAt) >= placedRefresh) {
+			e.h.Placed = &placed{Term: l.term, Holders: pl, From: plFrom}
 			p.placedSig, p.placedAt = plSig, m.now
 		}
 		p.markSent()

@@ -135,6 +135,7 @@ type Machine struct {
 	// who holds the control-plane and egress addresses, as the leader of
 	// term placedTerm told this follower (status and routing only)
 	placed     map[string]string
+	placedFrom map[string]string
 	placedTerm uint64
 
 	// per Step output
@@ -339,7 +340,7 @@ func (m *Machine) wipe(reason string) {
 	m.reads = map[string]time.Time{}
 	m.hold.reset(0)
 	m.ov, m.carry = nil, nil
-	m.placed, m.placedTerm = nil, 0
+	m.placed, m.placedFrom, m.placedTerm = nil, nil, 0
 	m.id = deriveID(m.cfg.Name, m.now.Add(time.Duration(m.id)))
 	m.joinCluster = 0
 	m.lastJoin = time.Time{}

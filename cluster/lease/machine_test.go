@@ -658,3 +658,34 @@ func TestFollowersKnowWhoHolds(t *testing.T) {
 	}
 	check(alive...)
 }
+
+// TestPlannedMovesNameTheGiver: a node that takes an address over in a
+// planned move (vipd handover) learns which node let it go for it (the
+// status timeline "handed over by"); after a failure nobody is named.
+func TestPlannedMovesNameTheGiver(t *testing.T) {
+	n := three(t)
+	n.run(2 * time.Second)
+	h := n.holders("vip")[0]
+	to := "b"
+	if h == "b" {
+		to = "c"
+	}
+	n.step(h, Transfer{To: to})
+	n.run(3 * time.Second)
+	if got := n.holders("vip"); !slices.Equal(got, []string{to}) {
+		t.Fatalf("after the handover to %s: holders %v", to, got)
+	}
+	if got := n.nodes[to].m.Status().From["vip"]; got != h {
+		t.Fatalf("%s says %q handed the VIP over, want %s", to, got, h)
+	}
+	n.nodes[to].up = false
+	n.view()
+	n.run(5 * time.Second)
+	got := n.holders("vip")
+	if len(got) != 1 || got[0] == to {
+		t.Fatalf("after %s died: holders %v", to, got)
+	}
+	if f := n.nodes[got[0]].m.Status().From["vip"]; f != "" {
+		t.Fatalf("%s says %q handed the VIP over after a failure", got[0], f)
+	}
+}

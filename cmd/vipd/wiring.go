@@ -223,8 +223,9 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 		return
 	}
 	// A planned transfer's successor binds beside the old holder (agreed
-	// make-before-break): without the conflict probe, which it answers.
-	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.OverlapWith != ""})
+	// make-before-break, OverlapWith) without the conflict probe, which the
+	// old holder would answer.
+	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover || d.OverlapWith != "", PrevHolder: d.Prev})
 	if e.decided != nil {
 		e.decided(p, d.Node, d.Holder)
 	}
