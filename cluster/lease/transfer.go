@@ -256,10 +256,17 @@ func (m *Machine) ovNew(key, from string, o time.Duration) {
 	if m.ov == nil {
 		m.ov = map[string]*ovState{}
 	}
-	if cur := m.ov[key]; cur != nil && !cur.old && cur.peer == from {
-		return // a repeated assignment
+	// Every receipt follows the old holder's agreement, so each one bounds
+	// the window anew: a repeated or later assignment (the old holder may
+	// have agreed again meanwhile) extends it, never shortens it.
+	until := m.now.Add(time.Duration(float64(o) * m.ovFactor()))
+	if cur := m.ov[key]; cur != nil && !cur.old && cur.peer == from && cur.until.After(m.now) {
+		if until.After(cur.until) {
+			cur.until = until
+		}
+		return
 	}
-	m.ov[key] = &ovState{peer: from, since: m.now, until: m.now.Add(time.Duration(float64(o) * m.ovFactor()))}
+	m.ov[key] = &ovState{peer: from, since: m.now, until: until}
 }
 
 // ovHolds adds the keys this node still holds as an old holder to h and
