@@ -102,8 +102,8 @@ func (m *Machine) plannedMove(key, cur, desired string) bool {
 	if m.cfg.Overlap <= 0 || cur == "" || desired == "" || cur == desired || m.cfg.Role == Witness {
 		return false
 	}
-	if o := m.ov[key]; o != nil && o.until.After(m.now) {
-		return false // one overlap per key at a time
+	if o := m.ov[key]; o != nil && o.old && o.until.After(m.now) {
+		return false // one overlap per key at a time (a successor's record of the last one is only its declaration: the leader lets a successor pass the key on once the old holder let go)
 	}
 	if r, ok := m.lead.releasing[key]; ok && r.ovTo != "" {
 		return false
@@ -232,7 +232,7 @@ func (m *Machine) ovOld(key, to string, end time.Time, o time.Duration) {
 	if m.cfg.Overlap <= 0 || o <= 0 || !end.After(m.now) {
 		return
 	}
-	if cur := m.ov[key]; cur != nil && cur.until.After(m.now) {
+	if cur := m.ov[key]; cur != nil && cur.old && cur.until.After(m.now) {
 		return // one overlap per key at a time: this one is break-before-make
 	}
 	o = min(o, m.cfg.Overlap)

@@ -22,12 +22,13 @@ type ovWatch struct {
 	gapStart map[string]time.Time
 	maxGap   map[string]time.Duration
 	heldOnce map[string]bool
+	pairs    map[string]bool // "key:old>successor" of every overlap seen
 }
 
 func watch(t *testing.T, n *tnet, autoHeld bool) *ovWatch {
 	w := &ovWatch{t: t, n: n, autoHeld: autoHeld, prev: map[string]map[string]bool{},
 		ovStart: map[string]time.Time{}, maxOv: map[string]time.Duration{},
-		gapStart: map[string]time.Time{}, maxGap: map[string]time.Duration{}, heldOnce: map[string]bool{}}
+		gapStart: map[string]time.Time{}, maxGap: map[string]time.Duration{}, heldOnce: map[string]bool{}, pairs: map[string]bool{}}
 	n.after = w.check
 	return w
 }
@@ -49,6 +50,11 @@ func (w *ovWatch) check() {
 			}
 			if _, ok := w.ovStart[key]; !ok {
 				w.ovStart[key] = n.now
+			}
+			if da.Old {
+				w.pairs[key+":"+hs[0]+">"+hs[1]] = true
+			} else {
+				w.pairs[key+":"+hs[1]+">"+hs[0]] = true
 			}
 			if d := n.now.Sub(w.ovStart[key]); d > o {
 				w.t.Fatalf("at %v: %s overlap of %v exceeds the bound %v", n.now, key, d, o)
@@ -318,4 +324,40 @@ func TestHandoverOnlyToLiveSuccessor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A node that just took an address in a planned transfer (its record of
+// that overlap still runs) and is stopped at once hands it on
+// make-before-break too: the lab's SIGTERM right after a vipd handover
+// released at once (the successor's record blocked a new overlap).
+func TestSuccessorStoppedRightAfterTakingOver(t *testing.T) {
+	n := three(t)
+	w := watch(t, n, true)
+	n.run(300 * time.Millisecond)
+	old := n.holders("vip")[0]
+	n.step(old, Transfer{})
+	var succ string
+	for i := 0; i < 200 && succ == ""; i++ {
+		n.run(time.Millisecond)
+		if hs := n.holders("vip"); len(hs) == 1 && hs[0] != old {
+			succ = hs[0]
+		}
+	}
+	if succ == "" {
+		t.Fatalf("no successor took the vip: %v", n.holders("vip"))
+	}
+	n.run(100 * time.Millisecond) // well inside its overlap record (O)
+	n.step(succ, Leave{})
+	n.run(2 * time.Second)
+	hs := n.holders("vip")
+	if len(hs) != 1 || hs[0] == succ {
+		t.Fatalf("vip held by %v after %s left", hs, succ)
+	}
+	if w.maxGap["vip"] != 0 {
+		t.Errorf("gap %v when %s left right after taking over, want none", w.maxGap["vip"], succ)
+	}
+	if !w.pairs["vip:"+succ+">"+hs[0]] {
+		t.Errorf("no make-before-break overlap from %s to %s (overlaps seen: %v)", succ, hs[0], w.pairs)
+	}
+	t.Logf("%s -> %s -> %v: longest overlap %v", old, succ, hs, w.maxOv["vip"])
 }
