@@ -73,8 +73,8 @@ type Sim struct {
 }
 
 type ovRec struct {
-	a, b  string
-	start time.Time
+	a, b       string
+	start, end time.Time // end: the earlier of the two holds' ends when accepted
 }
 
 // ovClose ends key's open overlap at the first of its holders' ends (or at
@@ -85,11 +85,17 @@ func (s *Sim) ovClose(key string, releasedNow bool) {
 		return
 	}
 	end := s.now
+	if o.end.Before(end) {
+		end = o.end
+	}
 	if !releasedNow {
 		ra, rb := s.holds[key][o.a], s.holds[key][o.b]
 		end = ra.end
 		if rb.end.Before(end) {
 			end = rb.end
+		}
+		if o.end.Before(end) {
+			end = o.end
 		}
 		if end.After(s.now) {
 			return // both still hold
@@ -547,7 +553,7 @@ func (s *Sim) checkHolds(n *Node, h map[string]time.Time) []string {
 					if s.ovOpen == nil {
 						s.ovOpen = map[string]ovRec{}
 					}
-					s.ovOpen[key] = ovRec{a: n.Name, b: o, start: start}
+					s.ovOpen[key] = ovRec{a: n.Name, b: o, start: start, end: ovEnd}
 					s.logf("%s and %s overlap on %s (planned, %v at most)", n.Name, o, key, ovEnd.Sub(start))
 				}
 				continue
