@@ -416,7 +416,7 @@ func (m *Machine) place() {
 		if r, ok := l.releasing[a.Key]; ok && cur == "" && r.ovTo != "" && desired != "" && m.eligible(r.ovTo) {
 			desired = r.ovTo // the successor the old holder agreed to
 		}
-		if desired == cur || m.ovSuccessor(a.Key, cur) {
+		if desired == cur || m.ovSuccessor(a.Key, cur) || m.ovWait(a.Key, cur, desired) {
 			continue
 		}
 		planned := m.plannedMove(a.Key, cur, desired)

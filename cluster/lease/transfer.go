@@ -113,11 +113,54 @@ func (m *Machine) plannedMove(key, cur, desired string) bool {
 		return false
 	}
 	if cur == m.cfg.Name {
-		// the leader holds it on its lease (not one carried from a grant)
-		return m.health && m.leaseValid() && m.lead.assign[key] == m.cfg.Name && m.carry[key].IsZero()
+		// the leader holds it on its lease, or (a transferee, before its
+		// first renewal round) on the grant it carried over
+		return m.health && m.lead.assign[key] == m.cfg.Name && m.selfHoldEnd(key).After(m.now)
 	}
 	p := m.lead.peers[cur]
 	return p != nil && p.healthy && m.fresh(cur) && p.grantEnd.After(m.now)
+}
+
+// selfHoldEnd: until when the leader may hold key itself: its lease, or
+// the grant a transferee carried over (zero: not at all).
+func (m *Machine) selfHoldEnd(key string) time.Time {
+	if m.leaseValid() {
+		return m.leaseEnd
+	}
+	if end := m.carry[key]; end.After(m.now) && m.lead != nil && m.lead.transferTo == "" {
+		return end
+	}
+	return time.Time{}
+}
+
+// ovWait: a leader younger than freshWindow has not heard every member
+// answer yet; a move away from a holder that still holds waits for the
+// successor's (or, with no successor yet, every voter's) first answer,
+// within a heartbeat, rather than going break-before-make (a transferee
+// stopped right after it became leader released at once).
+func (m *Machine) ovWait(key, cur, desired string) bool {
+	if m.cfg.Overlap <= 0 || cur == "" || cur == desired || m.now.Sub(m.lead.since) >= m.freshWindow() {
+		return false
+	}
+	if desired != "" {
+		if p := m.lead.peers[desired]; m.fresh(desired) || p == nil || p.acked {
+			return false // fresh, or acked and silent since: not a new leader's gap
+		}
+	} else {
+		// nobody eligible: a new leader may not have heard the others yet
+		waiting := false
+		for _, p := range m.lead.peers {
+			waiting = waiting || (!p.acked && p.role == Voter)
+		}
+		if !waiting {
+			return false
+		}
+	}
+	if cur == m.cfg.Name {
+		return m.selfHoldEnd(key).After(m.now)
+	}
+	p := m.lead.peers[cur]
+	return p != nil && p.grantEnd.After(m.now)
 }
 
 // ovBegin starts a planned move of key from cur (already unassigned) to
@@ -125,7 +168,7 @@ func (m *Machine) plannedMove(key, cur, desired string) bool {
 // its acknowledgement of the assignment that carries the spec.
 func (m *Machine) ovBegin(key, cur, desired string) {
 	if cur == m.cfg.Name {
-		m.ovOld(key, desired, m.leaseEnd, m.cfg.Overlap)
+		m.ovOld(key, desired, m.selfHoldEnd(key), m.cfg.Overlap)
 		return
 	}
 	l := m.lead

@@ -361,3 +361,50 @@ func TestSuccessorStoppedRightAfterTakingOver(t *testing.T) {
 	}
 	t.Logf("%s -> %s -> %v: longest overlap %v", old, succ, hs, w.maxOv["vip"])
 }
+
+// The same when the successor is stopped the moment it became leader by
+// the transfer, before its first renewal round: it holds on the grant it
+// carried over, and hands that on make-before-break too.
+func TestTransfereeStoppedBeforeItsFirstRound(t *testing.T) {
+	n := three(t)
+	w := watch(t, n, true)
+	n.run(300 * time.Millisecond)
+	old := n.holders("vip")[0]
+	n.step(old, Transfer{})
+	succ := ""
+	var carried bool
+	for i := 0; i < 2000 && succ == ""; i++ {
+		n.now = n.now.Add(100 * time.Microsecond)
+		for _, name := range n.order {
+			n.step(name, Tick{})
+		}
+		// deliver one message at a time: stop at the first Output of the
+		// new leader that holds on its carried grant
+		for len(n.q) > 0 && succ == "" {
+			p := n.q[0]
+			n.q = n.q[1:]
+			if tn := n.nodes[p.to]; tn != nil && tn.up {
+				n.step(p.to, Receive{From: p.from, Data: p.data})
+			}
+			for _, name := range n.order {
+				m := n.nodes[name].m
+				if name != old && m.lead != nil && !m.leaseValid() && !m.carry["vip"].IsZero() {
+					succ, carried = name, true
+				}
+			}
+		}
+		w.check()
+	}
+	if !carried {
+		t.Fatalf("no transferee caught before its first renewal round")
+	}
+	n.step(succ, Leave{})
+	n.run(2 * time.Second)
+	hs := n.holders("vip")
+	if len(hs) != 1 || hs[0] == succ {
+		t.Fatalf("vip held by %v after %s left", hs, succ)
+	}
+	if !w.pairs["vip:"+succ+">"+hs[0]] {
+		t.Errorf("no make-before-break overlap from %s to %s (overlaps seen: %v)", succ, hs[0], w.pairs)
+	}
+}

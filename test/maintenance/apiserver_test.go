@@ -246,8 +246,10 @@ func TestAPIServerRestarts(t *testing.T) {
 	t.Run("20 planned handovers (SIGTERM and vipd handover)", func(t *testing.T) {
 		defer a.sub(t)()
 		from := time.Now()
+		var stoppedLogs strings.Builder // the logs of the vipds stopped here
 		for i := 0; i < 20; i++ {
 			h := l.Node(a.waitHolder(ctx, ""))
+			t.Logf("+%v: move %d from %s (%s)", time.Since(from).Round(time.Millisecond), i, h.Name, map[bool]string{true: "SIGTERM", false: "vipd handover"}[i%2 == 0])
 			if i%2 == 0 {
 				p := a.vipds[h.Name]
 				if err := p.Signal(syscall.SIGTERM); err != nil {
@@ -257,6 +259,15 @@ func TestAPIServerRestarts(t *testing.T) {
 					t.Fatalf("%s: vipd after SIGTERM: exit %d, %v\n%s", h.Name, code, err, tail(p.Output(), 3000))
 				}
 				a.checkClean(ctx, h)
+				stoppedLogs.WriteString(p.Output())
+				if os.Getenv("MBB_DEBUG") != "" && i == 2 {
+					t.Logf("stopped %s:\n%s", h.Name, tail(p.Output(), 12000))
+					for _, n := range l.Nodes {
+						if n != h {
+							t.Logf("%s:\n%s", n.Name, tail(a.vipds[n.Name].Output(), 6000))
+						}
+					}
+				}
 				a.waitOther(ctx, h.Name)
 				a.startVipd(h)
 				a.waitEligible(ctx, h)
@@ -280,14 +291,18 @@ func TestAPIServerRestarts(t *testing.T) {
 		o.check(t, delayGapLimit, pr.timeline(from, to))
 		t.Logf("timeline:\n%s", pr.timeline(from, to))
 		var overlaps []string
+		logs := []string{stoppedLogs.String()}
 		for _, n := range l.Nodes {
-			for _, line := range strings.Split(a.vipds[n.Name].Output(), "\n") {
+			logs = append(logs, a.vipds[n.Name].Output())
+		}
+		for _, log := range logs {
+			for _, line := range strings.Split(log, "\n") {
 				if strings.Contains(line, "planned transfer: released after the overlap") {
 					overlaps = append(overlaps, line[strings.Index(line, "address="):])
 				}
 			}
 		}
-		t.Logf("%d make-before-break overlaps logged (the restarted vipds' logs only):\n%s", len(overlaps), strings.Join(overlaps, "\n"))
+		t.Logf("%d make-before-break overlaps logged:\n%s", len(overlaps), strings.Join(overlaps, "\n"))
 		if len(overlaps) == 0 {
 			t.Errorf("no make-before-break overlap logged")
 		}
