@@ -249,7 +249,7 @@ func TestAPIServerRestarts(t *testing.T) {
 		var stoppedLogs strings.Builder // the logs of the vipds stopped here
 		for i := 0; i < 20; i++ {
 			h := l.Node(a.waitHolder(ctx, ""))
-			t.Logf("+%v: move %d from %s (%s)", time.Since(from).Round(time.Millisecond), i, h.Name, map[bool]string{true: "SIGTERM", false: "vipd handover"}[i%2 == 0])
+			t.Logf("+%v (%s): move %d from %s (%s)", time.Since(from).Round(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), i, h.Name, map[bool]string{true: "SIGTERM", false: "vipd handover"}[i%2 == 0])
 			if i%2 == 0 {
 				p := a.vipds[h.Name]
 				if err := p.Signal(syscall.SIGTERM); err != nil {
@@ -260,14 +260,7 @@ func TestAPIServerRestarts(t *testing.T) {
 				}
 				a.checkClean(ctx, h)
 				stoppedLogs.WriteString(p.Output())
-				if os.Getenv("MBB_DEBUG") != "" && i == 2 {
-					t.Logf("stopped %s:\n%s", h.Name, tail(p.Output(), 12000))
-					for _, n := range l.Nodes {
-						if n != h {
-							t.Logf("%s:\n%s", n.Name, tail(a.vipds[n.Name].Output(), 6000))
-						}
-					}
-				}
+
 				a.waitOther(ctx, h.Name)
 				a.startVipd(h)
 				a.waitEligible(ctx, h)
@@ -290,6 +283,9 @@ func TestAPIServerRestarts(t *testing.T) {
 		results["20 planned handovers"] = o.String()
 		o.check(t, delayGapLimit, pr.timeline(from, to))
 		t.Logf("timeline:\n%s", pr.timeline(from, to))
+		if t.Failed() {
+			t.Logf("stopped vipds:\n%s", tail(stoppedLogs.String(), 20000))
+		}
 		var overlaps []string
 		logs := []string{stoppedLogs.String()}
 		for _, n := range l.Nodes {
