@@ -187,17 +187,3 @@ func TestLeaseStopGoesToLiveSuccessor(t *testing.T) {
 		t.Fatal("no round froze a successor")
 	}
 }
-
-// hasLine reports whether one line of out contains every one of subs.
-func hasLine(out string, subs ...string) bool {
-	for _, line := range strings.Split(out, "\n") {
-		all := true
-		for _, s := range subs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
