@@ -650,7 +650,17 @@ func (a *apiLab) handover(ctx context.Context, from *lab.Host, to string) {
 	}
 	out, err := from.Output(ctx, bin, "handover", "--to", to, "--state-dir", filepath.Join(os.TempDir(), "vipd-lab-"+from.NS))
 	if err != nil {
-		a.t.Fatalf("vipd handover --to %s on %s: %v\n%s", to, from.Name, err, out)
+		var logs strings.Builder
+		for _, n := range a.Nodes {
+			var lines []string
+			for _, line := range strings.Split(a.vipds[n.Name].Output(), "\n") {
+				if !strings.Contains(line, "level=DEBUG") {
+					lines = append(lines, line)
+				}
+			}
+			fmt.Fprintf(&logs, "--- vipd %s:\n%s\n", n.Name, tail(strings.Join(lines, "\n"), 4000))
+		}
+		a.t.Fatalf("vipd handover --to %s on %s: %v\n%s\n%s", to, from.Name, err, out, logs.String())
 	}
 }
 
