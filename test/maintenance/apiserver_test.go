@@ -189,6 +189,11 @@ func TestAPIServerRestarts(t *testing.T) {
 		// elsewhere meanwhile and is handed back with vipd handover.
 		a.restart(ctx, h, 0, false)
 		a.waitEligible(ctx, h)
+		// The lease election's leader hears that h is healthy again with
+		// h's answer to its next renewal (every 200 ms); a vipd handover
+		// to h before that is refused ("no eligible node") and waits out
+		// its timeout.
+		time.Sleep(500 * time.Millisecond)
 		if cur := a.waitHolder(ctx, ""); cur != h.Name {
 			a.handover(ctx, l.Node(cur), h.Name)
 			a.waitHolder(ctx, h.Name)
