@@ -182,6 +182,11 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	}
 	n.loop = newLeaseLoop(m, cfg.Clock, n, st, log)
 	n.loop.ovt = newOverlapTracker(cfg.Machine.Name, log)
+	core := map[string]bool{}
+	for _, a := range cfg.Addresses {
+		core[a.Key] = true // the vip core reports their binds (SetHolding)
+	}
+	n.loop.ovt.reported = func(key string) bool { return core[key] }
 	n.loop.witness = cfg.Machine.Role == lease.Witness
 	n.loop.meta = n.publishMeta
 	if reg != nil {

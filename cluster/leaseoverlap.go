@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"time"
@@ -27,6 +28,10 @@ type overlapTracker struct {
 	// notify, when set, gets every overlap that starts (on), and its end
 	// when this node still holds the address then (the successor).
 	notify func(key string, o lease.Overlap, on bool)
+	// reported: the addresses whose bind the runtime reports (Held: the
+	// vip core's); the others (pool and policy egress addresses) always
+	// run to the bound, so they are neither logged at info nor measured.
+	reported func(key string) bool
 }
 
 // Fallback reasons (vipd_handover_overlap_fallbacks_total{reason}).
@@ -84,7 +89,11 @@ func (t *overlapTracker) observe(now time.Time, out lease.Output) {
 		if !o.Old {
 			from, to = o.With, t.self
 		}
-		t.log.Info("planned transfer: make-before-break overlap", "address", k, "from", from, "to", to,
+		lvl := slog.LevelInfo
+		if t.reported != nil && !t.reported(k) {
+			lvl = slog.LevelDebug
+		}
+		t.log.Log(context.Background(), lvl, "planned transfer: make-before-break overlap", "address", k, "from", from, "to", to,
 			"bound", o.Until.Sub(now).Round(time.Millisecond))
 		if t.notify != nil {
 			t.notify(k, o, true)
@@ -99,8 +108,8 @@ func (t *overlapTracker) observe(now time.Time, out lease.Output) {
 		if _, held := out.Holds[k]; held && t.notify != nil {
 			t.notify(k, o, false) // over, and this node still holds it
 		}
-		if !o.Old {
-			continue // the old holder logs and measures the transfer
+		if !o.Old || t.reported != nil && !t.reported(k) {
+			continue // the old holder logs and measures the transfer of a core address
 		}
 		d := now.Sub(o.Since)
 		confirmed := now.Before(o.Until)

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -138,4 +139,21 @@ func gatherOne(tr *overlapTracker) (uint64, error) {
 		return 0, err
 	}
 	return mfs[0].GetMetric()[0].GetHistogram().GetSampleCount(), nil
+}
+
+// Pool addresses (no bind report): their overlaps run to the bound by
+// design; neither measured nor counted as fallbacks.
+func TestOverlapTrackerSkipsUnreported(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tr := newOverlapTracker("a", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tr.reported = func(k string) bool { return k == "vip" }
+	ov := map[string]lease.Overlap{"10.0.1.1/32": {With: "b", Old: true, Since: t0, Until: t0.Add(300 * time.Millisecond)}}
+	tr.observe(t0, lease.Output{Holds: map[string]time.Time{"10.0.1.1/32": t0.Add(time.Second)}, Overlaps: ov})
+	tr.observe(t0.Add(300*time.Millisecond), lease.Output{})
+	if c := histCount(t, tr); c != 0 {
+		t.Errorf("a pool overlap was measured (%d)", c)
+	}
+	if got := testutil.ToFloat64(tr.fallbacks.WithLabelValues(fallbackUnconfirmed)); got != 0 {
+		t.Errorf("a pool overlap counted as a fallback (%v)", got)
+	}
 }
