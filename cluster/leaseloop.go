@@ -90,6 +90,10 @@ type LeaseDecision struct {
 	// this node's name while Holder, another's when the leader told who
 	// holds it, "" when none is known.
 	Node string
+	// OverlapWith: a planned transfer's successor takes the address while
+	// this old holder still holds it for a bounded, agreed while
+	// (make-before-break): bind without the conflict probe.
+	OverlapWith string
 }
 
 // idleWake bounds the timer when the machine asks for no tick.
@@ -133,6 +137,8 @@ type leaseLoop struct {
 	vetoUntil   time.Time // a lone node counts as unhealthy until then (keyEvent, conflictEvent)
 	machineNext time.Time // the machine's last Output.Next
 	sentHealth  *bool
+	ovt         *overlapTracker          // planned transfers' overlaps (leaseoverlap.go); nil: not followed
+	ovs         map[string]lease.Overlap // the last Output's overlaps
 
 	mu       sync.Mutex
 	status   lease.Status
@@ -353,6 +359,8 @@ func (l *leaseLoop) apply(now time.Time, out lease.Output) error {
 		l.log.Info(n.Msg, n.Attrs...)
 	}
 	if out.Holds != nil {
+		l.ovs = out.Overlaps
+		l.ovt.observe(now, out)
 		l.holdsChanged(now, out.Holds)
 	}
 	return nil
@@ -381,8 +389,14 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 			handover = true
 			reason = "lease granted by a majority: " + prev + " handed it over"
 		}
-		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name,
-			Prev: prev, Handover: handover, Lone: l.expectPeers && len(st.Voters) == 1 && st.Voters[0] == st.Name})
+		d := LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name,
+			Prev: prev, Handover: handover, Lone: l.expectPeers && len(st.Voters) == 1 && st.Voters[0] == st.Name}
+		if o, ok := l.ovs[k]; ok && !o.Old && !renewed {
+			// a planned transfer's successor beside the old holder
+			d.OverlapWith, d.Prev, d.Handover = o.With, o.With, true
+			d.Reason = "lease granted by a majority: planned transfer from " + o.With + " (make-before-break)"
+		}
+		ds = append(ds, d)
 	}
 	for _, k := range sortedKeys(l.held) {
 		if _, ok := holds[k]; ok {

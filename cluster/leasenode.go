@@ -185,11 +185,17 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		n.mBroken.WithLabelValues(a.Key).Set(0)
 	}
 	n.loop = newLeaseLoop(m, cfg.Clock, n, st, log)
+	n.loop.ovt = newOverlapTracker(cfg.Machine.Name, log)
+	core := map[string]bool{}
+	for _, a := range cfg.Addresses {
+		core[a.Key] = true // the vip core reports their binds (SetHolding)
+	}
+	n.loop.ovt.reported = func(key string) bool { return core[key] }
 	n.loop.witness = cfg.Machine.Role == lease.Witness
 	n.loop.expectPeers = len(cfg.Cluster.Peers) > 0
 	n.loop.meta = n.publishMeta
 	if reg != nil {
-		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, leaseRemaining{n}} {
+		for _, c := range append([]prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, leaseRemaining{n}}, n.loop.ovt.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -256,16 +262,28 @@ func (n *LeaseNode) Holder(vip string) (name string, addr netip.Addr) {
 // SetHealthy feeds this node's apiserver health to the machine.
 func (n *LeaseNode) SetHealthy(healthy bool) { n.loop.post(lease.Health{Healthy: healthy}) }
 
-// SetHolding is the core's report; the lease machine does not need it (it
-// decides the holds), so it is only logged at debug level.
+// SetHolding is the core's report that it bound and announced vip (or
+// let it go). The machine decides the holds; a bind is fed to it as Held,
+// which a planned transfer's successor needs to end the overlap early.
 func (n *LeaseNode) SetHolding(vip string, holding bool) {
 	n.log.Debug("core holding", "vip", vip, "holding", holding)
 	if holding {
+		// bound and announced: a planned transfer's successor tells the
+		// old holder to let go (make-before-break)
+		n.loop.post(lease.Held{Keys: []string{vip}})
 		n.mBroken.WithLabelValues(vip).Set(0)
 		n.mu.Lock()
 		delete(n.broken, vip)
 		n.mu.Unlock()
 	}
+}
+
+// OnOverlap sets fn to hear of every planned transfer's agreed
+// make-before-break overlap of an address this node holds: when it starts
+// (on), and when it ends while this node still holds it. Set before Run; fn runs on the election's
+// goroutine and must not block.
+func (n *LeaseNode) OnOverlap(fn func(key string, o lease.Overlap, on bool)) {
+	n.loop.ovt.notify = fn
 }
 
 // SetFailed reports that this node could not hold vip (interface down,

@@ -102,6 +102,11 @@ type Config struct {
 	Discover       time.Duration // with ExpectPeers: how long a node without state looks for a cluster before the lowest name bootstraps
 	Incarnation    uint64        // random per start without state (the runtime draws it); 0: derived from Name and now
 	VerifySettle   time.Duration // how long a report naming no holder must stand (unverified.go); 0: VerifySettle
+	// Overlap bounds a planned transfer's make-before-break (transfer.go):
+	// the old holder keeps an address at most this long (its own clock)
+	// after it agreed to hand it over, or until the successor confirmed
+	// it holds it. 0: break-before-make.
+	Overlap time.Duration
 }
 
 // ProfileConfig returns the timings of a profile ("default", "fast"); an
@@ -119,6 +124,7 @@ func ProfileConfig(profile string) Config {
 			RemoveAfter:    20 * time.Second,
 			MinVoters:      3,
 			Discover:       time.Second,
+			Overlap:        150 * time.Millisecond,
 		}
 	default:
 		return Config{
@@ -130,6 +136,7 @@ func ProfileConfig(profile string) Config {
 			RemoveAfter:    20 * time.Second,
 			MinVoters:      3,
 			Discover:       time.Second,
+			Overlap:        300 * time.Millisecond,
 		}
 	}
 }
@@ -175,6 +182,11 @@ type Leave struct{}
 // Forget is `vipd forget NAME`: manual removal of a dead member.
 type Forget struct{ Name string }
 
+// Held is the runtime's report that it bound and announced these
+// addresses (after an Output listed them in Holds). A successor in a
+// planned transfer's overlap then tells the old holder to let go.
+type Held struct{ Keys []string }
+
 func (Tick) isEvent()     {}
 func (Receive) isEvent()  {}
 func (Health) isEvent()   {}
@@ -183,6 +195,7 @@ func (View) isEvent()     {}
 func (Transfer) isEvent() {}
 func (Leave) isEvent()    {}
 func (Forget) isEvent()   {}
+func (Held) isEvent()     {}
 
 // Message is an envelope for another node's machine.
 type Message struct {
@@ -209,6 +222,20 @@ type Output struct {
 	Next time.Time
 	// Notes: one per decision, for logs and metrics.
 	Notes []Note
+	// Overlaps lists the held addresses that are in a planned transfer's
+	// agreed make-before-break overlap: the other node (With) may hold
+	// the same address until Until (this node's clock). Complete on
+	// every Output; the runtime counts it and its conflict guard does not
+	// report With's MAC as a foreign holder meanwhile.
+	Overlaps map[string]Overlap
+}
+
+// Overlap is one address's make-before-break window as one side knows it.
+type Overlap struct {
+	With  string    // the other holder: the successor (Old) or the old holder
+	Old   bool      // this node is the old holder, releasing at Until at the latest
+	Since time.Time // when this node learned of the overlap
+	Until time.Time // the other side holds no longer than this (or this node, Old)
 }
 
 // Note is one decision, for logs (slog attributes) and metrics.

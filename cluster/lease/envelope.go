@@ -43,6 +43,10 @@ type header struct {
 	LeaveID  uint64 `json:"li,omitempty"` // its raft id: a late copy never removes a later incarnation of the name
 	Forget   string `json:"fg,omitempty"`
 	Handover string `json:"ho,omitempty"` // vipd handover at a follower: the holder it asks for ("*name": any but name)
+
+	// Successor -> old holder: it bound and announced these keys of a
+	// make-before-break overlap; the old holder lets go now.
+	OvDone []string `json:"od,omitempty"`
 }
 
 // assign is the set of keys the leader wants a node to hold (generation
@@ -52,6 +56,11 @@ type assign struct {
 	Gen  uint64   `json:"g"`
 	Full bool     `json:"f,omitempty"`
 	Keys []string `json:"k,omitempty"`
+	// Ov: planned transfers' make-before-break (transfer.go), with Full
+	// only. For a key not in Keys: keep holding it at most O after
+	// receipt, until Peer (the successor) confirms. For a key in Keys:
+	// Peer (the old holder) may hold it for that while.
+	Ov map[string]ovSpec `json:"o,omitempty"`
 }
 
 // placed tells a follower who holds the control-plane and egress addresses
@@ -84,6 +93,9 @@ type ack struct {
 	Role       Role   `json:"r,omitempty"`
 	Leaving    bool   `json:"l,omitempty"`
 	Boot       int64  `json:"b,omitempty"` // this process's start: Seq restarts with it
+	// OvHeld: keys this node still holds in a make-before-break overlap
+	// (not in its assignment any more): the leader counts them as held.
+	OvHeld []string `json:"oh,omitempty"`
 }
 
 // join asks the leader to add a node as a learner.

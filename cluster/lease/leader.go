@@ -64,6 +64,8 @@ type peerState struct {
 	grantedGen uint64
 	grantEnd   time.Time // leader's clock: every grant it gave ends before this
 	pending    *grant
+	ov         map[string]ovSpec // planned transfers' specs for its next full assignment (transfer.go)
+	ovHeld     map[string]bool   // keys it still holds in an overlap (its latest ack)
 
 	placedSig string    // the placement last sent (placed)
 	placedAt  time.Time // when
@@ -104,6 +106,7 @@ type release struct {
 	from  string
 	gen   uint64
 	until time.Time
+	ovTo  string // a planned transfer's successor (transfer.go)
 }
 
 func (l *leaderState) peer(name string) *peerState { return l.peers[name] }
@@ -130,7 +133,7 @@ func (m *Machine) becomeLeader() {
 		forgets:   map[string]bool{},
 	}
 	m.lead = l
-	m.hold.reset(0)
+	m.keepGrantsAsLeader(l)
 	m.syncPeers()
 	if h := m.pendingHandoff; h != nil && h.until.After(m.now) {
 		for k, n := range h.holders {
@@ -280,7 +283,7 @@ func (m *Machine) eligibleNames() []string {
 // node has been healthy for PreemptDelay; otherwise the best ranked.
 func (m *Machine) controlPlaneHolder(elig []string) string {
 	l := m.lead
-	if l.handover != "" && m.eligible(l.handover) && (l.handoverBy.IsZero() || !m.now.After(l.handoverBy)) {
+	if l.handover != "" && m.eligible(l.handover) && (l.handoverBy.IsZero() || !m.now.After(l.handoverBy)) && m.fresh(l.handover) {
 		return l.handover
 	}
 	cur := ""
@@ -297,6 +300,9 @@ func (m *Machine) controlPlaneHolder(elig []string) string {
 		}
 	}
 	if cur == "" || !slices.Contains(elig, cur) {
+		if f := m.bestFresh(elig, "control-plane"); f != "" {
+			return f // a successor that answers now (transfer.go)
+		}
 		return best
 	}
 	if best != cur && m.cfg.PreemptDelay > 0 && m.candidateOf(best).priority > m.candidateOf(cur).priority {
@@ -363,12 +369,16 @@ func (m *Machine) place() {
 	l.placeSig = sig
 	for k, r := range l.releasing {
 		p := l.peers[r.from]
-		// released when its ack shows it let go (planned: the next
-		// holder takes it over from r.from), or when its last grant ran
-		// out (a removed member can only run out)
-		if p != nil && p.ackedGen >= r.gen {
+		// released when its ack shows it let go (also of an overlap:
+		// transfer.go; planned: the next holder takes it over from
+		// r.from), or when its last grant ran out (a removed member can
+		// only run out)
+		if p != nil && p.ackedGen >= r.gen && !p.ovHeld[k] {
 			delete(l.releasing, k)
 			l.from[k] = r.from
+			if l.assign[k] != r.from {
+				delete(p.ov, k)
+			}
 		} else if !m.now.Before(r.until) {
 			delete(l.releasing, k)
 			delete(l.from, k)
@@ -393,6 +403,9 @@ func (m *Machine) place() {
 					cands = allowed(elig, a)
 				}
 			}
+			if cur != "" && !m.eligible(cur) {
+				cands = m.preferFresh(cands) // a successor that answers now (transfer.go)
+			}
 			for _, n := range m.unverifiedFilter(a.Key, cands) {
 				if desired == "" || rendezvous(n, a.Key) > rendezvous(desired, a.Key) {
 					desired = n
@@ -404,16 +417,24 @@ func (m *Machine) place() {
 				desired = cur
 			}
 		}
-		if desired == cur {
+		if r, ok := l.releasing[a.Key]; ok && cur == "" && r.ovTo != "" && desired != "" && m.eligible(r.ovTo) {
+			desired = r.ovTo // the successor the old holder agreed to
+		}
+		if desired == cur || m.ovSuccessor(a.Key, cur) || m.ovWait(a.Key, cur, desired) {
 			continue
 		}
+		planned := m.plannedMove(a.Key, cur, desired)
 		if cur != "" {
 			m.unassign(a.Key, cur)
+		}
+		if planned {
+			m.ovBegin(a.Key, cur, desired)
 		}
 		if desired == "" {
 			continue
 		}
-		if _, busy := l.releasing[a.Key]; busy {
+		src, ok := m.ovSource(a.Key, desired)
+		if !ok {
 			continue
 		}
 		l.assign[a.Key] = desired
@@ -421,6 +442,7 @@ func (m *Machine) place() {
 			p.keys[a.Key] = true
 			p.gen++
 		}
+		m.ovAssigned(a.Key, desired, src)
 	}
 	for k, n := range l.assign {
 		if !wanted[k] {
@@ -449,6 +471,7 @@ func (m *Machine) unassign(key, from string) {
 	}
 	if p := l.peers[from]; p != nil {
 		delete(p.keys, key)
+		delete(p.ov, key)
 		p.gen++
 		if p.grantEnd.After(m.now) {
 			l.releasing[key] = release{from: from, gen: p.gen, until: p.grantEnd}
@@ -465,6 +488,9 @@ func (m *Machine) leaderDecide() {
 		m.place()
 		m.membership()
 		m.maybeTransfer()
+		if m.lead == nil {
+			return // the last member left (a nil leader state below panicked in vipd-sim)
+		}
 	}
 	// assignments and grants; with the renewals, who holds what
 	var pl, plFrom map[string]string
@@ -479,6 +505,7 @@ func (m *Machine) leaderDecide() {
 		if changed {
 			a.Full = true
 			a.Keys = sortedKeys(p.keys)
+			a.Ov = p.ovSpecs()
 		}
 		e := m.env(name)
 		e.h.Assign = a
@@ -541,6 +568,10 @@ func (m *Machine) onAck(from string, a *ack) {
 	}
 	if a.Seq > p.ackSeq {
 		p.ackSeq, p.ackedGen = a.Seq, a.Gen
+		p.ovHeld = map[string]bool{}
+		for _, k := range a.OvHeld {
+			p.ovHeld[k] = true
+		}
 	}
 	if a.Gen != p.gen || len(p.keys) == 0 || !m.leaseValid() {
 		return
@@ -625,6 +656,9 @@ func (m *Machine) maybeTransfer() {
 	if !l.lastTransfer.IsZero() && m.now.Sub(l.lastTransfer) < m.electionTimeout() {
 		return
 	}
+	if m.ovPending() {
+		return // the handoff names one holder per key: let the overlap end first
+	}
 	target := ""
 	cpHolder := ""
 	for _, a := range m.want {
@@ -689,16 +723,19 @@ func (m *Machine) transferRequest(to, except string) {
 		return
 	}
 	if to == "" || to == except {
-		best := ""
+		// the best eligible node that answered within a heartbeat and a
+		// half (transfer.go): never one whose answers just stopped
+		var cands []string
 		for _, n := range m.eligibleNames() {
-			if n == except {
-				continue
-			}
-			if best == "" || better(m.candidateOf(n), m.candidateOf(best), "control-plane") {
-				best = n
+			if n != except {
+				cands = append(cands, n)
 			}
 		}
-		to = best
+		to = m.bestFresh(cands, "control-plane")
+		if to == "" && len(cands) > 0 {
+			m.note("no eligible node answered within a heartbeat: nothing handed over", "eligible", cands)
+			return
+		}
 	}
 	if to != "" && !m.eligible(to) && m.isVoter(m.idOf(to)) && m.cfg.Name != to {
 		// A voter not eligible yet in this leader's eyes (its healthy
@@ -710,6 +747,10 @@ func (m *Machine) transferRequest(to, except string) {
 	}
 	if to == "" || !m.eligible(to) {
 		m.note("no eligible node to hand over to", "asked", to)
+		return
+	}
+	if !m.fresh(to) {
+		m.note("handover target has not answered within a heartbeat: nothing handed over", "asked", to)
 		return
 	}
 	m.lead.handover, m.lead.handoverBy = to, time.Time{}

@@ -128,6 +128,10 @@ type Machine struct {
 	leaving bool
 	left    bool
 
+	// planned transfers (transfer.go)
+	ov    map[string]*ovState  // make-before-break overlaps this node is in
+	carry map[string]time.Time // transferee: grants held on as leader until its lease is valid
+
 	// who holds the control-plane and egress addresses, as the leader of
 	// term placedTerm told this follower (status and routing only)
 	placed     map[string]string
@@ -220,6 +224,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("lease: Drift=%v: must be between 0 and 0.1", c.Drift)
 	case c.Role != Voter && c.Role != Witness:
 		return fmt.Errorf("lease: Role=%d: must be voter or witness", c.Role)
+	case c.Overlap < 0:
+		return fmt.Errorf("lease: Overlap=%v: must be 0 (break-before-make) or a positive duration", c.Overlap)
 	case c.LeaseLength() <= 0:
 		return fmt.Errorf("lease: ElectionTicks=%d with Tick=%v and Drift=%v leave no lease", c.ElectionTicks, c.Tick, c.Drift)
 	}
@@ -335,6 +341,7 @@ func (m *Machine) wipe(reason string) {
 	m.leaseEnd = time.Time{}
 	m.reads = map[string]time.Time{}
 	m.hold.reset(0)
+	m.ov, m.carry = nil, nil
 	m.placed, m.placedFrom, m.placedTerm = nil, nil, 0
 	m.id = deriveID(m.cfg.Name, m.now.Add(time.Duration(m.id)))
 	m.joinCluster = 0
@@ -391,6 +398,8 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 		m.forgetRequest(e.Name)
 	case Unreachable:
 		m.setReports(e.Reports)
+	case Held:
+		m.onHeld(e.Keys)
 	}
 	m.updateUnverified()
 	m.drive()
@@ -492,9 +501,11 @@ func (m *Machine) stagger() int64 {
 			rank++
 		}
 	}
-	// ranks at least 20 ms apart: voters' promises end a little apart
-	// (receipt times, tick phases), a tick of 10 ms does not separate them
-	unit := max(1, int64((20*time.Millisecond+m.cfg.Tick-1)/m.cfg.Tick))
+	// ranks at least 20 ms and one tick apart: voters' promises end a
+	// little apart (receipt times), and each node campaigns on its own
+	// tick grid, up to one tick off another's (two nodes one rank apart
+	// campaigned within a millisecond of each other and split the vote)
+	unit := max(1, int64((20*time.Millisecond+m.cfg.Tick-1)/m.cfg.Tick)) + 1
 	return min(rank*unit, int64(m.cfg.ElectionTicks/2))
 }
 
@@ -813,6 +824,7 @@ func (m *Machine) queueRaft(msg *pb.Message) {
 
 func (m *Machine) output() Output {
 	out := Output{Notes: m.notes, Holds: m.holds()}
+	out.Overlaps = m.overlaps(out.Holds)
 	if m.dirty {
 		out.Persist = m.persist()
 		m.dirty = false
@@ -861,6 +873,8 @@ func (m *Machine) holds() map[string]time.Time {
 			}
 		}
 	}
+	m.carryHolds(h)
+	m.ovHolds(h)
 	for k, end := range m.hold.holds {
 		if end.After(m.now) && m.hold.keys[k] {
 			if cur, ok := h[k]; !ok || end.After(cur) {
@@ -897,6 +911,9 @@ func (m *Machine) next() time.Time {
 		return best
 	}
 	e := int64(m.cfg.ElectionTicks)
+	for _, o := range m.ov {
+		at(o.until) // an overlap ends (transfer.go)
+	}
 	if m.lead != nil {
 		h := int64(m.cfg.HeartbeatTicks)
 		atTick((m.ticks/h + 1) * h)

@@ -19,6 +19,7 @@ type tnet struct {
 	order []string
 	q     []pkt
 	drop  func(p pkt) bool
+	after func() // called after every millisecond of run
 }
 
 type tnode struct {
@@ -26,6 +27,7 @@ type tnode struct {
 	cfg       Config
 	persisted []byte
 	holds     map[string]time.Time
+	ovs       map[string]Overlap
 	up        bool
 }
 
@@ -79,6 +81,7 @@ func (n *tnet) step(name string, ev Event) Output {
 		tn.persisted = out.Persist
 	}
 	tn.holds = out.Holds
+	tn.ovs = out.Overlaps
 	for _, s := range out.Send {
 		n.q = append(n.q, pkt{from: name, to: s.To, data: s.Data})
 	}
@@ -117,6 +120,9 @@ func (n *tnet) run(d time.Duration) {
 			n.step(name, Tick{})
 		}
 		n.flush()
+		if n.after != nil {
+			n.after()
+		}
 	}
 }
 

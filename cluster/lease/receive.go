@@ -133,6 +133,9 @@ func (m *Machine) receive(r Receive) {
 	if h.Ack != nil && m.lead != nil {
 		m.onAck(h.From, h.Ack)
 	}
+	if len(h.OvDone) > 0 {
+		m.onOvDone(h.From, h.OvDone)
+	}
 }
 
 func (m *Machine) knownID(id uint64) bool {
@@ -211,9 +214,18 @@ func (m *Machine) onAssign(from string, a *assign) {
 		for _, k := range a.Keys {
 			m.hold.keys[k] = true
 		}
-		for k := range m.hold.holds {
+		for k, end := range m.hold.holds {
 			if !m.hold.keys[k] {
+				if o, ok := a.Ov[k]; ok {
+					// a planned transfer: keep it a bounded while (transfer.go)
+					m.ovOld(k, o.Peer, end, time.Duration(o.O))
+				}
 				delete(m.hold.holds, k) // released now, before the ack says so
+			}
+		}
+		for _, k := range a.Keys {
+			if o, ok := a.Ov[k]; ok && o.Peer != m.cfg.Name {
+				m.ovNew(k, o.Peer, time.Duration(o.O))
 			}
 		}
 	}
@@ -224,7 +236,7 @@ func (m *Machine) onAssign(from string, a *assign) {
 	if m.health {
 		hf = int64(m.now.Sub(m.healthySince))
 	}
-	m.env(from).h.Ack = &ack{Term: m.hold.term, Seq: m.hold.seq, Gen: m.hold.gen, Healthy: m.health && m.cfg.Role == Voter, HealthyFor: hf, Priority: m.cfg.Priority, Role: m.cfg.Role, Leaving: m.leaving, Boot: m.base.UnixNano()}
+	m.env(from).h.Ack = &ack{Term: m.hold.term, Seq: m.hold.seq, Gen: m.hold.gen, Healthy: m.health && m.cfg.Role == Voter, HealthyFor: hf, Priority: m.cfg.Priority, Role: m.cfg.Role, Leaving: m.leaving, Boot: m.base.UnixNano(), OvHeld: m.ovHeldKeys()}
 }
 
 func (m *Machine) onGrant(g *grant) {

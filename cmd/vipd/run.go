@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/health"
@@ -407,6 +408,7 @@ func (d *daemon) setupVerify() error {
 		// The l2 wire checks learn who holds each VIP and when this node
 		// does (conflict detection), with or without the verification.
 		le.decided = l2.SetHolder
+		le.OnOverlap(overlapToGuard(l2, le.core))
 	}
 	if d.cfg.VerifyInterval <= 0 {
 		return nil
@@ -437,6 +439,27 @@ type gossipVerifyPeers struct{ *cluster.Node }
 
 func (g gossipVerifyPeers) SetUnverified(vip, _ string, unreachable bool) {
 	g.Node.SetUnverified(vip, unreachable)
+}
+
+// overlapToGuard tells the l2 conflict guard of every planned transfer's
+// agreed overlap of a core address (the other holder's claims are no
+// conflict meanwhile); when the successor's window ends it announces the
+// address once more, for a client the old holder answered in between.
+func overlapToGuard(l2 *vip.L2, core map[string]bool) func(string, lease.Overlap, bool) {
+	return func(key string, o lease.Overlap, on bool) {
+		p, err := netip.ParsePrefix(key)
+		if err != nil || !core[key] {
+			return
+		}
+		if on {
+			l2.SetOverlap(context.Background(), p, o.Until)
+			return
+		}
+		l2.SetOverlap(context.Background(), p, time.Time{})
+		if !o.Old {
+			_ = l2.Announce(context.Background(), p)
+		}
+	}
 }
 
 // actionTimeout bounds one acquire: a cloud assign includes API polling.

@@ -226,7 +226,10 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 		}
 		return
 	}
-	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover, PrevHolder: d.Prev, Lone: d.Lone})
+	// A planned transfer's successor binds beside the old holder (agreed
+	// make-before-break, OverlapWith) without the conflict probe, which the
+	// old holder would answer.
+	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover || d.OverlapWith != "", PrevHolder: d.Prev, Lone: d.Lone})
 	if e.decided != nil {
 		e.decided(p, leaseHolder(d, e.self), d.Holder)
 	}

@@ -77,11 +77,13 @@ type apiLab struct {
 	delays  map[string]time.Duration // each apiserver's --shutdown-delay-duration
 	vipds   map[string]*lab.Proc
 	client  *lab.Host
+	// startVipd (re)starts n's vipd with the lab's settings.
+	startVipd func(n *lab.Host)
 }
 
 func TestAPIServerRestarts(t *testing.T) {
 	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip", "curl")
+	testenv.RequireCommands(t, "ip", "curl", "nft")
 	etcdBin, apiBin, err := kubetest.Binaries()
 	if err != nil {
 		testenv.Missing(t, "%v", err)
@@ -123,13 +125,18 @@ func TestAPIServerRestarts(t *testing.T) {
 		}
 	}
 	kubeconfig := a.writeKubeconfig(l.Extra["e"].IPv4)
-	for _, n := range l.Nodes {
-		p, err := n.StartVipd(bin, "VIPD_ADDRESS="+a.vip.String()+"/32", "VIPD_PEERS="+l.Peers(n),
+	// The lease election explicitly: these cases must run the same
+	// before and after it became the default.
+	a.startVipd = func(n *lab.Host) {
+		p, err := n.StartVipd(bin, "VIPD_ELECTION=lease", "VIPD_ADDRESS="+a.vip.String()+"/32", "VIPD_PEERS="+l.Peers(n),
 			"VIPD_CONTROLLERS=cordon", "VIPD_KUBECONFIG="+kubeconfig)
 		if err != nil {
 			t.Fatal(err)
 		}
 		a.vipds[n.Name] = p
+	}
+	for _, n := range l.Nodes {
+		a.startVipd(n)
 	}
 	holder := a.waitHolder(ctx, "")
 	for _, n := range l.Nodes {
@@ -182,6 +189,11 @@ func TestAPIServerRestarts(t *testing.T) {
 		// elsewhere meanwhile and is handed back with vipd handover.
 		a.restart(ctx, h, 0, false)
 		a.waitEligible(ctx, h)
+		// The lease election's leader hears that h is healthy again with
+		// h's answer to its next renewal (every 200 ms); a vipd handover
+		// to h before that is refused ("no eligible node") and waits out
+		// its timeout.
+		time.Sleep(500 * time.Millisecond)
 		if cur := a.waitHolder(ctx, ""); cur != h.Name {
 			a.handover(ctx, l.Node(cur), h.Name)
 			a.waitHolder(ctx, h.Name)
@@ -231,6 +243,70 @@ func TestAPIServerRestarts(t *testing.T) {
 			t.Errorf("%s's vipd-controllers did not log the handover it asked for", h)
 		}
 		patch(`{"spec":{"unschedulable":null}}`)
+	})
+	// 5. Planned handovers, make-before-break: twenty in a row,
+	// alternating a graceful stop of the holder's vipd (SIGTERM, then it
+	// starts again) and vipd handover. No attempt may go unanswered; every
+	// stopped vipd leaves nothing of its own in the kernel.
+	t.Run("20 planned handovers (SIGTERM and vipd handover)", func(t *testing.T) {
+		defer a.sub(t)()
+		from := time.Now()
+		var stoppedLogs strings.Builder // the logs of the vipds stopped here
+		for i := 0; i < 20; i++ {
+			h := l.Node(a.waitHolder(ctx, ""))
+			t.Logf("+%v (%s): move %d from %s (%s)", time.Since(from).Round(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), i, h.Name, map[bool]string{true: "SIGTERM", false: "vipd handover"}[i%2 == 0])
+			if i%2 == 0 {
+				p := a.vipds[h.Name]
+				if err := p.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				if code, err := p.Wait(20 * time.Second); err != nil || code != 0 {
+					t.Fatalf("%s: vipd after SIGTERM: exit %d, %v\n%s", h.Name, code, err, tail(p.Output(), 3000))
+				}
+				a.checkClean(ctx, h)
+				stoppedLogs.WriteString(p.Output())
+
+				a.waitOther(ctx, h.Name)
+				a.startVipd(h)
+				a.waitEligible(ctx, h)
+				for _, n := range l.Nodes {
+					a.waitVoters(ctx, n, 3)
+				}
+			} else {
+				next := ""
+				for _, n := range l.Nodes {
+					if n.Name != h.Name && next == "" {
+						next = n.Name
+					}
+				}
+				a.handover(ctx, h, next)
+				a.waitHolder(ctx, next)
+			}
+		}
+		to := time.Now()
+		o := pr.outage(from, to)
+		results["20 planned handovers"] = o.String()
+		o.check(t, delayGapLimit, pr.timeline(from, to))
+		t.Logf("timeline:\n%s", pr.timeline(from, to))
+		if t.Failed() {
+			t.Logf("stopped vipds:\n%s", tail(stoppedLogs.String(), 20000))
+		}
+		var overlaps []string
+		logs := []string{stoppedLogs.String()}
+		for _, n := range l.Nodes {
+			logs = append(logs, a.vipds[n.Name].Output())
+		}
+		for _, log := range logs {
+			for _, line := range strings.Split(log, "\n") {
+				if strings.Contains(line, "planned transfer: released after the overlap") {
+					overlaps = append(overlaps, line[strings.Index(line, "address="):])
+				}
+			}
+		}
+		t.Logf("%d make-before-break overlaps logged:\n%s", len(overlaps), strings.Join(overlaps, "\n"))
+		if len(overlaps) == 0 {
+			t.Errorf("no make-before-break overlap logged")
+		}
 	})
 	// keepalived with a /livez track script on the same lab, for the
 	// comparison the issue's closing note wants (opt-in: about 40 s more).
@@ -521,6 +597,55 @@ func (a *apiLab) waitHolder(ctx context.Context, want string) string {
 	}
 }
 
+// waitVoters waits until n's vipd counts want voters and no learner in
+// the lease election (a restarted node rejoins as a learner first).
+func (a *apiLab) waitVoters(ctx context.Context, n *lab.Host, want int) {
+	a.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := n.Output(ctx, "curl", "-sf", "http://127.0.0.1:9469/metrics")
+		if err == nil && strings.Contains(string(out), fmt.Sprintf(`vipd_cluster_members{state="voters"} %d`, want)) &&
+			strings.Contains(string(out), `vipd_cluster_members{state="learners"} 0`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("%s: not %d voters: %v\n%s", n.Name, want, err, tail(a.vipds[n.Name].Output(), 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitOther waits until one node other than not holds the VIP.
+func (a *apiLab) waitOther(ctx context.Context, not string) {
+	a.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		hs, err := a.Holders(ctx, a.vip)
+		if err == nil && len(hs) == 1 && hs[0] != not {
+			return
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("no holder other than %s: %v %v", not, hs, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkClean asserts that a stopped vipd left nothing of its own in n's
+// kernel: not the VIP, no nftables table or ip rule of vipd's.
+func (a *apiLab) checkClean(ctx context.Context, n *lab.Host) {
+	a.t.Helper()
+	if has, err := n.HasAddr(ctx, a.vip); err != nil || has {
+		a.t.Errorf("%s: the VIP is still bound after vipd stopped (%v)", n.Name, err)
+	}
+	if out, err := n.Output(ctx, "nft", "list", "tables"); err != nil || strings.Contains(string(out), "vipd") {
+		a.t.Errorf("%s: nftables after vipd stopped: %s %v", n.Name, out, err)
+	}
+	if out, err := n.Output(ctx, "ip", "rule", "show"); err != nil || strings.Contains(string(out), "7950") {
+		a.t.Errorf("%s: ip rules after vipd stopped: %s %v", n.Name, out, err)
+	}
+}
+
 // handover runs `vipd handover --to to` in from's namespace.
 func (a *apiLab) handover(ctx context.Context, from *lab.Host, to string) {
 	a.t.Helper()
@@ -530,7 +655,17 @@ func (a *apiLab) handover(ctx context.Context, from *lab.Host, to string) {
 	}
 	out, err := from.Output(ctx, bin, "handover", "--to", to, "--state-dir", filepath.Join(os.TempDir(), "vipd-lab-"+from.NS))
 	if err != nil {
-		a.t.Fatalf("vipd handover --to %s on %s: %v\n%s", to, from.Name, err, out)
+		var logs strings.Builder
+		for _, n := range a.Nodes {
+			var lines []string
+			for _, line := range strings.Split(a.vipds[n.Name].Output(), "\n") {
+				if !strings.Contains(line, "level=DEBUG") {
+					lines = append(lines, line)
+				}
+			}
+			fmt.Fprintf(&logs, "--- vipd %s:\n%s\n", n.Name, tail(strings.Join(lines, "\n"), 4000))
+		}
+		a.t.Fatalf("vipd handover --to %s on %s: %v\n%s\n%s", to, from.Name, err, out, logs.String())
 	}
 }
 
@@ -731,6 +866,8 @@ func (p *prober) timeline(from, to time.Time) string {
 		who := at.node
 		if who == "" {
 			who = "FAILED " + at.err
+		} else if at.rtt > 900*time.Millisecond {
+			who += fmt.Sprintf(" (slow: %v)", at.rtt.Round(time.Millisecond))
 		}
 		if who != prev {
 			fmt.Fprintf(&b, "+%v %s\n", at.sent.Sub(from).Round(time.Millisecond), who)

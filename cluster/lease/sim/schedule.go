@@ -15,6 +15,9 @@ type Result struct {
 	Violations []string
 	Liveness   []string // liveness failures after the faults healed
 	Failovers  []time.Duration
+	Overlaps   []time.Duration // accepted make-before-break overlaps
+	Planned    int             // planned transfers of the control-plane holder (handover, leave)
+	Fallbacks  int             // overlaps the successor never confirmed (ended at the bound)
 	Steps      int
 	Trace      string
 }
@@ -56,6 +59,7 @@ func RunSchedule(profile string, seed int64, o ScheduleOptions) Result {
 	}
 	s.Want(want)
 	s.Delay = [2]time.Duration{100 * time.Microsecond, time.Duration(1+r.Intn(5)) * time.Millisecond}
+	s.NoHeld = []float64{0, 0, 0.1, 1}[s.rndH.Intn(4)] // binds that fail, now and then or always
 
 	// Start: kubeadm (first node alone, then joiners) or all together.
 	n := 3 + r.Intn(3)
@@ -105,7 +109,7 @@ func RunSchedule(profile string, seed int64, o ScheduleOptions) Result {
 			}
 			return up[r.Intn(len(up))]
 		}
-		switch k := r.Intn(22); {
+		switch k := r.Intn(26); {
 		case k < 2:
 			var a, b []string
 			for _, x := range up {
@@ -201,6 +205,18 @@ func RunSchedule(profile string, seed int64, o ScheduleOptions) Result {
 				measuring, from, dead = true, s.Now(), h[0]
 				s.Crash(h[0], true, time.Duration(500+r.Intn(2000))*time.Millisecond)
 			}
+		case k < 23: // vipd handover on the control-plane holder
+			if h := s.Holders(want[0].Key); len(h) == 1 {
+				res.Planned++
+				s.Transfer(h[0], "")
+			}
+		case k < 24: // graceful stop of the control-plane holder; it comes back later
+			if h := s.Holders(want[0].Key); len(h) == 1 && len(up) > 2 {
+				res.Planned++
+				x := h[0]
+				s.Leave(x)
+				s.After(time.Duration(500+r.Intn(2500))*time.Millisecond, func() { s.Crash(x, false, time.Second) })
+			}
 		default: // nothing
 		}
 	}
@@ -239,6 +255,8 @@ func RunSchedule(profile string, seed int64, o ScheduleOptions) Result {
 	}
 	res.Violations = s.Violations
 	res.Steps = s.Steps
+	res.Overlaps = s.Overlaps
+	res.Fallbacks = s.NoteCount["make-before-break: the successor did not confirm within the bound: released"]
 	if res.Failed() || o.TraceAll {
 		res.Trace = s.Trace()
 	}

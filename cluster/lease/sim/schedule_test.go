@@ -15,15 +15,20 @@ func TestSchedules(t *testing.T) {
 		n, _ = strconv.Atoi(v)
 	}
 	for _, profile := range []string{"default", "fast"} {
-		var fo []time.Duration
+		var fo, ov []time.Duration
+		planned, fallbacks := 0, 0
 		for seed := int64(1); seed <= int64(n); seed++ {
 			r := RunSchedule(profile, seed, ScheduleOptions{})
 			fo = append(fo, r.Failovers...)
+			ov = append(ov, r.Overlaps...)
+			planned += r.Planned
+			fallbacks += r.Fallbacks
 			if r.Failed() {
 				t.Fatalf("profile %s seed %d: violations %v liveness %v\nreplay: go run ./cluster/sim/cmd/vipd-sim -lease -profile %s -replay %d\ntrace:\n%s",
 					profile, seed, r.Violations, r.Liveness, profile, seed, r.Trace)
 			}
 		}
-		t.Logf("%s: %d failovers, p50 %v, p99 %v, max %v", profile, len(fo), Percentile(fo, 0.5), Percentile(fo, 0.99), Percentile(fo, 1))
+		t.Logf("%s: %d failovers, p50 %v, p99 %v, max %v; %d planned transfers of the holder, %d make-before-break overlaps (p50 %v, max %v), %d ended at the bound",
+			profile, len(fo), Percentile(fo, 0.5), Percentile(fo, 0.99), Percentile(fo, 1), planned, len(ov), Percentile(ov, 0.5), Percentile(ov, 1), fallbacks)
 	}
 }

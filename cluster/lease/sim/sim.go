@@ -11,9 +11,12 @@
 // that lists it until the earlier of its lease end (converted to true time
 // through the node's clock) or the Output that drops it; a node that
 // crashes keeps holding until its lease end (nobody released the address).
-// The only exception is two clusters that bootstrapped apart and have not
+// The only exceptions: two clusters that bootstrapped apart and have not
 // merged yet (the l2 probe is the fence then): holders in different
-// clusters are not compared.
+// clusters are not compared; and a planned transfer's make-before-break
+// overlap, accepted only when both holders' last Outputs declared it
+// (Output.Overlaps, each naming the other, each window covering the whole
+// overlap) and the overlap lasts at most Overlap/(1-Drift) of true time.
 package sim
 
 import (
@@ -31,6 +34,7 @@ import (
 type Sim struct {
 	Cfg   lease.Config // profile timings; Name/Role/Priority per node
 	rnd   *rand.Rand
+	rndH  *rand.Rand // Held delays (own source: the schedules' draws stay as they were)
 	epoch time.Time
 	now   time.Time // true time
 	q     queue
@@ -58,6 +62,47 @@ type Sim struct {
 
 	// Observers
 	OnHold func(key, node string, at time.Time)
+	// Overlaps: the length of every accepted make-before-break overlap
+	// (from the second holder's start to the first release).
+	Overlaps []time.Duration
+	ovOpen   map[string]ovRec // key -> the running overlap
+	// NoHeld: the runtime never reports a bind (Held) with this
+	// probability (a successor whose bind fails: the overlap ends at its
+	// bound).
+	NoHeld float64
+}
+
+type ovRec struct {
+	a, b       string
+	start, end time.Time // end: the earlier of the two holds' ends when accepted
+}
+
+// ovClose ends key's open overlap at the first of its holders' ends (or at
+// now, when one released now).
+func (s *Sim) ovClose(key string, releasedNow bool) {
+	o, ok := s.ovOpen[key]
+	if !ok {
+		return
+	}
+	end := s.now
+	if o.end.Before(end) {
+		end = o.end
+	}
+	if !releasedNow {
+		ra, rb := s.holds[key][o.a], s.holds[key][o.b]
+		end = ra.end
+		if rb.end.Before(end) {
+			end = rb.end
+		}
+		if o.end.Before(end) {
+			end = o.end
+		}
+		if end.After(s.now) {
+			return // both still hold
+		}
+	}
+	s.Overlaps = append(s.Overlaps, end.Sub(o.start))
+	delete(s.ovOpen, key)
 }
 
 type holdRec struct {
@@ -87,6 +132,7 @@ type Node struct {
 	claims    string
 	viewSeq   uint64
 	viewSeen  uint64
+	ovs       map[string]lease.Overlap // the last Output's overlaps, Until in true time
 }
 
 type event struct {
@@ -119,6 +165,7 @@ func New(cfg lease.Config, seed int64) *Sim {
 	s := &Sim{
 		Cfg:   cfg,
 		rnd:   rand.New(rand.NewSource(seed)),
+		rndH:  rand.New(rand.NewSource(seed ^ 0x5eed)),
 		epoch: epoch,
 		now:   epoch,
 		nodes: map[string]*Node{},
@@ -249,6 +296,7 @@ func (s *Sim) start(n *Node, persisted []byte, expect bool) {
 	}
 	n.m = m
 	n.Up = true
+	n.ovs = nil
 	n.Persisted = persisted
 	n.lastView = ""
 	s.logf("%s starts (state=%v)", n.Name, persisted != nil)
@@ -395,7 +443,14 @@ func (s *Sim) apply(n *Node, out lease.Output) {
 	if out.Persist != nil {
 		n.Persisted = out.Persist
 	}
-	s.checkHolds(n, out.Holds)
+	n.ovs = map[string]lease.Overlap{}
+	for k, o := range out.Overlaps {
+		o.Until = n.trueOf(o.Until)
+		n.ovs[k] = o
+	}
+	if fresh := s.checkHolds(n, out.Holds); len(fresh) > 0 {
+		s.held(n, fresh)
+	}
 	for _, msg := range out.Send {
 		s.send(n.Name, msg)
 	}
@@ -416,7 +471,39 @@ func (s *Sim) apply(n *Node, out lease.Output) {
 	})
 }
 
-func (s *Sim) checkHolds(n *Node, h map[string]time.Time) {
+// held reports keys bound and announced (lease.Held) after the runtime's
+// bind time, unless the bind "fails" (NoHeld).
+func (s *Sim) held(n *Node, keys []string) {
+	if s.NoHeld > 0 && s.rndH.Float64() < s.NoHeld {
+		return
+	}
+	inc := n.inc
+	d := 300*time.Microsecond + time.Duration(s.rndH.Int63n(int64(3*time.Millisecond)))
+	s.After(d, func() {
+		if n.Up && n.inc == inc {
+			s.step(n, lease.Held{Keys: keys})
+		}
+	})
+}
+
+// overlapOK: n and o both hold key over [start, end) of true time; allowed
+// only as a planned transfer's overlap both declared, within the bound.
+func (s *Sim) overlapOK(n, o *Node, key string, start, end time.Time) bool {
+	const slack = time.Microsecond
+	dn, okn := n.ovs[key]
+	do, oko := o.ovs[key]
+	if !okn || !oko || dn.With != o.Name || do.With != n.Name || dn.Old == do.Old {
+		return false
+	}
+	if dn.Until.Add(slack).Before(end) || do.Until.Add(slack).Before(end) {
+		return false
+	}
+	bound := time.Duration(float64(s.Cfg.Overlap)/(1-s.Cfg.Drift)) + slack
+	return end.Sub(start) <= bound
+}
+
+func (s *Sim) checkHolds(n *Node, h map[string]time.Time) []string {
+	var freshKeys []string
 	cluster := n.m.ClusterID()
 	for key, recs := range s.holds {
 		if _, ok := h[key]; !ok {
@@ -424,6 +511,9 @@ func (s *Sim) checkHolds(n *Node, h map[string]time.Time) {
 				r.end = s.now
 				recs[n.Name] = r
 				s.logf("%s releases %s", n.Name, key)
+				if o, ok := s.ovOpen[key]; ok && (o.a == n.Name || o.b == n.Name) {
+					s.ovClose(key, true)
+				}
 			}
 		}
 	}
@@ -437,6 +527,7 @@ func (s *Sim) checkHolds(n *Node, h map[string]time.Time) {
 		if !end.After(s.now) {
 			continue
 		}
+		s.ovClose(key, false)
 		recs := s.holds[key]
 		if recs == nil {
 			recs = map[string]holdRec{}
@@ -446,6 +537,25 @@ func (s *Sim) checkHolds(n *Node, h map[string]time.Time) {
 		fresh := !had || !prev.end.After(s.now)
 		for o, r := range recs {
 			if o == n.Name || !r.end.After(s.now) || r.cluster != cluster {
+				continue
+			}
+			nSince := s.now
+			if !fresh {
+				nSince = prev.since
+			}
+			start := maxTime(r.since, nSince)
+			ovEnd := end
+			if r.end.Before(ovEnd) {
+				ovEnd = r.end
+			}
+			if s.overlapOK(n, s.nodes[o], key, start, ovEnd) {
+				if _, open := s.ovOpen[key]; !open {
+					if s.ovOpen == nil {
+						s.ovOpen = map[string]ovRec{}
+					}
+					s.ovOpen[key] = ovRec{a: n.Name, b: o, start: start, end: ovEnd}
+					s.logf("%s and %s overlap on %s (planned, %v at most)", n.Name, o, key, ovEnd.Sub(start))
+				}
 				continue
 			}
 			v := fmt.Sprintf("at %v: %s and %s both hold %s (%s until %v)", s.Now(), n.Name, o, key, o, r.end.Sub(s.epoch))
@@ -458,12 +568,21 @@ func (s *Sim) checkHolds(n *Node, h map[string]time.Time) {
 		}
 		recs[n.Name] = holdRec{end: end, cluster: cluster, since: since}
 		if fresh {
+			freshKeys = append(freshKeys, key)
 			s.logf("%s holds %s", n.Name, key)
 			if s.OnHold != nil {
 				s.OnHold(key, n.Name, s.now)
 			}
 		}
 	}
+	return freshKeys
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (s *Sim) send(from string, msg lease.Message) {

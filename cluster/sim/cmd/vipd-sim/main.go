@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/cluster/lease/sim"
 	oldsim "github.com/vipd/vipd/cluster/sim"
 )
@@ -71,8 +72,9 @@ func runLease(profiles []string, first int64, seeds int, replay int64, faults ti
 	for _, p := range profiles {
 		start := time.Now()
 		failed, steps := 0, 0
-		var fo []time.Duration
+		var fo, ov []time.Duration
 		var slow []int64
+		planned, fallbacks := 0, 0
 		budget := time.Second
 		if p == "fast" {
 			budget = 250 * time.Millisecond
@@ -98,6 +100,9 @@ func runLease(profiles []string, first int64, seeds int, replay int64, faults ti
 			seed := first + int64(i)
 			steps += r.Steps
 			fo = append(fo, r.Failovers...)
+			ov = append(ov, r.Overlaps...)
+			planned += r.Planned
+			fallbacks += r.Fallbacks
 			if sim.Percentile(r.Failovers, 1) > budget {
 				slow = append(slow, seed)
 			}
@@ -112,6 +117,8 @@ func runLease(profiles []string, first int64, seeds int, replay int64, faults ti
 		fmt.Printf("lease %s: %d schedules, %d failed, %d machine steps in %v: %.0f schedules per minute; holder-death failover over %d measurements: p50 %v, p99 %v, max %v\n",
 			p, seeds, failed, steps, wall.Round(time.Second), float64(seeds)/wall.Minutes(), len(fo),
 			sim.Percentile(fo, 0.5).Round(time.Millisecond), sim.Percentile(fo, 0.99).Round(time.Millisecond), sim.Percentile(fo, 1).Round(time.Millisecond))
+		fmt.Printf("  planned transfers of the holder: %d; make-before-break overlaps: %d (p50 %v, max %v, bound %v), %d ended at the bound (no confirmation)\n",
+			planned, len(ov), sim.Percentile(ov, 0.5).Round(10*time.Microsecond), sim.Percentile(ov, 1).Round(10*time.Microsecond), lease.ProfileConfig(p).Overlap, fallbacks)
 		if len(slow) > 0 {
 			shown := slow[:min(len(slow), 10)]
 			fmt.Printf("  %d schedules had a failover over %v (in a cluster already degraded by earlier faults or slow links), e.g. seeds %v\n", len(slow), budget, shown)
