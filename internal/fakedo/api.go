@@ -1,10 +1,8 @@
 package fakedo
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -24,21 +22,10 @@ const (
 	msgServerError  = "Server Error"
 )
 
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: fakehttp.RemoteIP(r), Body: string(body)}
-	sw := &fakehttp.StatusWriter{ResponseWriter: w}
-	defer func() {
-		entry.Status = sw.Status
-		s.mu.Lock()
-		s.log = append(s.log, entry)
-		s.mu.Unlock()
-	}()
-
+func (s *Server) serveAPI(sw *fakehttp.StatusWriter, r *http.Request) {
 	s.mu.Lock()
 	latency := s.latency
-	f := matchFault(&s.faults, r)
+	f := fakehttp.TakeFault(&s.faults, r)
 	s.mu.Unlock()
 	fakehttp.Sleep(r.Context(), latency)
 	if f != nil {
@@ -52,9 +39,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if s.rateRemain <= 0 {
 		s.rateRemain = s.rateLimit
 	}
-	w.Header().Set("RateLimit-Limit", strconv.Itoa(s.rateLimit))
-	w.Header().Set("RateLimit-Remaining", strconv.Itoa(s.rateRemain))
-	w.Header().Set("RateLimit-Reset", strconv.FormatInt(s.now().Add(time.Minute).Unix(), 10))
+	sw.Header().Set("RateLimit-Limit", strconv.Itoa(s.rateLimit))
+	sw.Header().Set("RateLimit-Remaining", strconv.Itoa(s.rateRemain))
+	sw.Header().Set("RateLimit-Reset", strconv.FormatInt(s.now().Add(time.Minute).Unix(), 10))
 	s.mu.Unlock()
 
 	if r.Header.Get("Authorization") != "Bearer "+token {
@@ -66,28 +53,6 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	s.settleLocked()
 	s.route(sw, r)
-}
-
-// matchFault finds the first matching fault and consumes one use of it.
-// The caller holds s.mu.
-func matchFault(faults *[]*Fault, r *http.Request) *Fault {
-	for i, f := range *faults {
-		if f.Method != "" && f.Method != r.Method {
-			continue
-		}
-		if !strings.HasPrefix(r.URL.Path, f.Path) {
-			continue
-		}
-		cp := *f
-		if f.Count > 0 {
-			f.Count--
-			if f.Count == 0 {
-				*faults = append((*faults)[:i:i], (*faults)[i+1:]...)
-			}
-		}
-		return &cp
-	}
-	return nil
 }
 
 func (s *Server) writeFault(w *fakehttp.StatusWriter, r *http.Request, f *Fault) {
@@ -330,30 +295,8 @@ func (s *Server) ripJSON(r *reservedIP) map[string]any {
 // meta objects of the real API (links.pages is absent on a single page).
 func page[T any](r *http.Request, items []T) ([]T, map[string]any, map[string]any) {
 	q := r.URL.Query()
-	p, _ := strconv.Atoi(q.Get("page"))
-	if p < 1 {
-		p = 1
-	}
-	per, _ := strconv.Atoi(q.Get("per_page"))
-	if per < 1 {
-		per = 20
-	}
-	if per > 200 {
-		per = 200
-	}
 	total := len(items)
-	last := (total + per - 1) / per
-	if last < 1 {
-		last = 1
-	}
-	lo := (p - 1) * per
-	if lo > total {
-		lo = total
-	}
-	hi := lo + per
-	if hi > total {
-		hi = total
-	}
+	p, per, lo, hi, last := fakehttp.Page(r, total, 20, 200)
 	link := func(n int) string {
 		qq := url.Values{}
 		for k, v := range q {

@@ -1,7 +1,6 @@
 package fakehcloud
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"math"
@@ -55,21 +54,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: fakehttp.RemoteIP(r), Body: string(body)}
-	sw := &fakehttp.StatusWriter{ResponseWriter: w}
-	defer func() {
-		entry.Status = sw.Status
-		s.mu.Lock()
-		s.log = append(s.log, entry)
-		s.mu.Unlock()
-	}()
-
+func (s *Server) serveAPI(sw *fakehttp.StatusWriter, r *http.Request) {
 	s.mu.Lock()
 	latency := s.latency
-	f := s.matchFaultLocked(r)
+	f := fakehttp.TakeFault(&s.faults, r)
 	s.mu.Unlock()
 	fakehttp.Sleep(r.Context(), latency)
 	if f != nil {
@@ -118,26 +106,6 @@ func (s *Server) rateHeadersLocked(h http.Header) {
 	h.Set("RateLimit-Reset", strconv.FormatInt(int64(math.Ceil(float64(reset.UnixNano())/1e9)), 10))
 }
 
-func (s *Server) matchFaultLocked(r *http.Request) *Fault {
-	for i, f := range s.faults {
-		if f.Method != "" && f.Method != r.Method {
-			continue
-		}
-		if !strings.HasPrefix(r.URL.Path, f.Path) {
-			continue
-		}
-		cp := *f
-		if f.Count > 0 {
-			f.Count--
-			if f.Count == 0 {
-				s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
-			}
-		}
-		return &cp
-	}
-	return nil
-}
-
 // route dispatches an authenticated request. The caller holds s.mu.
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, "/v1"), "/"), "/")
@@ -178,20 +146,10 @@ func (s *Server) fipLocked(idStr string) (*FloatingIP, bool) {
 // listFloatingIPs is GET /v1/floating_ips with page / per_page (default
 // 25, at most 50) and the pagination meta.
 func (s *Server) listFloatingIPs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	page, _ := strconv.Atoi(q.Get("page"))
-	if page < 1 {
-		page = 1
-	}
-	per, _ := strconv.Atoi(q.Get("per_page"))
-	if per < 1 {
-		per = 25
-	}
-	per = min(per, 50)
 	total := len(s.fipOrder)
-	last := max(1, (total+per-1)/per)
+	page, per, lo, hi, last := fakehttp.Page(r, total, 25, 50)
 	items := []any{}
-	for i := (page - 1) * per; i < min(total, page*per); i++ {
+	for i := lo; i < hi; i++ {
 		items = append(items, s.fipJSON(s.fips[s.fipOrder[i]]))
 	}
 	pageRef := func(p int) any {
@@ -305,15 +263,7 @@ func (s *Server) actionJSON(a *Action) map[string]any {
 
 // serveMetadata answers /server/{id}/hetzner/v1/metadata/{instance-id,
 // hostname, public-ipv4} for the server named in the path, as text.
-func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: fakehttp.RemoteIP(r)}
-	sw := &fakehttp.StatusWriter{ResponseWriter: w}
-	defer func() {
-		entry.Status = sw.Status
-		s.mu.Lock()
-		s.metaLog = append(s.metaLog, entry)
-		s.mu.Unlock()
-	}()
+func (s *Server) serveMetadata(sw *fakehttp.StatusWriter, r *http.Request) {
 	rest, ok := strings.CutPrefix(r.URL.Path, "/server/")
 	idStr, key, ok2 := strings.Cut(rest, "/hetzner/v1/metadata/")
 	id, err := strconv.ParseInt(idStr, 10, 64)
