@@ -184,3 +184,43 @@ func metadataGet(ctx context.Context, client *http.Client, m *Metrics, provider,
 	}
 	return strings.TrimSpace(string(body)), nil
 }
+
+// fillDefaults sets the defaults of the settings every backend's
+// configuration has; pollDefault is the backend's own poll interval.
+func fillDefaults(pollDefault time.Duration, userAgent *string, requestTimeout, pollInterval, lockWait *time.Duration,
+	logger **slog.Logger, now *func() time.Time, transport *http.RoundTripper) {
+	if *userAgent == "" {
+		*userAgent = "vipd"
+	}
+	if *requestTimeout <= 0 {
+		*requestTimeout = 10 * time.Second
+	}
+	if *pollInterval <= 0 {
+		*pollInterval = pollDefault
+	}
+	if *lockWait <= 0 {
+		*lockWait = time.Second
+	}
+	if *logger == nil {
+		*logger = slog.New(slog.DiscardHandler)
+	}
+	if *now == nil {
+		*now = time.Now
+	}
+	if *transport == nil {
+		*transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+}
+
+// newCaller loads the token and returns the backend's caller (c, given its
+// own provider, title, metrics, log, clock, describe and hints, with a gate
+// shaped by b and the token's reload) and the HTTP client its SDK sends the
+// token with.
+func newCaller(c caller, token *tokenSource, b Backoff, transport http.RoundTripper, timeout time.Duration) (*caller, *http.Client, error) {
+	if err := token.load(); err != nil {
+		return nil, nil, err
+	}
+	c.gate = newGate(b, c.now)
+	c.reload = token.reload
+	return &c, &http.Client{Transport: &bearer{src: token, next: transport}, Timeout: timeout}, nil
+}

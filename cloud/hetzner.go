@@ -101,47 +101,26 @@ func NewHetzner(ctx context.Context, cfg HetznerConfig) (*Hetzner, error) {
 		cfg.MetadataURL = DefaultHetznerMetadataURL
 	}
 	cfg.MetadataURL = strings.TrimRight(cfg.MetadataURL, "/")
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "vipd"
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 10 * time.Second
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 500 * time.Millisecond
-	}
-	if cfg.LockWait <= 0 {
-		cfg.LockWait = time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport.(*http.Transport).Clone()
-	}
+	fillDefaults(500*time.Millisecond, &cfg.UserAgent, &cfg.RequestTimeout, &cfg.PollInterval, &cfg.LockWait, &cfg.Logger, &cfg.Now, &cfg.Transport)
 	token := &tokenSource{
 		token: cfg.Token, file: cfg.TokenFile, envName: "HCLOUD_TOKEN", fileName: "VIPD_HCLOUD_TOKEN_FILE",
 		what: hetznerTokenAccepted, needs: "VIPD_CLOUD_PROVIDER=hetzner needs it",
 		log: cfg.Logger.With("provider", ProviderHetzner),
-	}
-	if err := token.load(); err != nil {
-		return nil, err
 	}
 	h := &Hetzner{
 		cfg: cfg, now: cfg.Now,
 		log: cfg.Logger.With("provider", ProviderHetzner),
 		ids: map[netip.Addr]int64{}, blocked: map[netip.Addr]bool{},
 	}
-	h.api = &caller{
-		provider: ProviderHetzner, title: "Hetzner Cloud",
-		gate: newGate(cfg.Backoff, cfg.Now), metrics: cfg.Metrics, log: h.log, now: cfg.Now,
-		reload: token.reload, describe: describeHcloud, rateWait: hetznerRateWait,
+	api, httpClient, err := newCaller(caller{
+		provider: ProviderHetzner, title: "Hetzner Cloud", metrics: cfg.Metrics, log: h.log, now: cfg.Now,
+		describe: describeHcloud, rateWait: hetznerRateWait,
 		unauthorizedHint: hetznerUnauthorized, forbiddenHint: hetznerForbidden,
+	}, token, cfg.Backoff, cfg.Transport, cfg.RequestTimeout)
+	if err != nil {
+		return nil, err
 	}
-	httpClient := &http.Client{Transport: &bearer{src: token, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
+	h.api = api
 	app, ver, _ := strings.Cut(cfg.UserAgent, "/")
 	h.client = hcloud.NewClient(
 		hcloud.WithEndpoint(cfg.APIURL),
