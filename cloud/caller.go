@@ -185,30 +185,52 @@ func metadataGet(ctx context.Context, client *http.Client, m *Metrics, provider,
 	return strings.TrimSpace(string(body)), nil
 }
 
-// fillDefaults sets the defaults of the settings every backend's
-// configuration has; pollDefault is the backend's own poll interval.
-func fillDefaults(pollDefault time.Duration, userAgent *string, requestTimeout, pollInterval, lockWait *time.Duration,
-	logger **slog.Logger, now *func() time.Time, transport *http.RoundTripper) {
-	if *userAgent == "" {
-		*userAgent = "vipd"
+// Client are the API client's settings every backend's configuration
+// has.
+type Client struct {
+	// UserAgent sent to the API (default "vipd").
+	UserAgent string
+	// RequestTimeout bounds one HTTP request (default 10s).
+	RequestTimeout time.Duration
+	// PollInterval is the wait between polls of an assign action (default:
+	// the backend's own).
+	PollInterval time.Duration
+	// LockWait is the wait before trying again while another action holds
+	// the IP (default 1s).
+	LockWait time.Duration
+	// Backoff shapes waits after 429, 5xx and transport errors.
+	Backoff Backoff
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// Transport is the HTTP transport (default a clone of
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// defaults fills what is unset; poll is the backend's poll interval.
+func (c *Client) defaults(poll time.Duration) {
+	if c.UserAgent == "" {
+		c.UserAgent = "vipd"
 	}
-	if *requestTimeout <= 0 {
-		*requestTimeout = 10 * time.Second
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 10 * time.Second
 	}
-	if *pollInterval <= 0 {
-		*pollInterval = pollDefault
+	if c.PollInterval <= 0 {
+		c.PollInterval = poll
 	}
-	if *lockWait <= 0 {
-		*lockWait = time.Second
+	if c.LockWait <= 0 {
+		c.LockWait = time.Second
 	}
-	if *logger == nil {
-		*logger = slog.New(slog.DiscardHandler)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if *now == nil {
-		*now = time.Now
+	if c.Now == nil {
+		c.Now = time.Now
 	}
-	if *transport == nil {
-		*transport = http.DefaultTransport.(*http.Transport).Clone()
+	if c.Transport == nil {
+		c.Transport = http.DefaultTransport.(*http.Transport).Clone()
 	}
 }
 

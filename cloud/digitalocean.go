@@ -48,25 +48,10 @@ type DOConfig struct {
 	// DropletID is this droplet (VIPD_DO_DROPLET_ID); 0 reads
 	// MetadataURL/id at start-up.
 	DropletID int
-	// UserAgent sent to the API (default "vipd").
-	UserAgent string
-	// RequestTimeout bounds one HTTP request (default 10s).
-	RequestTimeout time.Duration
-	// PollInterval is the wait between polls of an in-progress action
-	// (default 250ms).
-	PollInterval time.Duration
-	// LockWait is the wait between checks while the IP is locked by an
-	// action someone else started (default 1s).
-	LockWait time.Duration
-	// Backoff shapes waits after 429, 5xx and transport errors.
-	Backoff Backoff
-	Logger  *slog.Logger
-	Metrics *Metrics
-	// Transport is the HTTP transport (default a clone of
-	// http.DefaultTransport).
-	Transport http.RoundTripper
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Client: PollInterval is the wait between polls of an in-progress
+	// action (default 250ms); LockWait the wait between checks while the IP
+	// is locked by an action someone else started.
+	Client
 }
 
 // DigitalOcean is the reserved-IP backend for DigitalOcean droplets.
@@ -96,7 +81,7 @@ func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
 		cfg.MetadataURL = DefaultDOMetadataURL
 	}
 	cfg.MetadataURL = strings.TrimSuffix(cfg.MetadataURL, "/")
-	fillDefaults(250*time.Millisecond, &cfg.UserAgent, &cfg.RequestTimeout, &cfg.PollInterval, &cfg.LockWait, &cfg.Logger, &cfg.Now, &cfg.Transport)
+	cfg.Client.defaults(250 * time.Millisecond)
 	token := &tokenSource{
 		token: cfg.Token, file: cfg.TokenFile, envName: "DIGITALOCEAN_ACCESS_TOKEN", fileName: "VIPD_DO_TOKEN_FILE",
 		what:  "a DigitalOcean API token",

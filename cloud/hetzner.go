@@ -56,20 +56,11 @@ type HetznerConfig struct {
 	// FloatingIPIDs name the floating IPs by id (VIPD_HCLOUD_FLOATING_IP_ID);
 	// VIPs not among them are found by address in the project's list.
 	FloatingIPIDs []int64
-	UserAgent     string
-	// RequestTimeout bounds one HTTP request (default 10s).
-	RequestTimeout time.Duration
-	// PollInterval is the wait between polls of the assign action (default
-	// 500ms, what hcloud-go and the hcloud CLI use).
-	PollInterval time.Duration
-	// LockWait is the wait before trying again after a 423 "locked"
-	// (another action on the floating IP is running; default 1s).
-	LockWait  time.Duration
-	Backoff   Backoff
-	Logger    *slog.Logger
-	Metrics   *Metrics
-	Transport http.RoundTripper
-	Now       func() time.Time
+	// Client: PollInterval is the wait between polls of the assign action
+	// (default 500ms, what hcloud-go and the hcloud CLI use); LockWait the
+	// wait before trying again after a 423 "locked" (another action on the
+	// floating IP is running).
+	Client
 }
 
 // Hetzner is the floating-IP backend for Hetzner Cloud servers, through
@@ -101,7 +92,7 @@ func NewHetzner(ctx context.Context, cfg HetznerConfig) (*Hetzner, error) {
 		cfg.MetadataURL = DefaultHetznerMetadataURL
 	}
 	cfg.MetadataURL = strings.TrimRight(cfg.MetadataURL, "/")
-	fillDefaults(500*time.Millisecond, &cfg.UserAgent, &cfg.RequestTimeout, &cfg.PollInterval, &cfg.LockWait, &cfg.Logger, &cfg.Now, &cfg.Transport)
+	cfg.Client.defaults(500 * time.Millisecond)
 	token := &tokenSource{
 		token: cfg.Token, file: cfg.TokenFile, envName: "HCLOUD_TOKEN", fileName: "VIPD_HCLOUD_TOKEN_FILE",
 		what: hetznerTokenAccepted, needs: "VIPD_CLOUD_PROVIDER=hetzner needs it",
