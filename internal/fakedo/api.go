@@ -23,18 +23,12 @@ const (
 )
 
 func (s *Server) serveAPI(sw *fakehttp.StatusWriter, r *http.Request) {
-	s.mu.Lock()
-	latency := s.latency
-	f := fakehttp.TakeFault(&s.faults, r)
-	s.mu.Unlock()
-	fakehttp.Sleep(r.Context(), latency)
-	if f != nil {
+	if f := s.Arrive(r); f != nil {
 		s.writeFault(sw, r, f)
 		return
 	}
 
 	s.mu.Lock()
-	token := s.token
 	s.rateRemain--
 	if s.rateRemain <= 0 {
 		s.rateRemain = s.rateLimit
@@ -44,7 +38,7 @@ func (s *Server) serveAPI(sw *fakehttp.StatusWriter, r *http.Request) {
 	sw.Header().Set("RateLimit-Reset", strconv.FormatInt(s.now().Add(time.Minute).Unix(), 10))
 	s.mu.Unlock()
 
-	if r.Header.Get("Authorization") != "Bearer "+token {
+	if !s.Authorized(r) {
 		writeError(sw, http.StatusUnauthorized, "unauthorized", msgUnauthorized)
 		return
 	}
@@ -189,10 +183,7 @@ func (s *Server) newActionLocked(r *reservedIP, typ string, dropletID int, d tim
 	now := s.now()
 	a := &Action{ID: s.nextAction, Type: typ, Status: "in-progress", IP: r.ip, DropletID: dropletID, StartedAt: now, ends: now.Add(d)}
 	s.nextAction++
-	if s.failActions > 0 {
-		s.failActions--
-		a.fail = true
-	}
+	a.fail = s.ActionFails()
 	s.actions[a.ID] = a
 	r.actions = append(r.actions, a.ID)
 	return a
@@ -386,7 +377,7 @@ func (s *Server) createReservedIP(w http.ResponseWriter, r *http.Request) {
 		// The IP shows the droplet at once; the assign action that the
 		// real API reports is kept in progress for the usual time.
 		rip.dropletID = req.DropletID
-		a := s.newActionLocked(rip, "assign_ip", req.DropletID, s.actionDur)
+		a := s.newActionLocked(rip, "assign_ip", req.DropletID, s.ActionDuration())
 		a.external = true
 		base := "http://" + r.Host + "/v2/"
 		links["droplets"] = []map[string]any{{"id": req.DropletID, "rel": "droplet", "href": fmt.Sprintf("%sdroplets/%d", base, req.DropletID)}}
@@ -444,13 +435,13 @@ func (s *Server) postAction(w http.ResponseWriter, r *http.Request, ip string) {
 			writeError(w, http.StatusUnprocessableEntity, "unprocessable_entity", "Droplet already has a reserved IP assigned.")
 			return
 		}
-		a = s.newActionLocked(rip, "assign_ip", req.DropletID, s.actionDur)
+		a = s.newActionLocked(rip, "assign_ip", req.DropletID, s.ActionDuration())
 	case "unassign":
 		if rip.dropletID == 0 {
 			writeError(w, http.StatusUnprocessableEntity, "unprocessable_entity", "The reserved IP is not assigned to a droplet.")
 			return
 		}
-		a = s.newActionLocked(rip, "unassign_ip", 0, s.actionDur)
+		a = s.newActionLocked(rip, "unassign_ip", 0, s.ActionDuration())
 	default:
 		writeError(w, http.StatusUnprocessableEntity, "unprocessable_entity", "Type must be one of: assign, unassign.")
 		return

@@ -139,11 +139,9 @@ type Server struct {
 
 	*fakehttp.Service
 
+	fakehttp.Controls[Fault, *Fault]
+
 	mu           sync.Mutex
-	token        string
-	latency      time.Duration
-	actionDur    time.Duration
-	failActions  int
 	droplets     map[int]*Droplet
 	dropletOrder []int
 	rips         map[string]*reservedIP
@@ -152,7 +150,6 @@ type Server struct {
 	nextAction   int
 	domains      map[string][]*Record
 	nextRecord   int
-	faults       []*Fault
 	metaBySource map[string]int
 	metaDefault  int
 	metaFaults   []*Fault
@@ -185,11 +182,9 @@ func New(opts Options) (*Server, error) {
 		now = time.Now
 	}
 	s := &Server{
+		Controls:     fakehttp.NewControls[Fault](opts.Token, opts.Latency, opts.ActionDuration),
 		opts:         opts,
 		now:          now,
-		token:        opts.Token,
-		latency:      opts.Latency,
-		actionDur:    opts.ActionDuration,
 		droplets:     map[int]*Droplet{},
 		rips:         map[string]*reservedIP{},
 		actions:      map[int]*Action{},
@@ -224,25 +219,6 @@ func (s *Server) MetadataURL(id int) string {
 	return fmt.Sprintf("http://%s/droplet/%d/metadata/v1", s.MetadataAddress(), id)
 }
 
-// SetToken changes the accepted token.
-func (s *Server) SetToken(token string) { s.mu.Lock(); s.token = token; s.mu.Unlock() }
-
-// SetLatency changes the latency added to every API answer.
-func (s *Server) SetLatency(d time.Duration) { s.mu.Lock(); s.latency = d; s.mu.Unlock() }
-
-// SetActionDuration changes how long new actions stay in progress.
-func (s *Server) SetActionDuration(d time.Duration) { s.mu.Lock(); s.actionDur = d; s.mu.Unlock() }
-
-// FailActions makes the next n actions end "errored" without effect.
-func (s *Server) FailActions(n int) { s.mu.Lock(); s.failActions = n; s.mu.Unlock() }
-
-// AddFault registers a fault; faults are tried in the order added.
-func (s *Server) AddFault(f Fault) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, &f)
-}
-
 // AddMetadataFault registers a fault for the metadata server.
 func (s *Server) AddMetadataFault(f Fault) {
 	s.mu.Lock()
@@ -252,9 +228,9 @@ func (s *Server) AddMetadataFault(f Fault) {
 
 // ClearFaults removes every fault (API and metadata).
 func (s *Server) ClearFaults() {
+	s.Controls.ClearFaults()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.faults = nil
 	s.metaFaults = nil
 }
 

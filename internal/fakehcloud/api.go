@@ -55,12 +55,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func (s *Server) serveAPI(sw *fakehttp.StatusWriter, r *http.Request) {
-	s.mu.Lock()
-	latency := s.latency
-	f := fakehttp.TakeFault(&s.faults, r)
-	s.mu.Unlock()
-	fakehttp.Sleep(r.Context(), latency)
-	if f != nil {
+	if f := s.Arrive(r); f != nil {
 		fakehttp.Sleep(r.Context(), f.Delay)
 		if f.Drop || f.Status == 0 {
 			fakehttp.Drop(sw)
@@ -87,7 +82,7 @@ func (s *Server) serveAPI(sw *fakehttp.StatusWriter, r *http.Request) {
 		writeError(sw, http.StatusTooManyRequests, "", "")
 		return
 	}
-	if r.Header.Get("Authorization") != "Bearer "+s.token {
+	if !s.Authorized(r) {
 		writeError(sw, http.StatusUnauthorized, "", "")
 		return
 	}
@@ -179,6 +174,7 @@ func (s *Server) floatingIPAction(w http.ResponseWriter, r *http.Request, idStr,
 		return
 	}
 	var a *Action
+	d := s.ActionDuration()
 	switch verb {
 	case "assign":
 		var req struct {
@@ -196,18 +192,15 @@ func (s *Server) floatingIPAction(w http.ResponseWriter, r *http.Request, idStr,
 			writeError(w, http.StatusNotFound, "not_found", "server not found")
 			return
 		}
-		a = s.newActionLocked("assign_floating_ip", f.ID, *req.Server, s.actionDur)
+		a = s.newActionLocked("assign_floating_ip", f.ID, *req.Server, d)
 	case "unassign":
-		a = s.newActionLocked("unassign_floating_ip", f.ID, 0, s.actionDur)
+		a = s.newActionLocked("unassign_floating_ip", f.ID, 0, d)
 	default:
 		writeError(w, http.StatusNotFound, "not_found", "route not found")
 		return
 	}
-	if s.failActions > 0 {
-		s.failActions--
-		a.fail = true
-	}
-	if s.actionDur <= 0 {
+	a.fail = s.ActionFails()
+	if d <= 0 {
 		s.settleLocked()
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"action": s.actionJSON(a)})

@@ -100,20 +100,17 @@ type Server struct {
 	now  func() time.Time
 	*fakehttp.Service
 
-	mu          sync.Mutex
-	token       string
-	latency     time.Duration
-	actionDur   time.Duration
-	failActions int
-	servers     map[int64]string // id -> name
-	fips        map[int64]*FloatingIP
-	fipOrder    []int64
-	actions     map[int64]*Action
-	nextAction  int64
-	faults      []*Fault
-	limit       int
-	remaining   float64
-	refilled    time.Time
+	fakehttp.Controls[Fault, *Fault]
+
+	mu         sync.Mutex
+	servers    map[int64]string // id -> name
+	fips       map[int64]*FloatingIP
+	fipOrder   []int64
+	actions    map[int64]*Action
+	nextAction int64
+	limit      int
+	remaining  float64
+	refilled   time.Time
 }
 
 // New starts a fake API and metadata service.
@@ -135,7 +132,8 @@ func New(opts Options) (*Server, error) {
 		now = time.Now
 	}
 	s := &Server{
-		opts: opts, now: now, token: opts.Token, latency: opts.Latency, actionDur: opts.ActionDuration,
+		Controls: fakehttp.NewControls[Fault](opts.Token, opts.Latency, opts.ActionDuration),
+		opts:     opts, now: now,
 		servers: map[int64]string{}, fips: map[int64]*FloatingIP{}, actions: map[int64]*Action{},
 		nextAction: 13000000, limit: opts.RateLimit, remaining: float64(opts.RateLimit), refilled: now(),
 	}
@@ -156,18 +154,6 @@ func (s *Server) MetadataURL(id int64) string {
 	return fmt.Sprintf("http://%s/server/%d/hetzner/v1/metadata", s.MetadataAddress(), id)
 }
 
-// SetToken changes the accepted token.
-func (s *Server) SetToken(t string) { s.mu.Lock(); s.token = t; s.mu.Unlock() }
-
-// SetLatency changes the latency of every API answer.
-func (s *Server) SetLatency(d time.Duration) { s.mu.Lock(); s.latency = d; s.mu.Unlock() }
-
-// SetActionDuration changes how long new actions run.
-func (s *Server) SetActionDuration(d time.Duration) { s.mu.Lock(); s.actionDur = d; s.mu.Unlock() }
-
-// FailActions makes the next n assign actions end in "error".
-func (s *Server) FailActions(n int) { s.mu.Lock(); s.failActions = n; s.mu.Unlock() }
-
 // ExhaustRateLimit empties the rate-limit bucket: requests get 429 until it
 // refills (one request per 3600/RateLimit seconds).
 func (s *Server) ExhaustRateLimit() {
@@ -176,12 +162,6 @@ func (s *Server) ExhaustRateLimit() {
 	s.refillLocked()
 	s.remaining = 0
 }
-
-// AddFault registers a fault; faults are tried in order.
-func (s *Server) AddFault(f Fault) { s.mu.Lock(); s.faults = append(s.faults, &f); s.mu.Unlock() }
-
-// ClearFaults removes every fault.
-func (s *Server) ClearFaults() { s.mu.Lock(); s.faults = nil; s.mu.Unlock() }
 
 // AddServer registers a server.
 func (s *Server) AddServer(id int64, name string) {

@@ -331,3 +331,87 @@ func (s *Service) CountSince(t time.Time, method, prefix string) int {
 
 // ResetLog empties both request logs.
 func (s *Service) ResetLog() { s.apiLog.Reset(); s.metaLog.Reset() }
+
+// Controls are the knobs tests turn on a fake's API, safe for concurrent
+// use: the one bearer token accepted, the latency added to every answer,
+// how long new actions run, how many of the next actions fail, and the
+// injected faults. A fake embeds it, which gives the fake its SetToken,
+// SetLatency, SetActionDuration, FailActions, AddFault and ClearFaults.
+type Controls[F any, PF interface {
+	*F
+	Rule
+}] struct {
+	mu          sync.Mutex
+	token       string
+	latency     time.Duration
+	actionDur   time.Duration
+	failActions int
+	faults      []PF
+}
+
+// NewControls starts with the token, latency and action duration given.
+func NewControls[F any, PF interface {
+	*F
+	Rule
+}](token string, latency, actionDuration time.Duration) Controls[F, PF] {
+	return Controls[F, PF]{token: token, latency: latency, actionDur: actionDuration}
+}
+
+// SetToken changes the accepted token.
+func (c *Controls[F, PF]) SetToken(token string) { c.mu.Lock(); c.token = token; c.mu.Unlock() }
+
+// SetLatency changes the latency added to every API answer.
+func (c *Controls[F, PF]) SetLatency(d time.Duration) { c.mu.Lock(); c.latency = d; c.mu.Unlock() }
+
+// SetActionDuration changes how long new actions run.
+func (c *Controls[F, PF]) SetActionDuration(d time.Duration) {
+	c.mu.Lock()
+	c.actionDur = d
+	c.mu.Unlock()
+}
+
+// FailActions makes the next n actions end in error without effect.
+func (c *Controls[F, PF]) FailActions(n int) { c.mu.Lock(); c.failActions = n; c.mu.Unlock() }
+
+// AddFault registers a fault; faults are tried in the order added.
+func (c *Controls[F, PF]) AddFault(f F) { c.mu.Lock(); c.faults = append(c.faults, &f); c.mu.Unlock() }
+
+// ClearFaults removes every fault.
+func (c *Controls[F, PF]) ClearFaults() { c.mu.Lock(); c.faults = nil; c.mu.Unlock() }
+
+// Arrive is what every API request meets first: it takes the first fault
+// that matches r (nil: none), then waits the latency (or until r ends).
+func (c *Controls[F, PF]) Arrive(r *http.Request) *F {
+	c.mu.Lock()
+	latency := c.latency
+	f := TakeFault(&c.faults, r)
+	c.mu.Unlock()
+	Sleep(r.Context(), latency)
+	return f
+}
+
+// Authorized reports whether r carries the accepted bearer token.
+func (c *Controls[F, PF]) Authorized(r *http.Request) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return r.Header.Get("Authorization") == "Bearer "+c.token
+}
+
+// ActionDuration is how long a new action runs.
+func (c *Controls[F, PF]) ActionDuration() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.actionDur
+}
+
+// ActionFails reports whether a new action is to fail, using up one of
+// FailActions.
+func (c *Controls[F, PF]) ActionFails() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failActions <= 0 {
+		return false
+	}
+	c.failActions--
+	return true
+}
