@@ -376,20 +376,8 @@ func install(ctx context.Context, t *testing.T, srv *kubetest.Server, kc kuberne
 	if _, err := kc.RbacV1().RoleBindings(namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	path, err := srv.Kubeconfig(t.TempDir(), false)
+	path, err := srv.WriteKubeconfig(t.TempDir(), kubetest.KubeconfigOptions{User: true, Namespace: namespace})
 	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const from = "namespace: default}"
-	if !bytes.Contains(b, []byte(from)) {
-		t.Fatalf("kubeconfig has no %q to point at %s:\n%s", from, namespace, b)
-	}
-	b = bytes.Replace(b, []byte(from), []byte("namespace: "+namespace+"}"), 1)
-	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
