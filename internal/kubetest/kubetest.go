@@ -137,11 +137,11 @@ func (s *Server) configFor(token string) *rest.Config {
 // Kubeconfig writes a kubeconfig file for the given identity into dir and
 // returns its path. admin selects AdminToken, otherwise UserToken.
 func (s *Server) Kubeconfig(dir string, admin bool) (string, error) {
-	return s.WriteKubeconfig(dir, KubeconfigOptions{User: !admin})
+	return s.WriteKubeconfig(dir, KubeconfigOptions{User: !admin, Namespace: "default"})
 }
 
 // KubeconfigOptions shape a kubeconfig; the zero value is the admin at
-// s.URL in namespace default.
+// s.URL, with no namespace in its context.
 type KubeconfigOptions struct {
 	// Server is where the client reaches the apiserver (default s.URL; a
 	// relay's https://127.0.0.1:port in a network namespace).
@@ -151,7 +151,9 @@ type KubeconfigOptions struct {
 	// As and AsGroups impersonate another identity (see ServiceAccount).
 	As       string
 	AsGroups []string
-	// Namespace is the context's namespace (default "default").
+	// Namespace is the context's namespace; empty names none, which is not
+	// the same for every client: vipd's controllers then choose their own
+	// Lease namespace.
 	Namespace string
 }
 
@@ -181,7 +183,7 @@ func (s *Server) WriteKubeconfig(dir string, o KubeconfigOptions) (string, error
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: cmp.Or(o.Server, s.URL), CertificateAuthority: caPath}
 	cfg.AuthInfos["kubetest"] = &clientcmdapi.AuthInfo{Token: token, Impersonate: o.As, ImpersonateGroups: o.AsGroups}
-	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest", Namespace: cmp.Or(o.Namespace, "default")}
+	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest", Namespace: o.Namespace}
 	cfg.CurrentContext = "kubetest"
 	p := filepath.Join(dir, "kubeconfig")
 	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
