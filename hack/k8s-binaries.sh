@@ -4,7 +4,7 @@
 # helm CLI (helm.sh/helm/v3/cmd/helm, test/helm, make release-artifacts), from
 # the Go module proxy, and cache them under .cache/ (git-ignored).
 #
-#   hack/k8s-binaries.sh                  # both (about 8-12 minutes cold on 2 cores)
+#   hack/k8s-binaries.sh                  # both (about 8 minutes of CPU cold)
 #   hack/k8s-binaries.sh kube-apiserver   # only kube-apiserver
 #   hack/k8s-binaries.sh helm             # only helm
 #   KUBE_VERSION=v1.34.4 HELM_VERSION=v3.19.5 hack/k8s-binaries.sh
@@ -90,6 +90,16 @@ mapfile -t staging < <(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./
 if [[ ${#staging[@]} -eq 0 ]]; then
 	echo "no staging replace directives found in $gomod" >&2
 	exit 1
+fi
+
+# helm goes through the same replaces: its k8s.io line must be this one.
+if [[ " ${names[*]} " == *" helm "* ]]; then
+	helmmod="$(go list -m -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+	helm_k8s="$(sed -n 's#^[[:space:]]*k8s\.io/client-go \(v[0-9.]*\).*#\1#p' "$helmmod" 2>/dev/null)"
+	if [[ "${helm_k8s%.*}" != "${staging_version%.*}" ]]; then
+		echo "HELM_VERSION=$HELM_VERSION is built on k8s.io/client-go ${helm_k8s:-(unknown)}, KUBE_VERSION=$KUBE_VERSION on ${staging_version%.*}.x: pick a helm release of the same k8s.io line (v3.19.x for v1.34)" >&2
+		exit 2
+	fi
 fi
 
 goversion="$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod")"
