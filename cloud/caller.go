@@ -184,3 +184,65 @@ func metadataGet(ctx context.Context, client *http.Client, m *Metrics, provider,
 	}
 	return strings.TrimSpace(string(body)), nil
 }
+
+// Client are the API client's settings every backend's configuration
+// has.
+type Client struct {
+	// UserAgent sent to the API (default "vipd").
+	UserAgent string
+	// RequestTimeout bounds one HTTP request (default 10s).
+	RequestTimeout time.Duration
+	// PollInterval is the wait between polls of an assign action (default:
+	// the backend's own).
+	PollInterval time.Duration
+	// LockWait is the wait before trying again while another action holds
+	// the IP (default 1s).
+	LockWait time.Duration
+	// Backoff shapes waits after 429, 5xx and transport errors.
+	Backoff Backoff
+	Logger  *slog.Logger
+	Metrics *Metrics
+	// Transport is the HTTP transport (default a clone of
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// defaults fills what is unset; poll is the backend's poll interval.
+func (c *Client) defaults(poll time.Duration) {
+	if c.UserAgent == "" {
+		c.UserAgent = "vipd"
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = poll
+	}
+	if c.LockWait <= 0 {
+		c.LockWait = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Transport == nil {
+		c.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+}
+
+// newCaller loads the token and returns the backend's caller (c, given its
+// own provider, title, metrics, log, clock, describe and hints, with a gate
+// shaped by b and the token's reload) and the HTTP client its SDK sends the
+// token with.
+func newCaller(c caller, token *tokenSource, b Backoff, transport http.RoundTripper, timeout time.Duration) (*caller, *http.Client, error) {
+	if err := token.load(); err != nil {
+		return nil, nil, err
+	}
+	c.gate = newGate(b, c.now)
+	c.reload = token.reload
+	return &c, &http.Client{Transport: &bearer{src: token, next: transport}, Timeout: timeout}, nil
+}

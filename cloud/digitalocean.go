@@ -48,25 +48,10 @@ type DOConfig struct {
 	// DropletID is this droplet (VIPD_DO_DROPLET_ID); 0 reads
 	// MetadataURL/id at start-up.
 	DropletID int
-	// UserAgent sent to the API (default "vipd").
-	UserAgent string
-	// RequestTimeout bounds one HTTP request (default 10s).
-	RequestTimeout time.Duration
-	// PollInterval is the wait between polls of an in-progress action
-	// (default 250ms).
-	PollInterval time.Duration
-	// LockWait is the wait between checks while the IP is locked by an
-	// action someone else started (default 1s).
-	LockWait time.Duration
-	// Backoff shapes waits after 429, 5xx and transport errors.
-	Backoff Backoff
-	Logger  *slog.Logger
-	Metrics *Metrics
-	// Transport is the HTTP transport (default a clone of
-	// http.DefaultTransport).
-	Transport http.RoundTripper
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// Client: PollInterval is the wait between polls of an in-progress
+	// action (default 250ms); LockWait the wait between checks while the IP
+	// is locked by an action someone else started.
+	Client
 }
 
 // DigitalOcean is the reserved-IP backend for DigitalOcean droplets.
@@ -96,35 +81,12 @@ func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
 		cfg.MetadataURL = DefaultDOMetadataURL
 	}
 	cfg.MetadataURL = strings.TrimSuffix(cfg.MetadataURL, "/")
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "vipd"
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 10 * time.Second
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 250 * time.Millisecond
-	}
-	if cfg.LockWait <= 0 {
-		cfg.LockWait = time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport.(*http.Transport).Clone()
-	}
+	cfg.Client.defaults(250 * time.Millisecond)
 	token := &tokenSource{
 		token: cfg.Token, file: cfg.TokenFile, envName: "DIGITALOCEAN_ACCESS_TOKEN", fileName: "VIPD_DO_TOKEN_FILE",
 		what:  "a DigitalOcean API token",
 		needs: "scopes reserved_ip:read, reserved_ip:update, droplet:read, actions:read",
 		log:   cfg.Logger.With("provider", ProviderDigitalOcean),
-	}
-	if err := token.load(); err != nil {
-		return nil, err
 	}
 	d := &DigitalOcean{
 		cfg:  cfg,
@@ -132,15 +94,16 @@ func NewDigitalOcean(ctx context.Context, cfg DOConfig) (*DigitalOcean, error) {
 		log:  cfg.Logger.With("provider", ProviderDigitalOcean),
 		now:  cfg.Now,
 	}
-	d.api = &caller{
-		provider: ProviderDigitalOcean, title: "DigitalOcean",
-		gate: newGate(cfg.Backoff, cfg.Now), metrics: cfg.Metrics, log: d.log, now: cfg.Now,
-		reload: token.reload, describe: describe,
+	api, httpClient, err := newCaller(caller{
+		provider: ProviderDigitalOcean, title: "DigitalOcean", metrics: cfg.Metrics, log: d.log, now: cfg.Now,
+		describe:         describe,
 		unauthorizedHint: "check DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE",
 		forbiddenHint:    "the token lacks a scope vipd needs (reserved_ip:read, reserved_ip:update, droplet:read, actions:read)",
+	}, token, cfg.Backoff, cfg.Transport, cfg.RequestTimeout)
+	if err != nil {
+		return nil, err
 	}
-	httpClient := &http.Client{Transport: &bearer{src: token, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
-	var err error
+	d.api = api
 	d.client, err = godo.New(httpClient, godo.SetBaseURL(cfg.APIURL), godo.SetUserAgent(cfg.UserAgent))
 	if err != nil {
 		return nil, &SettingError{Name: "VIPD_DO_API_URL", Value: cfg.APIURL, Accepted: "an http(s) URL such as https://api.digitalocean.com/", Err: err}

@@ -71,23 +71,8 @@ func newEnv(t *testing.T, holder int, fo fakedo.Options, mutate func(*DOConfig))
 	fake.AddDroplet(fakedo.Droplet{ID: other, Name: "cp-2", PublicIPv4: "198.51.100.2"})
 	fake.AddReservedIP(testIP, holder)
 
-	reg := prometheus.NewPedanticRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuf{}
-	cfg := DOConfig{
-		Token:        testToken,
-		APIURL:       fake.URL(),
-		MetadataURL:  fake.MetadataURL(self),
-		DropletID:    self,
-		PollInterval: 20 * time.Millisecond,
-		LockWait:     50 * time.Millisecond,
-		Backoff:      Backoff{Base: 50 * time.Millisecond, Max: 400 * time.Millisecond},
-		Metrics:      m,
-		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	client, reg, logs := testClient(t)
+	cfg := DOConfig{Token: testToken, APIURL: fake.URL(), MetadataURL: fake.MetadataURL(self), DropletID: self, Client: client}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -96,6 +81,25 @@ func newEnv(t *testing.T, holder int, fo fakedo.Options, mutate func(*DOConfig))
 		t.Fatal(err)
 	}
 	return &env{fake: fake, do: do, reg: reg, logs: logs}
+}
+
+// testClient is the client settings of the backend tests: fast polls and
+// back-off, metrics in a fresh registry, debug logs into logs.
+func testClient(t *testing.T) (c Client, reg *prometheus.Registry, logs *syncBuf) {
+	t.Helper()
+	reg = prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs = &syncBuf{}
+	return Client{
+		PollInterval: 20 * time.Millisecond,
+		LockWait:     50 * time.Millisecond,
+		Backoff:      Backoff{Base: 50 * time.Millisecond, Max: 400 * time.Millisecond},
+		Metrics:      m,
+		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}, reg, logs
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

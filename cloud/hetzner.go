@@ -56,20 +56,11 @@ type HetznerConfig struct {
 	// FloatingIPIDs name the floating IPs by id (VIPD_HCLOUD_FLOATING_IP_ID);
 	// VIPs not among them are found by address in the project's list.
 	FloatingIPIDs []int64
-	UserAgent     string
-	// RequestTimeout bounds one HTTP request (default 10s).
-	RequestTimeout time.Duration
-	// PollInterval is the wait between polls of the assign action (default
-	// 500ms, what hcloud-go and the hcloud CLI use).
-	PollInterval time.Duration
-	// LockWait is the wait before trying again after a 423 "locked"
-	// (another action on the floating IP is running; default 1s).
-	LockWait  time.Duration
-	Backoff   Backoff
-	Logger    *slog.Logger
-	Metrics   *Metrics
-	Transport http.RoundTripper
-	Now       func() time.Time
+	// Client: PollInterval is the wait between polls of the assign action
+	// (default 500ms, what hcloud-go and the hcloud CLI use); LockWait the
+	// wait before trying again after a 423 "locked" (another action on the
+	// floating IP is running).
+	Client
 }
 
 // Hetzner is the floating-IP backend for Hetzner Cloud servers, through
@@ -101,47 +92,26 @@ func NewHetzner(ctx context.Context, cfg HetznerConfig) (*Hetzner, error) {
 		cfg.MetadataURL = DefaultHetznerMetadataURL
 	}
 	cfg.MetadataURL = strings.TrimRight(cfg.MetadataURL, "/")
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = "vipd"
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 10 * time.Second
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 500 * time.Millisecond
-	}
-	if cfg.LockWait <= 0 {
-		cfg.LockWait = time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport.(*http.Transport).Clone()
-	}
+	cfg.Client.defaults(500 * time.Millisecond)
 	token := &tokenSource{
 		token: cfg.Token, file: cfg.TokenFile, envName: "HCLOUD_TOKEN", fileName: "VIPD_HCLOUD_TOKEN_FILE",
 		what: hetznerTokenAccepted, needs: "VIPD_CLOUD_PROVIDER=hetzner needs it",
 		log: cfg.Logger.With("provider", ProviderHetzner),
-	}
-	if err := token.load(); err != nil {
-		return nil, err
 	}
 	h := &Hetzner{
 		cfg: cfg, now: cfg.Now,
 		log: cfg.Logger.With("provider", ProviderHetzner),
 		ids: map[netip.Addr]int64{}, blocked: map[netip.Addr]bool{},
 	}
-	h.api = &caller{
-		provider: ProviderHetzner, title: "Hetzner Cloud",
-		gate: newGate(cfg.Backoff, cfg.Now), metrics: cfg.Metrics, log: h.log, now: cfg.Now,
-		reload: token.reload, describe: describeHcloud, rateWait: hetznerRateWait,
+	api, httpClient, err := newCaller(caller{
+		provider: ProviderHetzner, title: "Hetzner Cloud", metrics: cfg.Metrics, log: h.log, now: cfg.Now,
+		describe: describeHcloud, rateWait: hetznerRateWait,
 		unauthorizedHint: hetznerUnauthorized, forbiddenHint: hetznerForbidden,
+	}, token, cfg.Backoff, cfg.Transport, cfg.RequestTimeout)
+	if err != nil {
+		return nil, err
 	}
-	httpClient := &http.Client{Transport: &bearer{src: token, next: cfg.Transport}, Timeout: cfg.RequestTimeout}
+	h.api = api
 	app, ver, _ := strings.Cut(cfg.UserAgent, "/")
 	h.client = hcloud.NewClient(
 		hcloud.WithEndpoint(cfg.APIURL),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/vipd/vipd/internal/fakehcloud"
@@ -50,21 +48,8 @@ func newHzEnv(t *testing.T, holder int64, fo fakehcloud.Options, mutate func(*He
 	fake.AddServer(hzSelf, "cp-1")
 	fake.AddServer(hzOther, "cp-2")
 	fake.AddFloatingIP(fakehcloud.FloatingIP{ID: hzFIP, IP: testIP, Server: holder})
-	m, err := NewMetrics(prometheus.NewPedanticRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuf{}
-	cfg := HetznerConfig{
-		Token:        hzToken,
-		APIURL:       fake.URL(),
-		MetadataURL:  fake.MetadataURL(hzSelf),
-		PollInterval: 20 * time.Millisecond,
-		LockWait:     50 * time.Millisecond,
-		Backoff:      Backoff{Base: 50 * time.Millisecond, Max: 400 * time.Millisecond},
-		Metrics:      m,
-		Logger:       slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	client, _, logs := testClient(t)
+	cfg := HetznerConfig{Token: hzToken, APIURL: fake.URL(), MetadataURL: fake.MetadataURL(hzSelf), Client: client}
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -16,20 +16,7 @@ import (
 )
 
 func TestLinkBinder(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip")
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "vipdcloud-" + hex.EncodeToString(b)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	name, ns := newNS(t)
 	binder, err := NewLinkBinderAt("lo", ns)
 	if err != nil {
 		t.Fatal(err)
@@ -103,20 +90,7 @@ func (d deliveringProvider) Assign(ctx context.Context, ip netip.Addr) error {
 // IP still routes here until then), and no longer: a re-acquire meanwhile
 // keeps it, MovedWait and Close bound the wait. Checked in the kernel.
 func TestReleasedAddressStaysUntilTheIPMoved(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip")
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "vipdcloud-" + hex.EncodeToString(b)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	_, ns := newNS(t)
 	binder, err := NewLinkBinderAt("lo", ns)
 	if err != nil {
 		t.Fatal(err)
@@ -235,20 +209,7 @@ func TestReleasedAddressStaysUntilTheIPMoved(t *testing.T) {
 // not deliver to the address), kept until the IP moves when it may still
 // route here. Checked in the kernel.
 func TestLeftoverAddressAtStartUp(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireCommands(t, "ip")
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := "vipdcloud-" + hex.EncodeToString(b)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	_, ns := newNS(t)
 	vip := netip.MustParsePrefix("192.0.2.10/32")
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -300,4 +261,25 @@ func TestLeftoverAddressAtStartUp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newNS is a new network namespace for a test (deleted at cleanup): its
+// name for `ip -n` and its handle.
+func newNS(t *testing.T) (string, netns.NsHandle) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireCommands(t, "ip")
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	name := "vipdcloud-" + hex.EncodeToString(b)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Close() })
+	return name, ns
 }

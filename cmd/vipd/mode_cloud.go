@@ -84,9 +84,7 @@ func newCloudProvider(ctx context.Context, c *config.Config, log *slog.Logger, m
 			MetadataURL:   c.HcloudMetadataURL,
 			ServerID:      c.HcloudServerID,
 			FloatingIPIDs: c.HcloudFloatingIPIDs,
-			UserAgent:     "vipd/" + version,
-			Logger:        log,
-			Metrics:       m,
+			Client:        cloud.Client{UserAgent: "vipd/" + version, Logger: log, Metrics: m},
 		})
 		return h, c.HcloudAPIURL, err
 	case cloud.ProviderDigitalOcean, "":
@@ -96,9 +94,7 @@ func newCloudProvider(ctx context.Context, c *config.Config, log *slog.Logger, m
 			APIURL:      c.DOAPIURL,
 			MetadataURL: c.DOMetadataURL,
 			DropletID:   c.DODropletID,
-			UserAgent:   "vipd/" + version,
-			Logger:      log,
-			Metrics:     m,
+			Client:      cloud.Client{UserAgent: "vipd/" + version, Logger: log, Metrics: m},
 		})
 		return do, c.DOAPIURL, err
 	}

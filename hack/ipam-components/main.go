@@ -46,7 +46,7 @@ const (
 var semver = regexp.MustCompile(`^v(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?$`)
 
 func main() {
-	helm := flag.String("helm", "", "the helm binary (hack/helm.sh)")
+	helm := flag.String("helm", "", "the helm binary (make helm: hack/k8s-binaries.sh)")
 	chart := flag.String("chart", "deploy/helm/vipd", "the chart directory")
 	version := flag.String("version", "", "the provider version, vX.Y.Z (the image tag is X.Y.Z)")
 	out := flag.String("out", "out/clusterctl", "the local repository to write into")

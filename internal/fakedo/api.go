@@ -1,10 +1,8 @@
 package fakedo
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -24,40 +22,23 @@ const (
 	msgServerError  = "Server Error"
 )
 
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: fakehttp.RemoteIP(r), Body: string(body)}
-	sw := &fakehttp.StatusWriter{ResponseWriter: w}
-	defer func() {
-		entry.Status = sw.Status
-		s.mu.Lock()
-		s.log = append(s.log, entry)
-		s.mu.Unlock()
-	}()
-
-	s.mu.Lock()
-	latency := s.latency
-	f := matchFault(&s.faults, r)
-	s.mu.Unlock()
-	fakehttp.Sleep(r.Context(), latency)
-	if f != nil {
+func (s *Server) serveAPI(sw *fakehttp.StatusWriter, r *http.Request) {
+	if f := s.Arrive(r); f != nil {
 		s.writeFault(sw, r, f)
 		return
 	}
 
 	s.mu.Lock()
-	token := s.token
 	s.rateRemain--
 	if s.rateRemain <= 0 {
 		s.rateRemain = s.rateLimit
 	}
-	w.Header().Set("RateLimit-Limit", strconv.Itoa(s.rateLimit))
-	w.Header().Set("RateLimit-Remaining", strconv.Itoa(s.rateRemain))
-	w.Header().Set("RateLimit-Reset", strconv.FormatInt(s.now().Add(time.Minute).Unix(), 10))
+	sw.Header().Set("RateLimit-Limit", strconv.Itoa(s.rateLimit))
+	sw.Header().Set("RateLimit-Remaining", strconv.Itoa(s.rateRemain))
+	sw.Header().Set("RateLimit-Reset", strconv.FormatInt(s.now().Add(time.Minute).Unix(), 10))
 	s.mu.Unlock()
 
-	if r.Header.Get("Authorization") != "Bearer "+token {
+	if !s.Authorized(r) {
 		writeError(sw, http.StatusUnauthorized, "unauthorized", msgUnauthorized)
 		return
 	}
@@ -66,28 +47,6 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	s.settleLocked()
 	s.route(sw, r)
-}
-
-// matchFault finds the first matching fault and consumes one use of it.
-// The caller holds s.mu.
-func matchFault(faults *[]*Fault, r *http.Request) *Fault {
-	for i, f := range *faults {
-		if f.Method != "" && f.Method != r.Method {
-			continue
-		}
-		if !strings.HasPrefix(r.URL.Path, f.Path) {
-			continue
-		}
-		cp := *f
-		if f.Count > 0 {
-			f.Count--
-			if f.Count == 0 {
-				*faults = append((*faults)[:i:i], (*faults)[i+1:]...)
-			}
-		}
-		return &cp
-	}
-	return nil
 }
 
 func (s *Server) writeFault(w *fakehttp.StatusWriter, r *http.Request, f *Fault) {
@@ -224,10 +183,7 @@ func (s *Server) newActionLocked(r *reservedIP, typ string, dropletID int, d tim
 	now := s.now()
 	a := &Action{ID: s.nextAction, Type: typ, Status: "in-progress", IP: r.ip, DropletID: dropletID, StartedAt: now, ends: now.Add(d)}
 	s.nextAction++
-	if s.failActions > 0 {
-		s.failActions--
-		a.fail = true
-	}
+	a.fail = s.ActionFails()
 	s.actions[a.ID] = a
 	r.actions = append(r.actions, a.ID)
 	return a
@@ -330,30 +286,8 @@ func (s *Server) ripJSON(r *reservedIP) map[string]any {
 // meta objects of the real API (links.pages is absent on a single page).
 func page[T any](r *http.Request, items []T) ([]T, map[string]any, map[string]any) {
 	q := r.URL.Query()
-	p, _ := strconv.Atoi(q.Get("page"))
-	if p < 1 {
-		p = 1
-	}
-	per, _ := strconv.Atoi(q.Get("per_page"))
-	if per < 1 {
-		per = 20
-	}
-	if per > 200 {
-		per = 200
-	}
 	total := len(items)
-	last := (total + per - 1) / per
-	if last < 1 {
-		last = 1
-	}
-	lo := (p - 1) * per
-	if lo > total {
-		lo = total
-	}
-	hi := lo + per
-	if hi > total {
-		hi = total
-	}
+	p, per, lo, hi, last := fakehttp.Page(r, total, 20, 200)
 	link := func(n int) string {
 		qq := url.Values{}
 		for k, v := range q {
@@ -443,7 +377,7 @@ func (s *Server) createReservedIP(w http.ResponseWriter, r *http.Request) {
 		// The IP shows the droplet at once; the assign action that the
 		// real API reports is kept in progress for the usual time.
 		rip.dropletID = req.DropletID
-		a := s.newActionLocked(rip, "assign_ip", req.DropletID, s.actionDur)
+		a := s.newActionLocked(rip, "assign_ip", req.DropletID, s.ActionDuration())
 		a.external = true
 		base := "http://" + r.Host + "/v2/"
 		links["droplets"] = []map[string]any{{"id": req.DropletID, "rel": "droplet", "href": fmt.Sprintf("%sdroplets/%d", base, req.DropletID)}}
@@ -501,13 +435,13 @@ func (s *Server) postAction(w http.ResponseWriter, r *http.Request, ip string) {
 			writeError(w, http.StatusUnprocessableEntity, "unprocessable_entity", "Droplet already has a reserved IP assigned.")
 			return
 		}
-		a = s.newActionLocked(rip, "assign_ip", req.DropletID, s.actionDur)
+		a = s.newActionLocked(rip, "assign_ip", req.DropletID, s.ActionDuration())
 	case "unassign":
 		if rip.dropletID == 0 {
 			writeError(w, http.StatusUnprocessableEntity, "unprocessable_entity", "The reserved IP is not assigned to a droplet.")
 			return
 		}
-		a = s.newActionLocked(rip, "unassign_ip", 0, s.actionDur)
+		a = s.newActionLocked(rip, "unassign_ip", 0, s.ActionDuration())
 	default:
 		writeError(w, http.StatusUnprocessableEntity, "unprocessable_entity", "Type must be one of: assign, unassign.")
 		return

@@ -29,9 +29,7 @@ package fakedo
 import (
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -62,15 +60,7 @@ type Options struct {
 }
 
 // Request is one entry of the request log.
-type Request struct {
-	Time   time.Time
-	Method string
-	Path   string // URL path, without the query
-	Query  string // raw query
-	Body   string
-	Status int
-	Remote string // the client's IP address
-}
+type Request = fakehttp.Request
 
 // Fault makes matching requests fail. A request matches when its method
 // equals Method (empty: any) and its path starts with Path (empty: any).
@@ -93,6 +83,9 @@ type Fault struct {
 	// error for the client).
 	Drop bool
 }
+
+// Rule is the fault's match for fakehttp.TakeFault.
+func (f *Fault) Rule() (method, pathPrefix string, count *int) { return f.Method, f.Path, &f.Count }
 
 // Droplet describes a droplet the fake knows.
 type Droplet struct {
@@ -144,14 +137,11 @@ type Server struct {
 	opts Options
 	now  func() time.Time
 
-	api  *fakehttp.Endpoint
-	meta *fakehttp.Endpoint
+	*fakehttp.Service
+
+	fakehttp.Controls[Fault, *Fault]
 
 	mu           sync.Mutex
-	token        string
-	latency      time.Duration
-	actionDur    time.Duration
-	failActions  int
 	droplets     map[int]*Droplet
 	dropletOrder []int
 	rips         map[string]*reservedIP
@@ -160,9 +150,6 @@ type Server struct {
 	nextAction   int
 	domains      map[string][]*Record
 	nextRecord   int
-	faults       []*Fault
-	log          []Request
-	metaLog      []Request
 	metaBySource map[string]int
 	metaDefault  int
 	metaFaults   []*Fault
@@ -195,11 +182,9 @@ func New(opts Options) (*Server, error) {
 		now = time.Now
 	}
 	s := &Server{
+		Controls:     fakehttp.NewControls[Fault](opts.Token, opts.Latency, opts.ActionDuration),
 		opts:         opts,
 		now:          now,
-		token:        opts.Token,
-		latency:      opts.Latency,
-		actionDur:    opts.ActionDuration,
 		droplets:     map[int]*Droplet{},
 		rips:         map[string]*reservedIP{},
 		actions:      map[int]*Action{},
@@ -210,66 +195,28 @@ func New(opts Options) (*Server, error) {
 		rateLimit:    5000,
 		rateRemain:   5000,
 	}
-	s.api = fakehttp.NewEndpoint(opts.Listen, opts.Addr, http.HandlerFunc(s.serveAPI))
-	s.meta = fakehttp.NewEndpoint(opts.Listen, opts.MetadataAddr, http.HandlerFunc(s.serveMetadata))
-	if err := s.api.Up(); err != nil {
-		return nil, fmt.Errorf("fakedo: api listener: %w", err)
+	svc, err := fakehttp.Start("fakedo", opts.Listen, opts.Addr, opts.MetadataAddr, now, s.serveAPI, s.serveMetadata)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.meta.Up(); err != nil {
-		s.api.Down()
-		return nil, fmt.Errorf("fakedo: metadata listener: %w", err)
-	}
+	s.Service = svc
 	return s, nil
 }
 
 // URL is the API base URL with a trailing slash, for godo.SetBaseURL.
-func (s *Server) URL() string { return "http://" + s.api.Address() + "/" }
+func (s *Server) URL() string { return "http://" + s.APIAddress() + "/" }
 
 // Addr is the API listener's host:port.
-func (s *Server) Addr() string { return s.api.Address() }
+func (s *Server) Addr() string { return s.APIAddress() }
 
 // MetadataURL is the metadata base URL (ending in /metadata/v1) that
 // answers for droplet id, whoever asks. With id 0 the droplet is chosen by
 // the caller's source address (SetMetadataSource) or the default droplet.
 func (s *Server) MetadataURL(id int) string {
 	if id == 0 {
-		return "http://" + s.meta.Address() + "/metadata/v1"
+		return "http://" + s.MetadataAddress() + "/metadata/v1"
 	}
-	return fmt.Sprintf("http://%s/droplet/%d/metadata/v1", s.meta.Address(), id)
-}
-
-// Close stops both listeners and closes every connection.
-func (s *Server) Close() {
-	s.api.Down()
-	s.meta.Down()
-}
-
-// Down closes the API listener and all its connections: clients get
-// "connection refused" until Up.
-func (s *Server) Down() { s.api.Down() }
-
-// Up reopens the API listener on the same address.
-func (s *Server) Up() error { return s.api.Up() }
-
-// MetadataDown and MetadataUp do the same for the metadata server.
-func (s *Server) MetadataDown()         { s.meta.Down() }
-func (s *Server) MetadataUp() error     { return s.meta.Up() }
-func (s *Server) SetToken(token string) { s.mu.Lock(); s.token = token; s.mu.Unlock() }
-
-// SetLatency changes the latency added to every API answer.
-func (s *Server) SetLatency(d time.Duration) { s.mu.Lock(); s.latency = d; s.mu.Unlock() }
-
-// SetActionDuration changes how long new actions stay in progress.
-func (s *Server) SetActionDuration(d time.Duration) { s.mu.Lock(); s.actionDur = d; s.mu.Unlock() }
-
-// FailActions makes the next n actions end "errored" without effect.
-func (s *Server) FailActions(n int) { s.mu.Lock(); s.failActions = n; s.mu.Unlock() }
-
-// AddFault registers a fault; faults are tried in the order added.
-func (s *Server) AddFault(f Fault) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, &f)
+	return fmt.Sprintf("http://%s/droplet/%d/metadata/v1", s.MetadataAddress(), id)
 }
 
 // AddMetadataFault registers a fault for the metadata server.
@@ -281,9 +228,9 @@ func (s *Server) AddMetadataFault(f Fault) {
 
 // ClearFaults removes every fault (API and metadata).
 func (s *Server) ClearFaults() {
+	s.Controls.ClearFaults()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.faults = nil
 	s.metaFaults = nil
 }
 
@@ -391,53 +338,4 @@ func (s *Server) Records(domain string) []Record {
 		out = append(out, *r)
 	}
 	return out
-}
-
-// Requests returns a copy of the API request log.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.log...)
-}
-
-// MetadataRequests returns a copy of the metadata request log.
-func (s *Server) MetadataRequests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.metaLog...)
-}
-
-// Count returns how many logged API requests have the method (empty: any)
-// and a path starting with prefix.
-func (s *Server) Count(method, prefix string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, r := range s.log {
-		if (method == "" || r.Method == method) && strings.HasPrefix(r.Path, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
-// CountSince is Count limited to requests logged at or after t.
-func (s *Server) CountSince(t time.Time, method, prefix string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, r := range s.log {
-		if !r.Time.Before(t) && (method == "" || r.Method == method) && strings.HasPrefix(r.Path, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
-// ResetLog empties both request logs.
-func (s *Server) ResetLog() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.log = nil
-	s.metaLog = nil
 }

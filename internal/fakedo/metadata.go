@@ -11,18 +11,9 @@ import (
 // serveMetadata answers the droplet metadata API (no token). Paths are
 // /metadata/v1/... (droplet chosen by source address, else the default
 // droplet) or /droplet/{id}/metadata/v1/... (that droplet).
-func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: fakehttp.RemoteIP(r)}
-	sw := &fakehttp.StatusWriter{ResponseWriter: w}
-	defer func() {
-		entry.Status = sw.Status
-		s.mu.Lock()
-		s.metaLog = append(s.metaLog, entry)
-		s.mu.Unlock()
-	}()
-
+func (s *Server) serveMetadata(sw *fakehttp.StatusWriter, r *http.Request) {
 	s.mu.Lock()
-	f := matchFault(&s.metaFaults, r)
+	f := fakehttp.TakeFault(&s.metaFaults, r)
 	s.mu.Unlock()
 	if f != nil {
 		s.writeFault(sw, r, f)

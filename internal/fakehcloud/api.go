@@ -1,7 +1,6 @@
 package fakehcloud
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"math"
@@ -55,24 +54,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(b)
 }
 
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: fakehttp.RemoteIP(r), Body: string(body)}
-	sw := &fakehttp.StatusWriter{ResponseWriter: w}
-	defer func() {
-		entry.Status = sw.Status
-		s.mu.Lock()
-		s.log = append(s.log, entry)
-		s.mu.Unlock()
-	}()
-
-	s.mu.Lock()
-	latency := s.latency
-	f := s.matchFaultLocked(r)
-	s.mu.Unlock()
-	fakehttp.Sleep(r.Context(), latency)
-	if f != nil {
+func (s *Server) serveAPI(sw *fakehttp.StatusWriter, r *http.Request) {
+	if f := s.Arrive(r); f != nil {
 		fakehttp.Sleep(r.Context(), f.Delay)
 		if f.Drop || f.Status == 0 {
 			fakehttp.Drop(sw)
@@ -99,7 +82,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		writeError(sw, http.StatusTooManyRequests, "", "")
 		return
 	}
-	if r.Header.Get("Authorization") != "Bearer "+s.token {
+	if !s.Authorized(r) {
 		writeError(sw, http.StatusUnauthorized, "", "")
 		return
 	}
@@ -116,26 +99,6 @@ func (s *Server) rateHeadersLocked(h http.Header) {
 	h.Set("RateLimit-Limit", strconv.Itoa(s.limit))
 	h.Set("RateLimit-Remaining", strconv.Itoa(int(math.Floor(s.remaining))))
 	h.Set("RateLimit-Reset", strconv.FormatInt(int64(math.Ceil(float64(reset.UnixNano())/1e9)), 10))
-}
-
-func (s *Server) matchFaultLocked(r *http.Request) *Fault {
-	for i, f := range s.faults {
-		if f.Method != "" && f.Method != r.Method {
-			continue
-		}
-		if !strings.HasPrefix(r.URL.Path, f.Path) {
-			continue
-		}
-		cp := *f
-		if f.Count > 0 {
-			f.Count--
-			if f.Count == 0 {
-				s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
-			}
-		}
-		return &cp
-	}
-	return nil
 }
 
 // route dispatches an authenticated request. The caller holds s.mu.
@@ -178,20 +141,10 @@ func (s *Server) fipLocked(idStr string) (*FloatingIP, bool) {
 // listFloatingIPs is GET /v1/floating_ips with page / per_page (default
 // 25, at most 50) and the pagination meta.
 func (s *Server) listFloatingIPs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	page, _ := strconv.Atoi(q.Get("page"))
-	if page < 1 {
-		page = 1
-	}
-	per, _ := strconv.Atoi(q.Get("per_page"))
-	if per < 1 {
-		per = 25
-	}
-	per = min(per, 50)
 	total := len(s.fipOrder)
-	last := max(1, (total+per-1)/per)
+	page, per, lo, hi, last := fakehttp.Page(r, total, 25, 50)
 	items := []any{}
-	for i := (page - 1) * per; i < min(total, page*per); i++ {
+	for i := lo; i < hi; i++ {
 		items = append(items, s.fipJSON(s.fips[s.fipOrder[i]]))
 	}
 	pageRef := func(p int) any {
@@ -221,6 +174,7 @@ func (s *Server) floatingIPAction(w http.ResponseWriter, r *http.Request, idStr,
 		return
 	}
 	var a *Action
+	d := s.ActionDuration()
 	switch verb {
 	case "assign":
 		var req struct {
@@ -238,18 +192,15 @@ func (s *Server) floatingIPAction(w http.ResponseWriter, r *http.Request, idStr,
 			writeError(w, http.StatusNotFound, "not_found", "server not found")
 			return
 		}
-		a = s.newActionLocked("assign_floating_ip", f.ID, *req.Server, s.actionDur)
+		a = s.newActionLocked("assign_floating_ip", f.ID, *req.Server, d)
 	case "unassign":
-		a = s.newActionLocked("unassign_floating_ip", f.ID, 0, s.actionDur)
+		a = s.newActionLocked("unassign_floating_ip", f.ID, 0, d)
 	default:
 		writeError(w, http.StatusNotFound, "not_found", "route not found")
 		return
 	}
-	if s.failActions > 0 {
-		s.failActions--
-		a.fail = true
-	}
-	if s.actionDur <= 0 {
+	a.fail = s.ActionFails()
+	if d <= 0 {
 		s.settleLocked()
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"action": s.actionJSON(a)})
@@ -305,15 +256,7 @@ func (s *Server) actionJSON(a *Action) map[string]any {
 
 // serveMetadata answers /server/{id}/hetzner/v1/metadata/{instance-id,
 // hostname, public-ipv4} for the server named in the path, as text.
-func (s *Server) serveMetadata(w http.ResponseWriter, r *http.Request) {
-	entry := Request{Time: s.now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Remote: fakehttp.RemoteIP(r)}
-	sw := &fakehttp.StatusWriter{ResponseWriter: w}
-	defer func() {
-		entry.Status = sw.Status
-		s.mu.Lock()
-		s.metaLog = append(s.metaLog, entry)
-		s.mu.Unlock()
-	}()
+func (s *Server) serveMetadata(sw *fakehttp.StatusWriter, r *http.Request) {
 	rest, ok := strings.CutPrefix(r.URL.Path, "/server/")
 	idStr, key, ok2 := strings.Cut(rest, "/hetzner/v1/metadata/")
 	id, err := strconv.ParseInt(idStr, 10, 64)

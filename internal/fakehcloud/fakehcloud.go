@@ -24,8 +24,6 @@ package fakehcloud
 import (
 	"fmt"
 	"net"
-	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -53,15 +51,7 @@ type Options struct {
 }
 
 // Request is one entry of the request log.
-type Request struct {
-	Time   time.Time
-	Method string
-	Path   string
-	Query  string
-	Body   string
-	Status int
-	Remote string
-}
+type Request = fakehttp.Request
 
 // Fault makes matching requests fail. A request matches when its method
 // equals Method (empty: any) and its path starts with Path (empty: any).
@@ -77,6 +67,9 @@ type Fault struct {
 	Delay time.Duration
 	Drop  bool
 }
+
+// Rule is the fault's match for fakehttp.TakeFault.
+func (f *Fault) Rule() (method, pathPrefix string, count *int) { return f.Method, f.Path, &f.Count }
 
 // FloatingIP is the fake's view of one floating IP.
 type FloatingIP struct {
@@ -105,25 +98,19 @@ type Action struct {
 type Server struct {
 	opts Options
 	now  func() time.Time
-	api  *fakehttp.Endpoint
-	meta *fakehttp.Endpoint
+	*fakehttp.Service
 
-	mu          sync.Mutex
-	token       string
-	latency     time.Duration
-	actionDur   time.Duration
-	failActions int
-	servers     map[int64]string // id -> name
-	fips        map[int64]*FloatingIP
-	fipOrder    []int64
-	actions     map[int64]*Action
-	nextAction  int64
-	faults      []*Fault
-	log         []Request
-	metaLog     []Request
-	limit       int
-	remaining   float64
-	refilled    time.Time
+	fakehttp.Controls[Fault, *Fault]
+
+	mu         sync.Mutex
+	servers    map[int64]string // id -> name
+	fips       map[int64]*FloatingIP
+	fipOrder   []int64
+	actions    map[int64]*Action
+	nextAction int64
+	limit      int
+	remaining  float64
+	refilled   time.Time
 }
 
 // New starts a fake API and metadata service.
@@ -145,51 +132,27 @@ func New(opts Options) (*Server, error) {
 		now = time.Now
 	}
 	s := &Server{
-		opts: opts, now: now, token: opts.Token, latency: opts.Latency, actionDur: opts.ActionDuration,
+		Controls: fakehttp.NewControls[Fault](opts.Token, opts.Latency, opts.ActionDuration),
+		opts:     opts, now: now,
 		servers: map[int64]string{}, fips: map[int64]*FloatingIP{}, actions: map[int64]*Action{},
 		nextAction: 13000000, limit: opts.RateLimit, remaining: float64(opts.RateLimit), refilled: now(),
 	}
-	s.api = fakehttp.NewEndpoint(opts.Listen, opts.Addr, http.HandlerFunc(s.serveAPI))
-	s.meta = fakehttp.NewEndpoint(opts.Listen, opts.MetadataAddr, http.HandlerFunc(s.serveMetadata))
-	if err := s.api.Up(); err != nil {
-		return nil, fmt.Errorf("fakehcloud: api listener: %w", err)
+	svc, err := fakehttp.Start("fakehcloud", opts.Listen, opts.Addr, opts.MetadataAddr, now, s.serveAPI, s.serveMetadata)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.meta.Up(); err != nil {
-		s.api.Down()
-		return nil, fmt.Errorf("fakehcloud: metadata listener: %w", err)
-	}
+	s.Service = svc
 	return s, nil
 }
 
 // URL is the API base URL ending in /v1 (hcloud.WithEndpoint).
-func (s *Server) URL() string { return "http://" + s.api.Address() + "/v1" }
+func (s *Server) URL() string { return "http://" + s.APIAddress() + "/v1" }
 
 // MetadataURL is the metadata base (ending in /hetzner/v1/metadata) that
 // answers for server id.
 func (s *Server) MetadataURL(id int64) string {
-	return fmt.Sprintf("http://%s/server/%d/hetzner/v1/metadata", s.meta.Address(), id)
+	return fmt.Sprintf("http://%s/server/%d/hetzner/v1/metadata", s.MetadataAddress(), id)
 }
-
-// Close stops both listeners.
-func (s *Server) Close() { s.api.Down(); s.meta.Down() }
-
-// Down closes the API listener (connection refused) until Up.
-func (s *Server) Down() { s.api.Down() }
-
-// Up reopens the API listener on the same address.
-func (s *Server) Up() error { return s.api.Up() }
-
-// SetToken changes the accepted token.
-func (s *Server) SetToken(t string) { s.mu.Lock(); s.token = t; s.mu.Unlock() }
-
-// SetLatency changes the latency of every API answer.
-func (s *Server) SetLatency(d time.Duration) { s.mu.Lock(); s.latency = d; s.mu.Unlock() }
-
-// SetActionDuration changes how long new actions run.
-func (s *Server) SetActionDuration(d time.Duration) { s.mu.Lock(); s.actionDur = d; s.mu.Unlock() }
-
-// FailActions makes the next n assign actions end in "error".
-func (s *Server) FailActions(n int) { s.mu.Lock(); s.failActions = n; s.mu.Unlock() }
 
 // ExhaustRateLimit empties the rate-limit bucket: requests get 429 until it
 // refills (one request per 3600/RateLimit seconds).
@@ -199,12 +162,6 @@ func (s *Server) ExhaustRateLimit() {
 	s.refillLocked()
 	s.remaining = 0
 }
-
-// AddFault registers a fault; faults are tried in order.
-func (s *Server) AddFault(f Fault) { s.mu.Lock(); s.faults = append(s.faults, &f); s.mu.Unlock() }
-
-// ClearFaults removes every fault.
-func (s *Server) ClearFaults() { s.mu.Lock(); s.faults = nil; s.mu.Unlock() }
 
 // AddServer registers a server.
 func (s *Server) AddServer(id int64, name string) {
@@ -268,46 +225,6 @@ func (s *Server) Actions() []Action {
 		}
 	}
 	return out
-}
-
-// Requests returns a copy of the API request log.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.log...)
-}
-
-// MetadataRequests returns a copy of the metadata request log.
-func (s *Server) MetadataRequests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.metaLog...)
-}
-
-// Count returns how many logged API requests have the method (empty: any)
-// and a path starting with prefix.
-func (s *Server) Count(method, prefix string) int {
-	return s.CountSince(time.Time{}, method, prefix)
-}
-
-// CountSince is Count limited to requests logged at or after t.
-func (s *Server) CountSince(t time.Time, method, prefix string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, r := range s.log {
-		if !r.Time.Before(t) && (method == "" || r.Method == method) && strings.HasPrefix(r.Path, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
-// ResetLog empties both request logs.
-func (s *Server) ResetLog() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.log, s.metaLog = nil, nil
 }
 
 // newActionLocked starts an action. The caller holds s.mu.

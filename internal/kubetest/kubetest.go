@@ -3,7 +3,8 @@
 //
 // etcd comes from the system (Debian's etcd-server: /usr/bin/etcd); the
 // kube-apiserver binary is built once from the Go module proxy by
-// hack/kube-apiserver.sh and cached under .cache/ at the repository root.
+// hack/k8s-binaries.sh (make kube-apiserver) and cached under .cache/ at the
+// repository root.
 // KUBE_APISERVER and ETCD override the paths.
 //
 // A test package shares one server through TestMain:
@@ -20,6 +21,7 @@ package kubetest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -47,11 +49,14 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/vipd/vipd/internal/testenv"
 )
 
-// KubeVersion is the kube-apiserver version hack/kube-apiserver.sh builds.
+// KubeVersion is the kube-apiserver version hack/k8s-binaries.sh builds (the
+// Makefile's KUBE_VERSION; test/helm checks both).
 const KubeVersion = "v1.34.4"
 
 // Tokens accepted by the server (static token file).
@@ -132,29 +137,56 @@ func (s *Server) configFor(token string) *rest.Config {
 // Kubeconfig writes a kubeconfig file for the given identity into dir and
 // returns its path. admin selects AdminToken, otherwise UserToken.
 func (s *Server) Kubeconfig(dir string, admin bool) (string, error) {
-	token := UserToken
-	if admin {
-		token = AdminToken
+	return s.WriteKubeconfig(dir, KubeconfigOptions{User: !admin, Namespace: "default"})
+}
+
+// KubeconfigOptions shape a kubeconfig; the zero value is the admin at
+// s.URL, with no namespace in its context.
+type KubeconfigOptions struct {
+	// Server is where the client reaches the apiserver (default s.URL; a
+	// relay's https://127.0.0.1:port in a network namespace).
+	Server string
+	// User authenticates as User (UserToken) instead of the admin.
+	User bool
+	// As and AsGroups impersonate another identity (see ServiceAccount).
+	As       string
+	AsGroups []string
+	// Namespace is the context's namespace; empty names none, which is not
+	// the same for every client: vipd's controllers then choose their own
+	// Lease namespace.
+	Namespace string
+}
+
+// ServiceAccount are options that authenticate as the admin and
+// impersonate the ServiceAccount ns/name with the groups a pod's token
+// carries, so that every request is authorized by the RBAC bound to that
+// ServiceAccount only; the context's namespace is ns.
+func ServiceAccount(ns, name string) KubeconfigOptions {
+	return KubeconfigOptions{
+		As:        "system:serviceaccount:" + ns + ":" + name,
+		AsGroups:  []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+		Namespace: ns,
 	}
+}
+
+// WriteKubeconfig writes a kubeconfig file (and the CA it names) into dir
+// and returns its path.
+func (s *Server) WriteKubeconfig(dir string, o KubeconfigOptions) (string, error) {
 	caPath := filepath.Join(dir, "kubetest-ca.crt")
 	if err := os.WriteFile(caPath, s.CAData, 0o600); err != nil {
 		return "", fmt.Errorf("write CA: %w", err)
 	}
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: kubetest
-  cluster: {server: %q, certificate-authority: %q}
-users:
-- name: kubetest
-  user: {token: %q}
-contexts:
-- name: kubetest
-  context: {cluster: kubetest, user: kubetest, namespace: default}
-current-context: kubetest
-`, s.URL, caPath, token)
+	token := AdminToken
+	if o.User {
+		token = UserToken
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: cmp.Or(o.Server, s.URL), CertificateAuthority: caPath}
+	cfg.AuthInfos["kubetest"] = &clientcmdapi.AuthInfo{Token: token, Impersonate: o.As, ImpersonateGroups: o.AsGroups}
+	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest", Namespace: o.Namespace}
+	cfg.CurrentContext = "kubetest"
 	p := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
 		return "", fmt.Errorf("write kubeconfig: %w", err)
 	}
 	return p, nil
@@ -217,7 +249,7 @@ func Binaries() (etcd, apiserver string, err error) {
 		apiserver = filepath.Join(root, ".cache", "kube-apiserver-"+KubeVersion)
 	}
 	if _, serr := os.Stat(apiserver); serr != nil {
-		return "", "", fmt.Errorf("kube-apiserver not found at %s (run hack/kube-apiserver.sh, or set KUBE_APISERVER)", apiserver)
+		return "", "", fmt.Errorf("kube-apiserver not found at %s (run make kube-apiserver, or set KUBE_APISERVER)", apiserver)
 	}
 	return etcd, apiserver, nil
 }

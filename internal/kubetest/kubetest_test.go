@@ -102,3 +102,40 @@ spec: {size: 3}
 		t.Fatalf("second apply: %v", err)
 	}
 }
+
+// A ServiceAccount kubeconfig reaches the apiserver where it is told, as
+// the admin impersonating the ServiceAccount with a pod token's groups,
+// in the ServiceAccount's namespace; the RBAC bound to the ServiceAccount
+// alone decides (a ServiceAccount without bindings is forbidden).
+func TestServiceAccountKubeconfig(t *testing.T) {
+	srv := env.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	o := ServiceAccount("kube-system", "nobody")
+	o.Server = srv.URL
+	path, err := srv.WriteKubeconfig(t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := loaded.Contexts[loaded.CurrentContext]
+	auth := loaded.AuthInfos[cur.AuthInfo]
+	if cur.Namespace != "kube-system" || auth.Impersonate != "system:serviceaccount:kube-system:nobody" ||
+		len(auth.ImpersonateGroups) != 3 || loaded.Clusters[cur.Cluster].Server != srv.URL {
+		t.Fatalf("kubeconfig: context %+v, user %+v", cur, auth)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("an unbound ServiceAccount reading a namespace: %v, want Forbidden", err)
+	}
+}

@@ -1,4 +1,6 @@
-// Package testenv decides whether a test's prerequisites are present.
+// Package testenv decides whether a test's prerequisites are present, and
+// holds the small helpers integration tests share (a free loopback address,
+// polling until a condition holds, a TCP relay).
 //
 // Outside CI a missing prerequisite skips the test with a reason. With
 // CI=true it fails the test instead: CI must never pass by skipping.

@@ -46,7 +46,7 @@ func (c *cloudLab) stableHolder(ctx context.Context) int {
 }
 
 // holds reports whether node i's /status says it holds the VIP.
-func (c *cloudLab) holds(ctx context.Context, i int) bool {
+func (c *nodes) holds(ctx context.Context, i int) bool {
 	c.t.Helper()
 	out, err := c.Nodes[i].Output(ctx, "curl", "-sf", "http://127.0.0.1:9469/status")
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,42 +38,34 @@ const (
 
 func server(i int) int64 { return serverBase + int64(i) + 1 }
 
+// hzLab is N nodes and the fake Hetzner Cloud API; a goroutine plays
+// Hetzner's network (routeFloatingIP).
 type hzLab struct {
-	*lab.Lab
-	t    *testing.T
-	bin  string
+	*nodes
 	fake *fakehcloud.Server
-	apis []*lab.APIServer
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
 
-func newHzLab(t *testing.T, nodes int, fo fakehcloud.Options) *hzLab {
+func newHzLab(t *testing.T, n int, fo fakehcloud.Options) *hzLab {
 	t.Helper()
-	bin := vipdBinary(t)
-	l := lab.New(t, lab.Options{Nodes: nodes, Client: true})
+	c := &hzLab{nodes: newNodes(t, n), stop: make(chan struct{})}
 	fo.Token = hzToken
-	fo.Listen = l.Client.Listen
-	fo.Addr = l.Client.IPv4.String() + ":0"
-	fo.MetadataAddr = l.Client.IPv4.String() + ":0"
+	fo.Listen = c.Client.Listen
+	fo.Addr, fo.MetadataAddr = c.fakeAddr(), c.fakeAddr()
 	fake, err := fakehcloud.New(fo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.OnClose(fake.Close)
-	c := &hzLab{Lab: l, t: t, bin: bin, fake: fake, stop: make(chan struct{})}
-	for i, n := range l.Nodes {
+	c.OnClose(fake.Close)
+	c.fake = fake
+	for i, n := range c.Nodes {
 		fake.AddServer(server(i), n.Name)
-		api, err := n.StartAPIServer("0.0.0.0:6443", lab.OK)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.apis = append(c.apis, api)
 	}
 	fake.AddFloatingIP(fakehcloud.FloatingIP{ID: fipID, IP: floatingIP})
 	c.wg.Add(1)
 	go c.routeFloatingIP()
-	l.OnClose(func() { close(c.stop); c.wg.Wait() })
+	c.OnClose(func() { close(c.stop); c.wg.Wait() })
 	return c
 }
 
@@ -114,7 +105,7 @@ func (c *hzLab) routeFloatingIP() {
 }
 
 func (c *hzLab) env(i int, extra ...string) []string {
-	env := []string{
+	return c.withPeers(i, []string{
 		"VIPD_MODE=cloud",
 		"VIPD_CLOUD_PROVIDER=hetzner",
 		"VIPD_ADDRESS=" + floatingIP + "/32",
@@ -126,43 +117,15 @@ func (c *hzLab) env(i int, extra ...string) []string {
 		"VIPD_CLOUD_BIND_INTERFACE=" + c.Nodes[i].Link,
 		"VIPD_HEALTH_INTERVAL=200ms",
 		"VIPD_HEALTH_TIMEOUT=500ms",
-	}
-	if len(c.Nodes) > 1 {
-		var peers []string
-		for j, n := range c.Nodes {
-			if j != i {
-				peers = append(peers, n.IPv4.String()+":7950")
-			}
-		}
-		env = append(env, "VIPD_PEERS="+strings.Join(peers, ","))
-	}
-	return append(env, extra...)
+	}, extra...)
 }
 
 func (c *hzLab) start(i int, extra ...string) *lab.Proc {
 	c.t.Helper()
-	p, err := c.Nodes[i].StartVipd(c.bin, c.env(i, extra...)...)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() {
-		if c.t.Failed() {
-			c.t.Logf("%s output:\n%s", p.Name, p.Output())
-		}
-	})
-	return p
+	return c.startEnv(i, c.env(i, extra...))
 }
 
-func (c *hzLab) dumpAPI() {
-	if !c.t.Failed() {
-		return
-	}
-	var b strings.Builder
-	for _, r := range c.fake.Requests() {
-		fmt.Fprintf(&b, "%s %s %s %s?%s %d %s\n", r.Time.Format("15:04:05.000"), r.Remote, r.Method, r.Path, r.Query, r.Status, r.Body)
-	}
-	c.t.Logf("fake Hetzner API log:\n%s", b.String())
-}
+func (c *hzLab) dumpAPI() { c.dumpLog("fake Hetzner API", c.fake.Requests()) }
 
 func (c *hzLab) waitServer(ctx context.Context, want int64) time.Time {
 	c.t.Helper()
@@ -189,9 +152,8 @@ func (c *hzLab) assigns(since time.Time) []fakehcloud.Request {
 	return out
 }
 
-func (c *hzLab) metric(ctx context.Context, i int, call, outcome string) float64 {
-	cl := &cloudLab{Lab: c.Lab, t: c.t}
-	return cl.metric(ctx, i, fmt.Sprintf(`vipd_cloud_calls_total{call=%q,outcome=%q,provider="hetzner"}`, call, outcome))
+func (c *hzLab) hzMetric(ctx context.Context, i int, call, outcome string) float64 {
+	return c.metric(ctx, i, fmt.Sprintf(`vipd_cloud_calls_total{call=%q,outcome=%q,provider="hetzner"}`, call, outcome))
 }
 
 func (c *hzLab) bound(ctx context.Context, i int) bool {
@@ -256,7 +218,7 @@ func TestHetznerLoneNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	down := c.metric(ctx, 0, "list_floating_ips", "transport_error") + c.metric(ctx, 0, "get_floating_ip", "transport_error") + c.metric(ctx, 0, "assign", "transport_error")
+	down := c.hzMetric(ctx, 0, "list_floating_ips", "transport_error") + c.hzMetric(ctx, 0, "get_floating_ip", "transport_error") + c.hzMetric(ctx, 0, "assign", "transport_error")
 	if down < 2 || down > 6 || p.Exited() {
 		t.Fatalf("%v failed attempts in 3 s with the API down (backoff 0.5 s doubling)", down)
 	}
@@ -276,7 +238,7 @@ func TestHetznerLoneNode(t *testing.T) {
 	}
 	at := c.waitServer(ctx, server(0))
 	reqs := c.fake.CountSince(limited, "", "/v1/")
-	rl := c.metric(ctx, 0, "get_floating_ip", "rate_limited") + c.metric(ctx, 0, "assign", "rate_limited") + c.metric(ctx, 0, "list_floating_ips", "rate_limited")
+	rl := c.hzMetric(ctx, 0, "get_floating_ip", "rate_limited") + c.hzMetric(ctx, 0, "assign", "rate_limited") + c.hzMetric(ctx, 0, "list_floating_ips", "rate_limited")
 	t.Logf("API down 3 s: %v failed attempts; then an empty rate-limit bucket (1 request / s): %v answers 429, %d requests, assigned %v after the API came back",
 		down, rl, reqs, at.Sub(limited).Round(time.Millisecond))
 	if rl < 1 {
@@ -293,10 +255,10 @@ func TestHetznerLoneNode(t *testing.T) {
 		a := prober.Answers()
 		return len(a) > 0 && a[len(a)-1].Node == c.Nodes[0].Name
 	})
-	if got := c.metric(ctx, 0, "assign", "success"); got != 1 {
+	if got := c.hzMetric(ctx, 0, "assign", "success"); got != 1 {
 		t.Fatalf("assign success = %v", got)
 	}
-	st := (&cloudLab{Lab: c.Lab, t: t}).cloudStatus(ctx, 0)
+	st := c.cloudStatus(ctx, 0)
 	if st["provider"] != "hetzner" || st["instance"] != "8001" {
 		t.Fatalf("/status cloud = %v", st)
 	}
@@ -304,12 +266,7 @@ func TestHetznerLoneNode(t *testing.T) {
 	// A restart: stopping makes no API call and removes the local address;
 	// the new process finds the IP on its server and sends no assign.
 	before := len(c.fake.Requests())
-	if err := p.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code, err := p.Wait(10 * time.Second); err != nil || code != 0 {
-		t.Fatalf("exit after SIGTERM: %d, %v", code, err)
-	}
+	stopClean(t, p)
 	if n := len(c.fake.Requests()) - before; n != 0 || c.fake.Holder(floatingIP) != server(0) {
 		t.Fatalf("stopping made %d API calls; holder %d", n, c.fake.Holder(floatingIP))
 	}
@@ -355,11 +312,10 @@ func TestHetznerClusterFailoverAndHandover(t *testing.T) {
 	// The cluster forms: its holder takes the floating IP (quorum vouches).
 	prober := c.Client.StartProber(floatingIP+":6443", 10*time.Millisecond, 200*time.Millisecond)
 	ps = append(ps, c.start(1), c.start(2))
-	cl := &cloudLab{Lab: c.Lab, t: t}
 	old := -1
 	for old < 0 {
 		h := c.fake.Holder(floatingIP)
-		if idx := int(h - serverBase - 1); idx >= 0 && idx < 3 && cl.holds(ctx, idx) {
+		if idx := int(h - serverBase - 1); idx >= 0 && idx < 3 && c.holds(ctx, idx) {
 			old = idx
 			break
 		}

@@ -3,7 +3,6 @@ package cloud
 import (
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,12 +46,7 @@ func TestLoneHolderAssignsAndRestartMakesNoAssign(t *testing.T) {
 	// Planned restart: SIGTERM, start again. Release makes no API call
 	// and the new process finds the IP already on its droplet.
 	before := len(c.fake.Requests())
-	if err := p.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code, err := p.Wait(10 * time.Second); err != nil || code != 0 {
-		t.Fatalf("exit after SIGTERM: %d, %v", code, err)
-	}
+	stopClean(t, p)
 	if got := len(c.fake.Requests()) - before; got != 0 {
 		t.Fatalf("stopping the holder made %d API calls (release must not unassign)", got)
 	}

@@ -1,5 +1,5 @@
 // Package helm tests the chart in deploy/helm/vipd with the helm CLI (built
-// from the Go module proxy by hack/helm.sh, cached in .cache/): it lints,
+// from the Go module proxy by hack/k8s-binaries.sh, cached in .cache/): it lints,
 // renders with default and full values, refuses bad values with one clear
 // message, renders nothing less than deploy/kube (every CRD, RBAC rule, env
 // and argument), and installs into a real kube-apiserver + etcd where the
@@ -9,7 +9,6 @@ package helm
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +19,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -28,9 +26,10 @@ import (
 
 	"github.com/vipd/vipd/internal/kubetest"
 	"github.com/vipd/vipd/internal/testenv"
+	"github.com/vipd/vipd/lab"
 )
 
-// HelmVersion is the helm release hack/helm.sh builds (keep in step).
+// HelmVersion is the helm release hack/k8s-binaries.sh builds (keep in step).
 const HelmVersion = "v3.19.5"
 
 const (
@@ -40,7 +39,14 @@ const (
 
 var env kubetest.Env
 
-func TestMain(m *testing.M) { os.Exit(env.Main(m)) }
+// vipdBuild is vipd and vipd-controllers, built once on first use.
+var vipdBuild = lab.Build{Controllers: true}
+
+func TestMain(m *testing.M) {
+	code := env.Main(m)
+	vipdBuild.Remove()
+	os.Exit(code)
+}
 
 func repoRoot(t testing.TB) string {
 	t.Helper()
@@ -53,7 +59,7 @@ func repoRoot(t testing.TB) string {
 
 func chartDir(t testing.TB) string { return filepath.Join(repoRoot(t), "deploy", "helm", "vipd") }
 
-// helmBinary is $VIPD_HELM, or the binary `make helm` (hack/helm.sh) caches.
+// helmBinary is $VIPD_HELM, or the binary `make helm` (hack/k8s-binaries.sh) caches.
 func helmBinary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("VIPD_HELM"); p != "" {
@@ -61,7 +67,7 @@ func helmBinary(t testing.TB) string {
 	}
 	p := filepath.Join(repoRoot(t), ".cache", "helm-"+HelmVersion)
 	if _, err := os.Stat(p); err != nil {
-		testenv.Missing(t, "helm %s not found at %s: run make helm (hack/helm.sh builds it from the Go module proxy) or set VIPD_HELM", HelmVersion, p)
+		testenv.Missing(t, "helm %s not found at %s: run make helm (hack/k8s-binaries.sh builds it from the Go module proxy) or set VIPD_HELM", HelmVersion, p)
 	}
 	return p
 }
@@ -536,39 +542,29 @@ func TestRBACPerController(t *testing.T) {
 	}
 }
 
-// eventually polls cond until it returns nil or the time is up.
-func eventually(ctx context.Context, t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: not after %v: %v", what, d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // The Makefile builds and fetches the versions the tests look for.
 func TestVersionsMatchMakefile(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "Makefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range []string{"HELM_VERSION := " + HelmVersion + "\n", "PROMETHEUS_OPERATOR_VERSION := " + PrometheusOperatorVersion + "\n"} {
+	for _, line := range []string{
+		"HELM_VERSION := " + HelmVersion + "\n",
+		"KUBE_VERSION := " + kubetest.KubeVersion + "\n",
+		"PROMETHEUS_OPERATOR_VERSION := " + PrometheusOperatorVersion + "\n",
+	} {
 		if !strings.Contains(string(b), line) {
 			t.Errorf("the Makefile has no %q", strings.TrimSpace(line))
 		}
 	}
-	sh, err := os.ReadFile(filepath.Join(repoRoot(t), "hack", "helm.sh"))
+	sh, err := os.ReadFile(filepath.Join(repoRoot(t), "hack", "k8s-binaries.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(sh), `HELM_VERSION="${HELM_VERSION:-`+HelmVersion+`}"`) {
-		t.Errorf("hack/helm.sh's default HELM_VERSION is not %s", HelmVersion)
+	for name, version := range map[string]string{"HELM_VERSION": HelmVersion, "KUBE_VERSION": kubetest.KubeVersion} {
+		if !strings.Contains(string(sh), name+`="${`+name+`:-`+version+`}"`) {
+			t.Errorf("hack/k8s-binaries.sh's default %s is not %s", name, version)
+		}
 	}
 }
 

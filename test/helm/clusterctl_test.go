@@ -14,11 +14,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/vipd/vipd/internal/kubetest"
+	"github.com/vipd/vipd/internal/testenv"
 )
 
 const providerVersion = "v0.4.2"
@@ -198,14 +197,7 @@ func TestClusterctlInstall(t *testing.T) {
 	if err := kubetest.Apply(ctx, srv.Config(), objs...); err != nil {
 		t.Fatalf("apply ipam-components.yaml: %v", err)
 	}
-	dyn, err := dynamic.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := kubernetes.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc, dyn := srv.Clients(t)
 	sa, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "serviceAccountName")
 	waitAccess(ctx, t, kc, "vipd-ipam-system", sa,
 		access{"create", "ipam.cluster.x-k8s.io", "ipaddresses", true},
@@ -237,7 +229,7 @@ func TestClusterctlInstall(t *testing.T) {
 	t.Cleanup(func() {
 		_ = dyn.Resource(claims).Namespace("default").Delete(context.Background(), "clusterctl-m1", metav1.DeleteOptions{})
 	})
-	eventually(ctx, t, 60*time.Second, "the IPAddressClaim gets an IPAddress from the provider", func() error {
+	testenv.Eventually(ctx, t, 60*time.Second, "the IPAddressClaim gets an IPAddress from the provider", func() error {
 		a, err := dyn.Resource(ipaddresses).Namespace("default").Get(ctx, "clusterctl-m1", metav1.GetOptions{})
 		if err != nil {
 			return err

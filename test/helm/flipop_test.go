@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/vipd/vipd/internal/fakedo"
 	"github.com/vipd/vipd/internal/kubetest"
+	"github.com/vipd/vipd/internal/testenv"
 )
 
 const doToken = "helm-e2e-do-token"
@@ -68,8 +68,8 @@ func TestInstallFLIPOP(t *testing.T) {
 		access{"create", "vipd.io", "ipallocations", false},
 	)
 
-	nodeA := flipopNode(ctx, t, kc, fake, "helm-node-a", 2001, "198.51.100.11")
-	flipopNode(ctx, t, kc, fake, "helm-node-b", 2002, "198.51.100.12")
+	nodeA := kubetest.DropletNode(ctx, t, kc, fake, "helm-node-a", 2001, "198.51.100.11")
+	kubetest.DropletNode(ctx, t, kc, fake, "helm-node-b", 2002, "198.51.100.12")
 	examples, err := kubetest.ReadObjects(repoRoot(t)+"/deploy/kube/examples/floatingippool.yaml", repoRoot(t)+"/deploy/kube/examples/nodednsrecordset.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestInstallFLIPOP(t *testing.T) {
 
 	out := runDeployment(t, srv, d)
 	var ip string
-	eventually(ctx, t, 60*time.Second, "node annotated with the reserved IP", func() error {
+	testenv.Eventually(ctx, t, 60*time.Second, "node annotated with the reserved IP", func() error {
 		n, err := kc.CoreV1().Nodes().Get(ctx, nodeA, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -97,7 +97,7 @@ func TestInstallFLIPOP(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(ctx, t, 30*time.Second, "DNS records of both record sets", func() error {
+	testenv.Eventually(ctx, t, 30*time.Second, "DNS records of both record sets", func() error {
 		got := map[string][]string{}
 		for _, r := range fake.Records("example.com") {
 			if r.Type == "A" {
@@ -113,46 +113,4 @@ func TestInstallFLIPOP(t *testing.T) {
 	if s := out.String(); strings.Contains(s, "forbidden") {
 		t.Errorf("the FLIPOP controllers hit a permission error with the chart's RBAC:\n%s", s)
 	}
-}
-
-// flipopNode adds a ready Node backed by a fake droplet, running a ready
-// ingress pod that the examples' match selects.
-func flipopNode(ctx context.Context, t *testing.T, kc kubernetes.Interface, fake *fakedo.Server, name string, id int, external string) string {
-	t.Helper()
-	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"doks.digitalocean.com/node-pool": "work"}},
-		Spec:       corev1.NodeSpec{ProviderID: "digitalocean://" + strconv.Itoa(id)},
-	}
-	n, err := kc.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kc.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	fake.AddDroplet(fakedo.Droplet{ID: id, Name: name, PublicIPv4: external})
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeExternalIP, Address: external}}
-	if n, err = kc.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	n.Spec.Taints = nil // TaintNodesByCondition's not-ready taint; no lifecycle controller lifts it here
-	if _, err := kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "ingress-" + name, Namespace: "ingress",
-			Labels: map[string]string{"app": "nginx-ingress", "component": "controller"}},
-		Spec: corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/ingress"}}},
-	}
-	if p, err = kc.CoreV1().Pods("ingress").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kc.CoreV1().Pods("ingress").Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	})
-	p.Status.Phase = corev1.PodRunning
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if _, err := kc.CoreV1().Pods("ingress").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return name
 }

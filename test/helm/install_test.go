@@ -3,7 +3,6 @@ package helm
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,12 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vipd/vipd/internal/kubetest"
 	"github.com/vipd/vipd/internal/testenv"
-	"github.com/vipd/vipd/lab"
 )
 
 // PrometheusOperatorVersion is the prometheus-operator release whose
@@ -33,36 +30,12 @@ import (
 const PrometheusOperatorVersion = "v0.85.0"
 
 var (
-	ippools      = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "ippools"}
-	claims       = schema.GroupVersionResource{Group: "ipam.cluster.x-k8s.io", Version: "v1beta1", Resource: "ipaddressclaims"}
-	ipaddresses  = schema.GroupVersionResource{Group: "ipam.cluster.x-k8s.io", Version: "v1beta1", Resource: "ipaddresses"}
-	binaryOnce   sync.Once
-	binaryPath   string
-	binaryErr    error
-	crdsOnce     sync.Once
-	crdsErr      error
-	binaryTmpDir string
+	ippools     = schema.GroupVersionResource{Group: "vipd.io", Version: "v1alpha1", Resource: "ippools"}
+	claims      = schema.GroupVersionResource{Group: "ipam.cluster.x-k8s.io", Version: "v1beta1", Resource: "ipaddressclaims"}
+	ipaddresses = schema.GroupVersionResource{Group: "ipam.cluster.x-k8s.io", Version: "v1beta1", Resource: "ipaddresses"}
+	crdsOnce    sync.Once
+	crdsErr     error
 )
-
-// vipdBinary is $VIPD_TEST_BINARY or vipd and vipd-controllers built now.
-func vipdBinary(t *testing.T) string {
-	t.Helper()
-	binaryOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		binaryTmpDir, binaryErr = os.MkdirTemp("", "vipd-helm-test-")
-		if binaryErr == nil {
-			binaryPath, binaryErr = lab.VipdBinary(ctx, binaryTmpDir)
-		}
-	})
-	if binaryErr != nil {
-		t.Fatal(binaryErr)
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(binaryPath), "vipd-controllers")); err != nil {
-		t.Fatalf("vipd-controllers is not next to %s: %v", binaryPath, err)
-	}
-	return binaryPath
-}
 
 // moduleDir returns the directory of a module in the module cache.
 func moduleDir(t *testing.T, mod string) string {
@@ -124,42 +97,13 @@ func saKubeconfig(t *testing.T, srv *kubetest.Server, ns, name string) string {
 // saKubeconfigVia is saKubeconfig for the apiserver reached at server.
 func saKubeconfigVia(t *testing.T, srv *kubetest.Server, server, ns, name string) string {
 	t.Helper()
-	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(ca, srv.CAData, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: kubetest
-  cluster: {server: %q, certificate-authority: %q}
-users:
-- name: sa
-  user:
-    token: %q
-    as: "system:serviceaccount:%s:%s"
-    as-groups: ["system:serviceaccounts", "system:serviceaccounts:%s", "system:authenticated"]
-contexts:
-- name: sa
-  context: {cluster: kubetest, user: sa, namespace: %q}
-current-context: sa
-`, server, ca, kubetest.AdminToken, ns, name, ns, ns)
-	p := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	o := kubetest.ServiceAccount(ns, name)
+	o.Server = server
+	p, err := srv.WriteKubeconfig(t.TempDir(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return p
 }
 
 // runDeployment runs the Deployment's container as the kubelet would, on
@@ -168,7 +112,7 @@ func freeAddr(t *testing.T) string {
 // loopback port. It is stopped (SIGTERM, as the kubelet does) at cleanup.
 func runDeployment(t *testing.T, srv *kubetest.Server, d *unstructured.Unstructured) *testenv.Buffer {
 	t.Helper()
-	bin := vipdBinary(t)
+	bin := vipdBuild.Path(t)
 	spec, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
 	sa, _ := spec["serviceAccountName"].(string)
 	if sa == "" {
@@ -188,7 +132,7 @@ func runDeployment(t *testing.T, srv *kubetest.Server, d *unstructured.Unstructu
 		m := e.(map[string]any)
 		name := m["name"].(string)
 		if name == "VIPD_METRICS_ADDRESS" {
-			env = append(env, name+"="+freeAddr(t))
+			env = append(env, name+"="+testenv.FreeAddr(t))
 			continue
 		}
 		if v, ok := m["value"]; ok {
@@ -318,14 +262,7 @@ func TestInstall(t *testing.T) {
 	srv := env.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	kc, err := kubernetes.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc, dyn := srv.Clients(t)
 	serveForeignCRDs(ctx, t, srv)
 	ensureNamespace(ctx, t, kc, namespace)
 
@@ -394,7 +331,7 @@ func TestInstall(t *testing.T) {
 	t.Cleanup(func() {
 		_ = kc.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{})
 	})
-	eventually(ctx, t, 60*time.Second, "the LoadBalancer Service gets an address from the pool", func() error {
+	testenv.Eventually(ctx, t, 60*time.Second, "the LoadBalancer Service gets an address from the pool", func() error {
 		s, err := kc.CoreV1().Services("default").Get(ctx, svc.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -418,7 +355,7 @@ func TestInstall(t *testing.T) {
 	t.Cleanup(func() {
 		_ = dyn.Resource(claims).Namespace("default").Delete(context.Background(), "helm-test-m1", metav1.DeleteOptions{})
 	})
-	eventually(ctx, t, 60*time.Second, "the IPAddressClaim gets an IPAddress", func() error {
+	testenv.Eventually(ctx, t, 60*time.Second, "the IPAddressClaim gets an IPAddress", func() error {
 		a, err := dyn.Resource(ipaddresses).Namespace("default").Get(ctx, "helm-test-m1", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -438,7 +375,7 @@ func TestInstall(t *testing.T) {
 // mounted files (kubeconfig, gossip key) where the pod would have them.
 func TestNodeSettingsAccepted(t *testing.T) {
 	testenv.Short(t)
-	bin := vipdBinary(t)
+	bin := vipdBuild.Path(t)
 	for name, args := range map[string][]string{
 		"default": {"--set", "node.enabled=true"},
 		"full":    {"-f", fullValues(t)},

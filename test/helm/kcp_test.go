@@ -28,7 +28,7 @@ var kcps = schema.GroupVersionResource{Group: "controlplane.cluster.x-k8s.io", V
 // file it writes on the machines passes `vipd check-config`.
 func TestKubeadmControlPlaneAccepted(t *testing.T) {
 	srv := env.Require(t)
-	bin := vipdBinary(t)
+	bin := vipdBuild.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

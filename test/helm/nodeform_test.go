@@ -3,20 +3,15 @@ package helm
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/vipd/vipd/internal/kubetest"
 	"github.com/vipd/vipd/internal/testenv"
@@ -38,17 +33,10 @@ func TestNodeFormAnnounces(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "ip", "ping")
 	srv := env.Require(t)
-	bin := vipdBinary(t)
+	bin := vipdBuild.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	kc, err := kubernetes.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc, dyn := srv.Clients(t)
 	ensureNamespace(ctx, t, kc, namespace)
 
 	l := lab.New(t, lab.Options{Nodes: 2, Client: true})
@@ -102,7 +90,7 @@ func TestNodeFormAnnounces(t *testing.T) {
 		if _, err := n.StartAPIServer("0.0.0.0:6443", lab.OK); err != nil {
 			t.Fatal(err)
 		}
-		forward(t, n, target)
+		testenv.Relay(t, n.Listen, fmt.Sprintf("127.0.0.1:%d", apiPort), target)
 		var env []string
 		for k, v := range containerEnv(t, ds) {
 			switch k {
@@ -158,7 +146,7 @@ func TestNodeFormAnnounces(t *testing.T) {
 		_ = kc.CoreV1().Services("default").Delete(context.Background(), "lab-web", metav1.DeleteOptions{})
 	})
 	want := l.VIP4(60)
-	eventually(ctx, t, 30*time.Second, "the Service's address from the pool", func() error {
+	testenv.Eventually(ctx, t, 30*time.Second, "the Service's address from the pool", func() error {
 		s, err := kc.CoreV1().Services("default").Get(ctx, "lab-web", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -168,7 +156,7 @@ func TestNodeFormAnnounces(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(ctx, t, 30*time.Second, "one node binds the address and the client reaches it", func() error {
+	testenv.Eventually(ctx, t, 30*time.Second, "one node binds the address and the client reaches it", func() error {
 		holders, err := l.Holders(ctx, want)
 		if err != nil {
 			return err
@@ -181,47 +169,4 @@ func TestNodeFormAnnounces(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// forward accepts connections on 127.0.0.1:apiPort inside the host's
-// namespace and relays them to the apiserver on this host's loopback.
-func forward(t *testing.T, h *lab.Host, target string) {
-	t.Helper()
-	ln, err := h.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", apiPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = in.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, in, out)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); _, _ = io.Copy(out, in); _ = out.Close() }()
-			go func() { defer wg.Done(); _, _ = io.Copy(in, out); _ = in.Close() }()
-		}
-	}()
 }

@@ -10,12 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/vipd/vipd/internal/fakecf"
 	"github.com/vipd/vipd/internal/fakedo"
 	"github.com/vipd/vipd/internal/kubetest"
+	"github.com/vipd/vipd/internal/testenv"
 )
 
 var poolGVR = schema.GroupVersionResource{Group: "flipop.digitalocean.com", Version: "v1alpha1", Resource: "floatingippools"}
@@ -28,17 +27,10 @@ var poolGVR = schema.GroupVersionResource{Group: "flipop.digitalocean.com", Vers
 // same with both controllers in-process, Cloudflare records included.)
 func TestMigrationWithVipdBinary(t *testing.T) {
 	srv := env.Require(t)
-	bin := vipdBinary(t)
+	bin := vipdBuild.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	kc, err := kubernetes.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc, dyn := srv.Clients(t)
 	kubeconfig := install(ctx, t, srv, kc)
 	// Pools left by other tests would be reconciled too.
 	if err := dyn.Resource(poolGVR).Namespace(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
@@ -54,8 +46,8 @@ func TestMigrationWithVipdBinary(t *testing.T) {
 	t.Cleanup(cf.Close)
 
 	// FLIPOP's state: the last IP listed on the first node by name.
-	nodeA := addNode(ctx, t, kc, fake, "e2e-mig-a", 1101, "198.51.100.11")
-	nodeB := addNode(ctx, t, kc, fake, "e2e-mig-b", 1102, "198.51.100.12")
+	nodeA := kubetest.DropletNode(ctx, t, kc, fake, "e2e-mig-a", 1101, "198.51.100.11")
+	nodeB := kubetest.DropletNode(ctx, t, kc, fake, "e2e-mig-b", 1102, "198.51.100.12")
 	fake.AddReservedIP("192.0.2.111", 1102)
 	fake.AddReservedIP("192.0.2.112", 1101)
 	for node, ip := range map[string]string{nodeA: "192.0.2.112", nodeB: "192.0.2.111"} {
@@ -107,7 +99,7 @@ func TestMigrationWithVipdBinary(t *testing.T) {
 	d := startVipd(t, bin,
 		"VIPD_CONTROLLERS=floatingippool",
 		"VIPD_KUBECONFIG="+kubeconfig,
-		"VIPD_METRICS_ADDRESS="+freeAddr(t),
+		"VIPD_METRICS_ADDRESS="+testenv.FreeAddr(t),
 		"VIPD_STATE_DIR="+t.TempDir(),
 		"VIPD_NODE_NAME="+nodeName,
 		"VIPD_DO_API_URL="+fake.URL(),

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,44 +51,15 @@ const (
 // env is the package's apiserver, started by the first test that needs it.
 var env kubetest.Env
 
-// build is the vipd + vipd-controllers pair, built once on first use.
-var build struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
+// vipdBuild is the vipd + vipd-controllers pair, built once on first use.
+var vipdBuild = lab.Build{Controllers: true}
 
 func TestMain(m *testing.M) {
 	// client-go in this test process (applying manifests) logs through klog.
 	klog.SetLogger(logr.Discard())
-	dir, err := os.MkdirTemp("", "vipd-kube-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	build.dir = dir
 	code := env.Main(m)
-	_ = os.RemoveAll(dir)
+	vipdBuild.Remove()
 	os.Exit(code)
-}
-
-// vipdBinary returns $VIPD_TEST_BINARY or builds vipd and vipd-controllers
-// side by side (vipd looks for its child next to itself).
-func vipdBinary(t *testing.T) string {
-	t.Helper()
-	build.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		build.path, build.err = lab.VipdBinary(ctx, build.dir)
-	})
-	if build.err != nil {
-		t.Fatal(build.err)
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(build.path), "vipd-controllers")); err != nil {
-		t.Fatalf("vipd-controllers is not next to %s (make builds both): %v", build.path, err)
-	}
-	return build.path
 }
 
 // TestControllersOnlyMode runs `vipd run` with VIPD_CONTROLLERS=floatingippool
@@ -99,7 +69,7 @@ func vipdBinary(t *testing.T) string {
 // is restarted, and SIGTERM stops vipd and its child cleanly.
 func TestControllersOnlyMode(t *testing.T) {
 	srv := env.Require(t)
-	bin := vipdBinary(t)
+	bin := vipdBuild.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -118,8 +88,8 @@ func TestControllersOnlyMode(t *testing.T) {
 
 	// Two nodes of the "work" pool, each running a ready ingress pod; the
 	// pool assigns its one IP to the first by name.
-	nodeA := addNode(ctx, t, kc, fake, "e2e-node-a", 1001, "198.51.100.1")
-	addNode(ctx, t, kc, fake, "e2e-node-b", 1002, "198.51.100.2")
+	nodeA := kubetest.DropletNode(ctx, t, kc, fake, "e2e-node-a", 1001, "198.51.100.1")
+	kubetest.DropletNode(ctx, t, kc, fake, "e2e-node-b", 1002, "198.51.100.2")
 	objs, err := kubetest.ReadObjects(repoPath(t, "deploy/kube/examples/floatingippool.yaml"))
 	if err != nil || len(objs) != 1 {
 		t.Fatalf("read the example pool: %v (%d objects)", err, len(objs))
@@ -132,7 +102,7 @@ func TestControllersOnlyMode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	metricsAddr := freeAddr(t)
+	metricsAddr := testenv.FreeAddr(t)
 	d := startVipd(t, bin,
 		"VIPD_CONTROLLERS=floatingippool",
 		"VIPD_KUBECONFIG="+kubeconfig,
@@ -291,7 +261,7 @@ func TestControllersOnlyMode(t *testing.T) {
 // `vipd run` with exit 2 (configuration error) instead of a restart loop.
 func TestConfigErrorsExit2(t *testing.T) {
 	testenv.Short(t)
-	bin := vipdBinary(t)
+	bin := vipdBuild.Path(t)
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -319,7 +289,7 @@ func TestConfigErrorsExit2(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, "run")
 			cmd.Env = append(append(baseEnv(),
-				"VIPD_METRICS_ADDRESS="+freeAddr(t),
+				"VIPD_METRICS_ADDRESS="+testenv.FreeAddr(t),
 				"VIPD_STATE_DIR="+t.TempDir(),
 				"VIPD_NODE_NAME="+nodeName,
 			), tc.env...)
@@ -406,68 +376,11 @@ func install(ctx context.Context, t *testing.T, srv *kubetest.Server, kc kuberne
 	if _, err := kc.RbacV1().RoleBindings(namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	path, err := srv.Kubeconfig(t.TempDir(), false)
+	path, err := srv.WriteKubeconfig(t.TempDir(), kubetest.KubeconfigOptions{User: true, Namespace: namespace})
 	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const from = "namespace: default}"
-	if !bytes.Contains(b, []byte(from)) {
-		t.Fatalf("kubeconfig has no %q to point at %s:\n%s", from, namespace, b)
-	}
-	b = bytes.Replace(b, []byte(from), []byte("namespace: "+namespace+"}"), 1)
-	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// addNode creates a Ready node of the "work" pool backed by droplet id,
-// registers the droplet with the fake, and runs a ready ingress pod on it.
-func addNode(ctx context.Context, t *testing.T, kc kubernetes.Interface, fake *fakedo.Server, name string, id int, external string) string {
-	t.Helper()
-	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"doks.digitalocean.com/node-pool": "work"}},
-		Spec:       corev1.NodeSpec{ProviderID: "digitalocean://" + strconv.Itoa(id)},
-	}
-	n, err := kc.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kc.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	fake.AddDroplet(fakedo.Droplet{ID: id, Name: name, PublicIPv4: external})
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
-	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeExternalIP, Address: external}}
-	if n, err = kc.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The admission plugin TaintNodesByCondition gives a new node the
-	// not-ready taint; no node lifecycle controller runs here to lift it.
-	n.Spec.Taints = nil
-	if _, err := kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "ingress-" + name, Namespace: "ingress",
-			Labels: map[string]string{"app": "nginx-ingress", "component": "controller"}},
-		Spec: corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "c", Image: "example.invalid/ingress"}}},
-	}
-	if p, err = kc.CoreV1().Pods("ingress").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kc.CoreV1().Pods("ingress").Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	})
-	p.Status.Phase = corev1.PodRunning
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if _, err := kc.CoreV1().Pods("ingress").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return name
 }
 
 // assignActions counts the fake's assign actions of ip to droplet.
@@ -645,20 +558,13 @@ func isControllers(pid int) bool {
 // timeout or when vipd has exited.
 func eventually(ctx context.Context, t *testing.T, timeout time.Duration, what string, d *vipd, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testenv.Eventually(ctx, t, timeout, what, func() error {
 		err := f()
-		if err == nil {
-			return
+		if err != nil && d.exited() {
+			return testenv.Stop(fmt.Errorf("vipd exited (%v); last error: %w", d.cmd.ProcessState, err))
 		}
-		if d.exited() {
-			t.Fatalf("%s: vipd exited (%v); last error: %v", what, d.cmd.ProcessState, err)
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: still failing after %v: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 func get(ctx context.Context, addr, path string) (string, error) {
@@ -698,16 +604,6 @@ func grepLines(s string, prefixes ...string) string {
 		return "(none)"
 	}
 	return b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func repoPath(t *testing.T, rel string) string {

@@ -2,9 +2,8 @@ package pools
 
 import (
 	"context"
-	"os"
+	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,12 +60,8 @@ func TestPoolsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The nodes' kubeconfig, in the namespace of the leader-election Lease.
-	b, err := os.ReadFile(p.kcfg)
+	kcfg, err := srv.WriteKubeconfig(t.TempDir(), kubetest.KubeconfigOptions{Server: fmt.Sprintf("https://127.0.0.1:%d", apiPort), User: true, Namespace: "flipop"})
 	if err != nil {
-		t.Fatal(err)
-	}
-	kcfg := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kcfg, []byte(strings.Replace(string(b), "context: {cluster: lab, user: lab}", "context: {cluster: lab, user: lab, namespace: flipop}", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 

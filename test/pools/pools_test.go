@@ -9,13 +9,10 @@ package pools
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -69,14 +66,7 @@ func newPoolLab(t *testing.T, extra ...string) *poolLab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc, err := kubernetes.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc, dyn := srv.Clients(t)
 	root, err := kubetest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -101,28 +91,11 @@ func newPoolLab(t *testing.T, extra ...string) *poolLab {
 	p := &poolLab{Lab: l, t: t, bin: bin, kc: kc, dyn: dyn, vipd: map[string]*lab.Proc{}}
 	// The kubeconfig the nodes use: the apiserver through each node's
 	// loopback forwarder, authenticated as kubetest.User.
-	dir := t.TempDir()
-	caPath := filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(caPath, srv.CAData, 0o600); err != nil {
+	kcfg, err := srv.WriteKubeconfig(t.TempDir(), kubetest.KubeconfigOptions{Server: fmt.Sprintf("https://127.0.0.1:%d", apiPort), User: true})
+	if err != nil {
 		t.Fatal(err)
 	}
-	p.kcfg = filepath.Join(dir, "kubeconfig")
-	kcfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: lab
-  cluster: {server: "https://127.0.0.1:%d", certificate-authority: %q}
-users:
-- name: lab
-  user: {token: %q}
-contexts:
-- name: lab
-  context: {cluster: lab, user: lab}
-current-context: lab
-`, apiPort, caPath, kubetest.UserToken)
-	if err := os.WriteFile(p.kcfg, []byte(kcfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	p.kcfg = kcfg
 	target := strings.TrimPrefix(srv.URL, "https://")
 	for _, n := range l.Nodes {
 		// The fake apiserver answers /livez (health) and, on every
@@ -130,7 +103,7 @@ current-context: lab
 		if _, err := n.StartAPIServer("0.0.0.0:6443", lab.OK); err != nil {
 			t.Fatal(err)
 		}
-		forward(t, n, target)
+		testenv.Relay(t, n.Listen, fmt.Sprintf("127.0.0.1:%d", apiPort), target)
 		if _, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{"lab": "yes"}}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -150,48 +123,6 @@ current-context: lab
 		}
 	})
 	return p
-}
-
-// forward accepts connections on 127.0.0.1:apiPort inside the node's
-// namespace and relays them to the apiserver on the host's loopback.
-func forward(t *testing.T, h *lab.Host, target string) {
-	ln, err := h.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", apiPort))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = in.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, in, out)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); _, _ = io.Copy(out, in); _ = out.Close() }()
-			go func() { defer wg.Done(); _, _ = io.Copy(in, out); _ = in.Close() }()
-		}
-	}()
 }
 
 func tail(s string, n int) string {
