@@ -3,6 +3,7 @@ package main
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +13,22 @@ import (
 // layoutLines returns the directories the Layout section of
 // docs/architecture.md names, one per line of its text block, in order.
 func layoutLines(doc string) ([]string, error) {
+	groups, err := layoutGroups(doc)
+	var dirs []string
+	for _, g := range groups {
+		dirs = append(dirs, g.dirs...)
+	}
+	return dirs, err
+}
+
+// layoutGroup is one group of the Layout block: its "# " header line and
+// its directories.
+type layoutGroup struct {
+	header string
+	dirs   []string
+}
+
+func layoutGroups(doc string) ([]layoutGroup, error) {
 	_, after, ok := strings.Cut(doc, "\n## Layout\n")
 	if !ok {
 		return nil, os.ErrNotExist
@@ -24,14 +41,20 @@ func layoutLines(doc string) ([]string, error) {
 	if !ok {
 		return nil, os.ErrNotExist
 	}
-	var dirs []string
+	var groups []layoutGroup
 	for _, line := range strings.Split(block, "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, "#"):
+			groups = append(groups, layoutGroup{header: line})
+		case len(groups) == 0:
+			groups = append(groups, layoutGroup{dirs: []string{strings.Fields(line)[0]}})
+		default:
+			g := &groups[len(groups)-1]
+			g.dirs = append(g.dirs, strings.Fields(line)[0])
 		}
-		dirs = append(dirs, strings.Fields(line)[0])
 	}
-	return dirs, nil
+	return groups, nil
 }
 
 // goDirs returns every directory below root holding a .go file (the
@@ -105,5 +128,80 @@ func TestLayoutLines(t *testing.T) {
 	}
 	if _, err := layoutLines("# A\n\n## Layout\n\nno block\n"); err == nil {
 		t.Fatal("a Layout without a text block parsed")
+	}
+}
+
+// deps lists the packages of this module (as directories) and whether
+// client-go is among the dependencies of pkg.
+func deps(t *testing.T, root, pkg string) (map[string]bool, bool) {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	const mod = "github.com/vipd/vipd/"
+	dirs, clientGo := map[string]bool{}, false
+	for _, p := range strings.Fields(string(out)) {
+		if d, ok := strings.CutPrefix(p, mod); ok {
+			dirs[d] = true
+		}
+		clientGo = clientGo || strings.HasPrefix(p, "k8s.io/client-go/")
+	}
+	return dirs, clientGo
+}
+
+// TestArchitectureLayoutGroups checks the Layout's groups against what
+// each binary links: vipd links no client-go and nothing of the
+// controllers' group, vipd-controllers nothing of the daemon's, both
+// link every package of the shared group, and neither the tests' group.
+func TestArchitectureLayoutGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	const root = "../.."
+	doc, err := os.ReadFile(filepath.Join(root, "docs/architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := layoutGroups(string(doc))
+	if err != nil || len(groups) != 4 {
+		t.Fatalf("docs/architecture.md Layout: want 4 groups (daemon, controllers, shared, tests), got %d (%v)", len(groups), err)
+	}
+	daemon, daemonClientGo := deps(t, root, "./cmd/vipd")
+	ctrl, _ := deps(t, root, "./cmd/vipd-controllers")
+	if daemonClientGo {
+		t.Error("vipd links client-go")
+	}
+	for _, d := range groups[0].dirs {
+		if ctrl[d] {
+			t.Errorf("%s is in the daemon's group, but vipd-controllers links it", d)
+		}
+	}
+	for _, d := range groups[1].dirs {
+		if daemon[d] {
+			t.Errorf("%s is in the controllers' group, but vipd links it", d)
+		}
+	}
+	for _, d := range groups[2].dirs {
+		if !daemon[d] || !ctrl[d] {
+			t.Errorf("%s is in the shared group; linked by vipd: %v, by vipd-controllers: %v", d, daemon[d], ctrl[d])
+		}
+	}
+	for _, d := range groups[3].dirs {
+		if daemon[d] || ctrl[d] {
+			t.Errorf("%s is in the tests' group, but a binary links it", d)
+		}
+	}
+	for d := range daemon {
+		if !slices.Contains(groups[0].dirs, d) && !slices.Contains(groups[2].dirs, d) {
+			t.Errorf("vipd links %s, which is in neither the daemon's nor the shared group", d)
+		}
+	}
+	for d := range ctrl {
+		if !slices.Contains(groups[1].dirs, d) && !slices.Contains(groups[2].dirs, d) {
+			t.Errorf("vipd-controllers links %s, which is in neither the controllers' nor the shared group", d)
+		}
 	}
 }

@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	v1alpha1 "github.com/vipd/vipd/controllers/api/v1alpha1"
-	"github.com/vipd/vipd/pools"
+	"github.com/vipd/vipd/internal/wire"
 )
 
 // State is what the feed has seen.
@@ -47,7 +47,7 @@ type Problem struct {
 // Compute returns the desired view: one Address per allocation whose pool
 // exists and still contains the address, with the nodes that may announce
 // it. Sorted by address.
-func Compute(s State) ([]pools.Address, []Problem) {
+func Compute(s State) ([]wire.PoolAddress, []Problem) {
 	var probs []Problem
 	type poolInfo struct {
 		mode   string
@@ -87,7 +87,7 @@ func Compute(s State) ([]pools.Address, []Problem) {
 		}
 		byName[p.Name] = pi
 	}
-	var out []pools.Address
+	var out []wire.PoolAddress
 	for _, al := range s.Allocations {
 		addr, err := netip.ParseAddr(al.Spec.Address)
 		if err != nil {
@@ -117,7 +117,7 @@ func Compute(s State) ([]pools.Address, []Problem) {
 			// a node of the policy's nodeSelector (docs/egress.md).
 			continue
 		}
-		a := pools.Address{Addr: addr, Pool: al.Spec.Pool, Mode: pi.mode, All: pi.all, Nodes: pi.nodes}
+		a := wire.PoolAddress{Addr: addr, Pool: al.Spec.Pool, Mode: pi.mode, All: pi.all, Nodes: pi.nodes}
 		if ref.Kind == "Service" && ref.APIGroup == "" {
 			key := ref.Namespace + "/" + ref.Name
 			a.Service = key
@@ -132,7 +132,7 @@ func Compute(s State) ([]pools.Address, []Problem) {
 		}
 		out = append(out, a)
 	}
-	slices.SortFunc(out, func(a, b pools.Address) int { return a.Addr.Compare(b.Addr) })
+	slices.SortFunc(out, func(a, b wire.PoolAddress) int { return a.Addr.Compare(b.Addr) })
 	return out, probs
 }
 

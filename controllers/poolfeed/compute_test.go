@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/vipd/vipd/controllers/api/v1alpha1"
-	"github.com/vipd/vipd/pools"
+	"github.com/vipd/vipd/internal/wire"
 )
 
 func pool(name, mode string, sel map[string]string, addrs ...string) v1alpha1.IPPool {
@@ -68,7 +68,7 @@ func TestCompute(t *testing.T) {
 		},
 	}
 	got, probs := Compute(st)
-	want := []pools.Address{
+	want := []wire.PoolAddress{
 		{Addr: mustAddr("192.0.2.5"), Pool: "lan", Mode: "l2", All: true, Service: "default/web"},
 		{Addr: mustAddr("192.0.2.6"), Pool: "lan", Mode: "l2", Nodes: []string{}, Service: "default/local-none"},
 		{Addr: mustAddr("198.51.100.3"), Pool: "edge", Mode: "bgp", Nodes: []string{"n2"}, Service: "default/local"},

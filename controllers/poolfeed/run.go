@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	v1alpha1 "github.com/vipd/vipd/controllers/api/v1alpha1"
-	"github.com/vipd/vipd/pools"
+	"github.com/vipd/vipd/internal/wire"
 )
 
 // Debounce gathers a burst of changes (a thousand allocations created at
@@ -169,9 +169,9 @@ wait:
 		last = body
 		gen++
 		if addrs == nil {
-			addrs = []pools.Address{}
+			addrs = []wire.PoolAddress{}
 		}
-		line, err := json.Marshal(pools.Snapshot{Generation: gen, Addresses: addrs})
+		line, err := json.Marshal(wire.PoolSnapshot{Generation: gen, Addresses: addrs})
 		if err != nil {
 			return err
 		}

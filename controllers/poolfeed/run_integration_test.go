@@ -23,8 +23,9 @@ import (
 	"k8s.io/klog/v2"
 
 	v1alpha1 "github.com/vipd/vipd/controllers/api/v1alpha1"
+	"github.com/vipd/vipd/internal/child"
 	"github.com/vipd/vipd/internal/kubetest"
-	"github.com/vipd/vipd/pools"
+	"github.com/vipd/vipd/internal/wire"
 )
 
 var env kubetest.Env
@@ -67,12 +68,12 @@ func TestRunAgainstAPIServer(t *testing.T) {
 		done <- Run(rctx, Config{Kubeconfig: kcfg, UserAgent: "poolfeed-test"}, pw, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		_ = pw.Close()
 	}()
-	snaps := make(chan pools.Snapshot, 16)
+	snaps := make(chan wire.PoolSnapshot, 16)
 	go func() {
 		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 1<<20), pools.MaxLine)
+		sc.Buffer(make([]byte, 1<<20), child.DefaultMaxLine)
 		for sc.Scan() {
-			var s pools.Snapshot
+			var s wire.PoolSnapshot
 			if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
 				t.Errorf("unreadable line %q: %v", sc.Text(), err)
 			}
@@ -80,7 +81,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 		}
 		close(snaps)
 	}()
-	next := func(what string) pools.Snapshot {
+	next := func(what string) wire.PoolSnapshot {
 		t.Helper()
 		select {
 		case s := <-snaps:
@@ -88,7 +89,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("no snapshot: %s", what)
 		}
-		return pools.Snapshot{}
+		return wire.PoolSnapshot{}
 	}
 	if s := next("first, once synced"); len(s.Addresses) != 0 || s.Generation != 1 {
 		t.Fatalf("first snapshot %+v", s)
@@ -104,7 +105,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 			Spec: v1alpha1.IPAllocationSpec{Address: addr, Pool: "feed-a", ClaimedAt: metav1.Now(), ClaimRef: v1alpha1.ClaimRef{Kind: "Service", Namespace: "default", Name: "s"}}})
 	}
 	allocate("192.0.2.3")
-	var s pools.Snapshot
+	var s wire.PoolSnapshot
 	for len(s.Addresses) == 0 {
 		s = next("after the allocation")
 	}
