@@ -38,6 +38,9 @@ type Part struct {
 type Parts struct {
 	list []Part
 	log  *slog.Logger
+	// Stopping, if set, is called once when the stop begins, with the
+	// fatal error that caused it (nil: ctx was done).
+	Stopping func(fatal error)
 }
 
 // New returns an empty set that logs to log.
@@ -110,7 +113,9 @@ func (p *Parts) Run(ctx context.Context, stopTimeout time.Duration) error {
 	select {
 	case <-ctx.Done():
 	case fatal = <-failed:
-		log.Error("stopping after a fatal error", "err", fatal)
+	}
+	if p.Stopping != nil {
+		p.Stopping(fatal)
 	}
 
 	deadline := time.Now().Add(stopTimeout)

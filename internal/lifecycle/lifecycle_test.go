@@ -98,6 +98,8 @@ func TestFatalErrorStopsEveryPart(t *testing.T) {
 		}
 	}})
 	p.Add(worker("driver", &j, &started))
+	var stopping []error
+	p.Stopping = func(err error) { stopping = append(stopping, err) }
 	done := make(chan error, 1)
 	go func() { done <- p.Run(context.Background(), 5*time.Second) }()
 	started.Wait()
@@ -110,6 +112,9 @@ func TestFatalErrorStopsEveryPart(t *testing.T) {
 	}
 	if err == nil || err.Error() != "controllers: configuration rejected" {
 		t.Fatalf("Run = %v, want the controllers' error", err)
+	}
+	if len(stopping) != 1 || stopping[0] != err {
+		t.Fatalf("Stopping called with %v, want once with %v", stopping, err)
 	}
 	if got, want := j.get(), []string{"returned driver", "stopped driver", "returned election", "stopped election"}; !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
