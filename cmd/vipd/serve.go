@@ -15,18 +15,22 @@ const shutdownWait = 200 * time.Millisecond
 // stops and waits for: the status server and the control socket.
 type httpServer struct {
 	srv  *http.Server
+	ln   net.Listener
 	done chan struct{} // closed when Serve has returned
 }
 
 // serveHTTP starts serving h on ln.
 func serveHTTP(ln net.Listener, h http.Handler) *httpServer {
-	s := &httpServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, done: make(chan struct{})}
+	s := &httpServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, ln: ln, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		_ = s.srv.Serve(ln)
 	}()
 	return s
 }
+
+// addr is the address it listens on.
+func (s *httpServer) addr() string { return s.ln.Addr().String() }
 
 // Close stops listening, gives the requests in flight shutdownWait,
 // closes what is left and returns once the server's goroutine has.
