@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,46 +18,43 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// runPoolsFeed is `vipd-controllers pools-feed`: started by every vipd with
-// VIPD_POOLS=on (not leader-elected), it writes the desired pool addresses
-// to standard output, one JSON snapshot a line (package poolfeed).
-func runPoolsFeed() error {
+// runFeed is main for the per-node feeds that vipd runs as children (not
+// leader-elected): the settings vipd passes, a log tagged with the feed's
+// name, and run until SIGTERM, writing NDJSON lines to standard output.
+func runFeed(name string, run func(ctx context.Context, c *config.Config, out io.Writer, log *slog.Logger) error) error {
 	c, err := config.Load(config.EnvSource)
 	if err != nil {
 		return err
 	}
-	log := c.NewLogger(os.Stderr).With("component", "pools-feed")
+	log := c.NewLogger(os.Stderr).With("component", name)
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	err = poolfeed.Run(ctx, poolfeed.Config{Kubeconfig: c.Kubeconfig, UserAgent: "vipd-pools-feed/" + version}, os.Stdout, log)
+	err = run(ctx, c, os.Stdout, log)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
 }
 
-// runEgressFeed is `vipd-controllers egressfeed`: started by every vipd
-// with VIPD_EGRESS_POLICIES=on, it writes the resolved egress rules to
-// standard output, one JSON rule set a line (package egressfeed).
-func runEgressFeed() error {
-	c, err := config.Load(config.EnvSource)
-	if err != nil {
-		return err
-	}
-	log := c.NewLogger(os.Stderr).With("component", "egressfeed")
-	klog.SetSlogLogger(log.With("component", "client-go"))
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer cancel()
+// runPoolsFeed is `vipd-controllers pools-feed` (VIPD_POOLS=on): the
+// desired pool addresses, one snapshot a line (package poolfeed).
+func runPoolsFeed(ctx context.Context, c *config.Config, out io.Writer, log *slog.Logger) error {
+	return poolfeed.Run(ctx, poolfeed.Config{Kubeconfig: c.Kubeconfig, UserAgent: "vipd-pools-feed/" + version}, out, log)
+}
+
+// runEgressFeed is `vipd-controllers egressfeed` (VIPD_EGRESS_POLICIES=on):
+// the resolved egress rules, one rule set a line (package egressfeed).
+func runEgressFeed(ctx context.Context, c *config.Config, out io.Writer, log *slog.Logger) error {
 	rc, err := restConfig(c)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
 	rc.UserAgent = "vipd-egressfeed/" + version
-	return egressfeed.Run(ctx, c, rc, os.Stdout, log)
+	return egressfeed.Run(ctx, c, rc, out, log)
 }
 
-// restConfig is the client configuration of the per-node feeds and the
+// restConfig is the client configuration of the egress feed and the
 // cordon watch: VIPD_KUBECONFIG, or the pod's service account.
 func restConfig(c *config.Config) (*rest.Config, error) {
 	if c.Kubeconfig != "" {

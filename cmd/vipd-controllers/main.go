@@ -50,10 +50,10 @@ func main() {
 
 func run() error {
 	if len(os.Args) == 2 && strings.TrimSpace(os.Args[1]) == "egressfeed" {
-		return runEgressFeed()
+		return runFeed("egressfeed", runEgressFeed)
 	}
 	if len(os.Args) == 2 && os.Args[1] == "pools-feed" {
-		return runPoolsFeed()
+		return runFeed("pools-feed", runPoolsFeed)
 	}
 	if len(os.Args) > 1 {
 		return fmt.Errorf("takes no arguments (or pools-feed, egressfeed): it is started by `vipd run` with VIPD_CONTROLLERS set, VIPD_POOLS=on or VIPD_EGRESS_POLICIES=on")
