@@ -70,7 +70,8 @@ type Driver struct {
 // DriverOptions shape a Driver.
 type DriverOptions struct {
 	Mode string // label for metrics: l2, bgp, cloud
-	// ActionTimeout bounds one Acquire or Announce (default 10 s).
+	// ActionTimeout bounds one action (zero: the announcer's
+	// ActionTimeout if it has SlowActions, else DefaultActionTimeout).
 	ActionTimeout time.Duration
 	// OnTransition is called (on the driver goroutine) after each transition
 	// has been carried out, e.g. to publish holding state to the cluster.
@@ -86,7 +87,10 @@ type DriverOptions struct {
 // NewDriver wires a core to an announcer.
 func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Registerer, opts DriverOptions) (*Driver, error) {
 	if opts.ActionTimeout <= 0 {
-		opts.ActionTimeout = 10 * time.Second
+		opts.ActionTimeout = DefaultActionTimeout
+		if s, ok := ann.(SlowActions); ok {
+			opts.ActionTimeout = s.ActionTimeout()
+		}
 	}
 	d := &Driver{
 		core: core, ann: ann, clk: clock.Or(opts.Clock), mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition, onPrep: opts.OnPrepared,

@@ -163,3 +163,46 @@ func TestDriverNeverAnnouncesAVIPItCouldNotBind(t *testing.T) {
 		t.Fatalf("acquire tried %d times in 1.6 s, want the first and two retries", n)
 	}
 }
+
+// slowActions is an announcer that says how long its actions may take.
+type slowActions struct{ fakeAnnouncer }
+
+func (*slowActions) ActionTimeout() time.Duration { return 15 * time.Second }
+
+// TestDriverActionTimeout: the announcer's own bound (cloud) unless the
+// options set one, DefaultActionTimeout otherwise.
+func TestDriverActionTimeout(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		name string
+		ann  Announcer
+		opt  time.Duration
+		want time.Duration
+	}{
+		{"default", &fakeAnnouncer{}, 0, DefaultActionTimeout},
+		{"the announcer's", &slowActions{}, 0, 15 * time.Second},
+		{"the options'", &slowActions{}, time.Second, time.Second},
+	} {
+		d, err := NewDriver(New([]netip.Prefix{v4}, Options{}), tc.ann, log, nil, DriverOptions{ActionTimeout: tc.opt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.timeout != tc.want {
+			t.Errorf("%s: action timeout %v, want %v", tc.name, d.timeout, tc.want)
+		}
+	}
+}
+
+func TestNodeJitter(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for _, n := range []string{"cp-1", "cp-2", "cp-3", "cp-4"} {
+		j := NodeJitter(n)
+		if j < 0 || j >= 500*time.Millisecond || j != NodeJitter(n) {
+			t.Fatalf("NodeJitter(%q) = %v: want a stable value in [0, 500ms)", n, j)
+		}
+		seen[j] = true
+	}
+	if len(seen) < 3 {
+		t.Fatalf("four nodes share %d jitters", len(seen))
+	}
+}
