@@ -22,6 +22,11 @@ import (
 type Part struct {
 	// Name names the part in logs and errors.
 	Name string
+	// Start, if set, runs before Run, on the caller's goroutine and in
+	// order: open what the part needs (a listener). If it fails, the
+	// parts started before it are stopped in reverse and Parts.Run
+	// returns its error; this part's Stop is not called.
+	Start func() error
 	// Run runs until ctx is done and returns once everything it started
 	// has stopped. nil: the part only has a Stop. A Run that returns nil
 	// before its ctx is done has finished its work; an error other than
@@ -92,10 +97,17 @@ func (p *Parts) Run(ctx context.Context, stopTimeout time.Duration) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	failed := make(chan error, len(p.list))
-	rs := make([]*running, len(p.list))
-	for i, part := range p.list {
+	var rs []*running // the parts started
+	var fatal error
+	for _, part := range p.list {
+		if part.Start != nil {
+			if err := part.Start(); err != nil {
+				fatal = fmt.Errorf("%s: %w", part.Name, err)
+				break
+			}
+		}
 		r := &running{done: make(chan struct{})}
-		rs[i] = r
+		rs = append(rs, r)
 		if part.Run == nil {
 			close(r.done)
 			continue
@@ -109,10 +121,11 @@ func (p *Parts) Run(ctx context.Context, stopTimeout time.Duration) error {
 			}
 		}()
 	}
-	var fatal error
-	select {
-	case <-ctx.Done():
-	case fatal = <-failed:
+	if fatal == nil {
+		select {
+		case <-ctx.Done():
+		case fatal = <-failed:
+		}
 	}
 	if p.Stopping != nil {
 		p.Stopping(fatal)
@@ -122,7 +135,7 @@ func (p *Parts) Run(ctx context.Context, stopTimeout time.Duration) error {
 	sctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var late []string
-	for i := len(p.list) - 1; i >= 0; i-- {
+	for i := len(rs) - 1; i >= 0; i-- {
 		part, r := p.list[i], rs[i]
 		if r.cancel != nil {
 			r.cancel()
@@ -144,10 +157,7 @@ func (p *Parts) Run(ctx context.Context, stopTimeout time.Duration) error {
 			}
 		}
 	}
-	var err error
-	if fatal != nil {
-		err = fatal
-	}
+	err := fatal
 	if len(late) > 0 {
 		err = errors.Join(err, &StopError{Parts: late, Timeout: stopTimeout})
 	}

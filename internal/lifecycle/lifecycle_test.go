@@ -194,3 +194,24 @@ func TestPartsKeepTheirContextUntilTheirTurn(t *testing.T) {
 }
 
 type ctxKey struct{}
+
+// TestStartFailureStopsThePartsStarted: a part whose Start fails ends the
+// start; the parts started before it stop in reverse, the parts after it
+// never start, and its own Stop is not called.
+func TestStartFailureStopsThePartsStarted(t *testing.T) {
+	var j journal
+	var started sync.WaitGroup
+	p := New(nil)
+	p.Add(Part{Name: "announcer", Stop: func(context.Context) error { j.add("stopped announcer"); return nil }})
+	p.Add(worker("election", &j, &started))
+	p.Add(Part{Name: "status server", Start: func() error { return errors.New("address in use") },
+		Stop: func(context.Context) error { j.add("stopped status server"); return nil }})
+	p.Add(Part{Name: "driver", Start: func() error { j.add("started driver"); return nil }})
+	err := p.Run(context.Background(), 5*time.Second)
+	if err == nil || err.Error() != "status server: address in use" {
+		t.Fatalf("Run = %v, want the status server's error", err)
+	}
+	if got, want := j.get(), []string{"returned election", "stopped election", "stopped announcer"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
