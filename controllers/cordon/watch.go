@@ -14,12 +14,11 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// Watched reports whether this node's vipd elects holders (l2 or
-// cloud mode with peers and VIPs): then a cordoned Node hands its VIPs
-// over. A lone node has nobody to hand over to; in bgp mode every node
-// announces.
+// Watched reports whether this node's vipd has VIPs whose holder is
+// elected (config.Elects): then a cordoned Node hands them over. A lone
+// node has nobody to hand over to; in bgp mode every node announces.
 func Watched(c *config.Config) bool {
-	return (c.Mode == config.ModeL2 || c.Mode == config.ModeCloud) && len(c.Addresses) > 0 && len(c.Peers) > 0
+	return len(c.Addresses) > 0 && c.Elects()
 }
 
 // Run runs Watch for VIPD_NODE_NAME with the client configuration rc,
