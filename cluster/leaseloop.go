@@ -49,6 +49,20 @@ type LeaseDecision struct {
 	Until   time.Time
 	Leader  string // the leader when decided ("" unknown)
 	Reason  string
+	// Prev is, for a new hold, the node this one last knew as the
+	// holder ("" unknown); Handover: Prev let it go for this node (a
+	// planned move: handover, preemption, graceful stop), not a failure.
+	Prev     string
+	Handover bool
+	// Lone: this node holds as the only voter of its cluster while it
+	// expects peers (a kubeadm first node, or one cut off from the others
+	// at its first start): the l2 probe keeps looking for another holder
+	// and cloud mode does not take an address another instance holds.
+	Lone bool
+	// Node is the node that holds the address as this node knows it:
+	// this node's name while Holder, another's when the leader told who
+	// holds it, "" when none is known.
+	Node string
 }
 
 // idleWake bounds the timer when the machine asks for no tick.
@@ -73,6 +87,10 @@ type leaseLoop struct {
 	meta   func([]byte)          // publish this node's metadata (nil: none)
 	// witness: never send Health (a witness has no apiserver).
 	witness bool
+	// expectPeers: VIPD_PEERS is set. A hold while this node is the only
+	// voter is then Lone (nobody vouches for it: it may be cut off from a
+	// cluster that holds the address).
+	expectPeers bool
 
 	events chan lease.Event
 	// stopped is closed when run returns (waiters stop waiting).
@@ -81,6 +99,7 @@ type leaseLoop struct {
 	// Run's goroutine only.
 	held        map[string]time.Time
 	elsewhere   map[string]string // not held here: the reason last given
+	lastOther   map[string]string // the other node last known to hold each address
 	kinds       map[string]lease.Kind
 	healthy     bool
 	failedUntil time.Time
@@ -101,6 +120,7 @@ func newLeaseLoop(m leaseMachine, clock Clock, net peerSender, store stateSaver,
 		events:    make(chan lease.Event, 256),
 		held:      map[string]time.Time{},
 		elsewhere: map[string]string{},
+		lastOther: map[string]string{},
 		kinds:     map[string]lease.Kind{},
 		holds:     map[string]time.Time{},
 		stepped:   make(chan struct{}),
@@ -214,6 +234,11 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 	}
 	timer.Reset(wait)
 	st := l.m.Status()
+	for k, h := range st.Holders {
+		if h != "" && h != st.Name && l.kinds[k] != lease.Pool {
+			l.lastOther[k] = h // the holder a handover would come from
+		}
+	}
 	l.mu.Lock()
 	l.status = st
 	l.holds = maps.Clone(l.held)
@@ -321,10 +346,16 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 		_, renewed := l.held[k]
 		l.held[k] = until
 		reason := "lease granted by a majority"
+		prev, handover := "", false
 		if renewed {
 			reason = "lease renewed by a majority"
+		} else if prev = l.lastOther[k]; prev != "" && st.From[k] == prev {
+			// the node this one last knew as the holder let it go for it
+			handover = true
+			reason = "lease granted by a majority: " + prev + " handed it over"
 		}
-		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason})
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name,
+			Prev: prev, Handover: handover, Lone: l.expectPeers && len(st.Voters) == 1 && st.Voters[0] == st.Name})
 	}
 	for _, k := range sortedKeys(l.held) {
 		if _, ok := holds[k]; ok {
@@ -344,10 +375,10 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 			delete(l.elsewhere, k)
 			continue
 		}
-		reason := "no holder yet: no leader"
+		reason, node := "no holder yet: no leader", ""
 		switch h := st.Holders[k]; {
 		case h != "" && h != st.Name:
-			reason = h + " holds it"
+			reason, node = h+" holds it", h
 		case leader != "" && leader != st.Name:
 			reason = "placed by the leader, " + leader
 		case leader != "":
@@ -357,7 +388,7 @@ func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
 			continue
 		}
 		l.elsewhere[k] = reason
-		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader})
+		ds = append(ds, LeaseDecision{Address: l.addr(k), Reason: reason, Leader: leader, Node: node})
 	}
 	if len(ds) > 0 {
 		l.decide(ds)

@@ -423,7 +423,8 @@ func TestLeaseLoopKeyVeto(t *testing.T) {
 }
 
 // An address held elsewhere is reported once per change of its holder
-// (vipd status: "n1 holds it"); pool addresses are left to their status.
+// (vipd status: "n1 holds it", and Node for the l2 wire checks); pool
+// addresses are left to their status.
 func TestLeaseLoopReportsHolderElsewhere(t *testing.T) {
 	clk := newFakeClock()
 	m := &toyMachine{status: lease.Status{Name: "a", Leader: "b", Holders: map[string]string{"10.0.0.100/32": "b"}},
@@ -435,7 +436,7 @@ func TestLeaseLoopReportsHolderElsewhere(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, d := range ds {
-			got = append(got, fmt.Sprintf("%s holder=%v %s", d.Address.Key, d.Holder, d.Reason))
+			got = append(got, fmt.Sprintf("%s holder=%v node=%q %s", d.Address.Key, d.Holder, d.Node, d.Reason))
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -451,7 +452,7 @@ func TestLeaseLoopReportsHolderElsewhere(t *testing.T) {
 	postWait(t, l, lease.Tick{})
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"10.0.0.100/32 holder=false b holds it", "10.0.0.100/32 holder=false no holder yet: no leader"}
+	want := []string{`10.0.0.100/32 holder=false node="b" b holds it`, `10.0.0.100/32 holder=false node="" no holder yet: no leader`}
 	if !slices.Equal(got, want) {
 		t.Fatalf("decisions\n got %q\nwant %q", got, want)
 	}
@@ -472,5 +473,104 @@ func TestLeaseLoopVetoKeepsTheMachineDeadline(t *testing.T) {
 	postWait(t, l, keyEvent{})
 	if d := clk.Deadline().Sub(clk.Now()); d != 40*time.Millisecond {
 		t.Fatalf("timer in %v after the key error, want the machine's 40ms", d)
+	}
+}
+
+// A new hold names the node this one last knew as the holder (the status
+// timeline's previous holder), and is a handover only when the leader says
+// that node let it go for this one; otherwise a failover.
+func TestLeaseLoopNamesThePreviousHolder(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		from     string
+		handover bool
+	}{
+		{"handed over", "b", true},
+		{"failover", "", false},
+		{"handed over by another node than the last known holder", "c", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			var mu sync.Mutex
+			holds := map[string]time.Time{}
+			m := &toyMachine{status: lease.Status{Name: "a", Leader: "b", Holders: map[string]string{"10.0.0.100/32": "b"}},
+				script: func(now time.Time, ev lease.Event) lease.Output {
+					mu.Lock()
+					defer mu.Unlock()
+					return lease.Output{Holds: cloneHolds(holds)}
+				}}
+			var got []LeaseDecision
+			l := newLeaseLoop(m, clk, &journal{}, &journal{}, discard())
+			l.decide = func(ds []LeaseDecision) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, ds...)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = l.run(ctx) }()
+			defer func() { cancel(); <-done }()
+			postWait(t, l, lease.Want{Addresses: []lease.Address{{Key: "10.0.0.100/32"}}})
+			postWait(t, l, lease.Tick{})
+			m.mu.Lock()
+			m.status.Holders = map[string]string{"10.0.0.100/32": "a"}
+			m.status.From = map[string]string{}
+			if tc.from != "" {
+				m.status.From["10.0.0.100/32"] = tc.from
+			}
+			m.mu.Unlock()
+			mu.Lock()
+			holds["10.0.0.100/32"] = testT0.Add(time.Second)
+			mu.Unlock()
+			postWait(t, l, lease.Tick{})
+			mu.Lock()
+			defer mu.Unlock()
+			last := got[len(got)-1]
+			if !last.Holder || last.Prev != "b" || last.Handover != tc.handover {
+				t.Fatalf("new hold: %+v, want Prev b, Handover %v", last, tc.handover)
+			}
+		})
+	}
+}
+
+// A hold while this node is the only voter and VIPD_PEERS is set is Lone
+// (the core keeps probing for another holder; cloud mode does not take an
+// address another instance holds); with other voters, or without peers
+// (a single-node setup), it is not.
+func TestLeaseLoopLoneHold(t *testing.T) {
+	for _, tc := range []struct {
+		voters []string
+		peers  bool
+		lone   bool
+	}{
+		{[]string{"a"}, true, true},
+		{[]string{"a"}, false, false},
+		{[]string{"a", "b", "c"}, true, false},
+	} {
+		clk := newFakeClock()
+		var mu sync.Mutex
+		m := &toyMachine{status: lease.Status{Name: "a", Leader: "a", Voters: tc.voters},
+			script: func(now time.Time, ev lease.Event) lease.Output {
+				return lease.Output{Holds: map[string]time.Time{"10.0.0.100/32": testT0.Add(time.Second)}}
+			}}
+		var got []LeaseDecision
+		l := newLeaseLoop(m, clk, &journal{}, &journal{}, discard())
+		l.expectPeers = tc.peers
+		l.decide = func(ds []LeaseDecision) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, ds...)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = l.run(ctx) }()
+		postWait(t, l, lease.Tick{})
+		cancel()
+		<-done
+		mu.Lock()
+		if len(got) == 0 || !got[0].Holder || got[0].Lone != tc.lone {
+			t.Errorf("voters %v peers %v: %+v, want Lone %v", tc.voters, tc.peers, got, tc.lone)
+		}
+		mu.Unlock()
 	}
 }

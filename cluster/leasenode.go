@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +70,9 @@ type LeaseNode struct {
 	localAddr  string               // this node's gossip address (set once after Create)
 	vetoPosted map[string]time.Time // postVeto's last post by kind
 	broken     map[string]string    // VIPs this node could not hold, with why (until it holds them)
+	// the last handover of each VIP this node ran (vipd handover, a
+	// graceful stop)
+	handovers map[string]HandoverResult
 
 	mMembers *prometheus.GaugeVec
 	mQuorum  prometheus.Gauge
@@ -153,6 +157,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		addrs:      map[string]string{},
 		vetoPosted: map[string]time.Time{},
 		broken:     map[string]string{},
+		handovers:  map[string]HandoverResult{},
 		want:       map[lease.Kind][]lease.Address{lease.ControlPlane: cfg.Addresses},
 		mMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vipd_cluster_members", Help: "Members by state: alive and dead as memberlist sees them; voters, learners and witnesses of the lease election's configuration.",
@@ -181,6 +186,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	}
 	n.loop = newLeaseLoop(m, cfg.Clock, n, st, log)
 	n.loop.witness = cfg.Machine.Role == lease.Witness
+	n.loop.expectPeers = len(cfg.Cluster.Peers) > 0
 	n.loop.meta = n.publishMeta
 	if reg != nil {
 		for _, c := range []prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, leaseRemaining{n}} {
@@ -225,6 +231,28 @@ func leftBefore(st lease.Status, name string) bool {
 	return !slices.Contains(st.Voters, name) && !slices.Contains(st.Learners, name) && !slices.Contains(st.Witnesses, name)
 }
 
+// Holder returns the node that holds vip as this node knows it (the
+// leader's placement; this node's own holds) and that node's gossip
+// address: the egress directors route to it. "" when none is known.
+func (n *LeaseNode) Holder(vip string) (name string, addr netip.Addr) {
+	st, holds, _ := n.loop.snapshot()
+	if _, mine := holds[vip]; mine {
+		name = n.cfg.Cluster.Name
+	} else if name = st.Holders[vip]; name == "" {
+		return "", netip.Addr{}
+	}
+	n.mu.Lock()
+	a := n.addrs[name]
+	n.mu.Unlock()
+	if name == n.cfg.Cluster.Name {
+		a = n.localAddr
+	}
+	if ap, err := netip.ParseAddrPort(a); err == nil {
+		addr = ap.Addr().Unmap()
+	}
+	return name, addr
+}
+
 // SetHealthy feeds this node's apiserver health to the machine.
 func (n *LeaseNode) SetHealthy(healthy bool) { n.loop.post(lease.Health{Healthy: healthy}) }
 
@@ -257,11 +285,13 @@ func (n *LeaseNode) SetFailed(vip, reason string) {
 func (n *LeaseNode) SetPrepared(string, error) {}
 
 // SetAddresses replaces the addresses of one kind (pool, egress) the
-// cluster must place; the control-plane VIPs come from the configuration.
-func (n *LeaseNode) SetAddresses(kind lease.Kind, keys []string) {
-	as := make([]lease.Address, len(keys))
-	for i, k := range keys {
-		as[i] = lease.Address{Key: k, Kind: kind}
+// cluster must place, with the nodes that may hold each (Restricted,
+// Nodes); the control-plane VIPs come from the configuration.
+func (n *LeaseNode) SetAddresses(kind lease.Kind, addrs []lease.Address) {
+	as := make([]lease.Address, len(addrs))
+	for i, a := range addrs {
+		a.Kind = kind
+		as[i] = a
 	}
 	n.mu.Lock()
 	n.want[kind] = as
@@ -535,6 +565,7 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 				}
 				rs = append(rs, r)
 			}
+			n.noteHandovers(rs)
 			return rs, nil
 		}
 		select {
@@ -551,9 +582,20 @@ func (n *LeaseNode) HandOver(ctx context.Context, vips []string, to string, stop
 				}
 				rs = append(rs, r)
 			}
+			n.noteHandovers(rs)
 			return rs, ctx.Err()
 		case <-stepped:
 		}
+	}
+}
+
+// noteHandovers keeps the results for /status (vipd status: "last
+// handover VIP: done to n2").
+func (n *LeaseNode) noteHandovers(rs []HandoverResult) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, r := range rs {
+		n.handovers[r.VIP] = r
 	}
 }
 
@@ -580,9 +622,11 @@ func (n *LeaseNode) refuseHandover(st lease.Status, holds map[string]time.Time, 
 		}
 	}
 	var members []string
+	healthy := map[string]bool{}
 	for _, k := range sortedKeys(n.members) {
 		if n.members[k].Alive {
 			members = append(members, k)
+			healthy[k], _ = lease.MetaHealthy(n.members[k].Meta)
 		}
 	}
 	n.mu.Unlock()
@@ -607,6 +651,8 @@ func (n *LeaseNode) refuseHandover(st lease.Status, holds map[string]time.Time, 
 		refuse(v, to+" is a witness: it votes and never holds")
 	case to != "" && !slices.Contains(st.Voters, to):
 		refuse(v, to+" is not a voter of the lease election yet (voters: "+strings.Join(st.Voters, ", ")+")")
+	case to != "" && !healthy[to]:
+		refuse(v, to+" is not eligible: its apiserver is unhealthy")
 	}
 	return out
 }
@@ -628,13 +674,19 @@ type LeaseStatusDoc struct {
 	Holds      map[string]time.Time `json:"holds"`
 	Members    []LeaseMemberStatus  `json:"members"`
 	Broken     map[string]string    `json:"broken,omitempty"`
+	// LastHandover is the last handover of each VIP this node ran.
+	LastHandover map[string]HandoverResult `json:"last_handover,omitempty"`
 }
 
-// LeaseMemberStatus is one memberlist member in /status.
+// LeaseMemberStatus is one memberlist member in /status. Healthy is what
+// it publishes about its apiserver; Eligible: alive, healthy and a voter
+// (it may hold addresses).
 type LeaseMemberStatus struct {
-	Name  string `json:"name"`
-	Addr  string `json:"addr"`
-	Alive bool   `json:"alive"`
+	Name     string `json:"name"`
+	Addr     string `json:"addr"`
+	Alive    bool   `json:"alive"`
+	Healthy  bool   `json:"healthy"`
+	Eligible bool   `json:"eligible"`
 }
 
 // Status returns the lease election's view for /status.
@@ -649,8 +701,14 @@ func (n *LeaseNode) Status() any {
 	if len(n.broken) > 0 {
 		doc.Broken = maps.Clone(n.broken)
 	}
+	if len(n.handovers) > 0 {
+		doc.LastHandover = maps.Clone(n.handovers)
+	}
 	for _, k := range sortedKeys(n.members) {
-		doc.Members = append(doc.Members, LeaseMemberStatus{Name: k, Addr: n.addrs[k], Alive: n.members[k].Alive})
+		m := n.members[k]
+		healthy, _ := lease.MetaHealthy(m.Meta)
+		doc.Members = append(doc.Members, LeaseMemberStatus{Name: k, Addr: n.addrs[k], Alive: m.Alive, Healthy: healthy,
+			Eligible: m.Alive && healthy && slices.Contains(st.Voters, k)})
 	}
 	n.mu.Unlock()
 	n.updateMetrics(st)

@@ -322,7 +322,7 @@ func TestLeaseNodeHandOver(t *testing.T) {
 	a := startWith(t, "a", m, [][]byte{keyA})
 	a.n.mu.Lock()
 	a.n.want[lease.ControlPlane] = []lease.Address{{Key: intVIP, Kind: lease.ControlPlane}}
-	a.n.members["b"] = lease.Member{Name: "b", Alive: true}
+	a.n.members["b"] = lease.Member{Name: "b", Alive: true, Meta: []byte(`{"v":1,"h":true}`)}
 	a.n.mu.Unlock()
 	waitHeld := func() {
 		t.Helper()
@@ -421,13 +421,14 @@ func TestLeaseNodeMetrics(t *testing.T) {
 
 // vipd handover refuses, in one line and before anything moves, a VIP
 // this node does not have, a successor that is not a member, this node,
-// or a witness.
+// a witness, or a voter whose apiserver is unhealthy.
 func TestLeaseNodeHandOverRefusals(t *testing.T) {
 	m := &transferMachine{}
 	a := startWith(t, "a", m, [][]byte{keyA})
 	a.n.mu.Lock()
 	a.n.want[lease.ControlPlane] = []lease.Address{{Key: intVIP, Kind: lease.ControlPlane}}
-	a.n.members["b"] = lease.Member{Name: "b", Alive: true}
+	a.n.members["b"] = lease.Member{Name: "b", Alive: true, Meta: []byte(`{"v":1,"h":true}`)}
+	a.n.members["u"] = lease.Member{Name: "u", Alive: true, Meta: []byte(`{"v":1}`)}
 	a.n.members["w"] = lease.Member{Name: "w", Alive: true}
 	a.n.mu.Unlock()
 	for _, tc := range []struct {
@@ -436,7 +437,7 @@ func TestLeaseNodeHandOverRefusals(t *testing.T) {
 		want string
 	}{
 		{[]string{"10.9.9.9/32"}, "", "10.9.9.9/32 is not one of this node's VIPs"},
-		{nil, "n9", "no member named n9 (members: b, w)"},
+		{nil, "n9", "no member named n9 (members: b, u, w)"},
 		{nil, "a", "a is this node"},
 	} {
 		rs, err := a.n.HandOver(context.Background(), tc.vips, tc.to, false)
@@ -447,6 +448,13 @@ func TestLeaseNodeHandOverRefusals(t *testing.T) {
 	st := lease.Status{Witnesses: []string{"w"}, Voters: []string{"a", "b", "w"}}
 	if rs := a.n.refuseHandover(st, nil, []string{intVIP}, "w", false, time.Now()); len(rs) != 1 || !strings.Contains(rs[0].Reason, "w is a witness") {
 		t.Errorf("to a witness: %+v", rs)
+	}
+	st.Voters = append(st.Voters, "u")
+	if rs := a.n.refuseHandover(st, nil, []string{intVIP}, "u", false, time.Now()); len(rs) != 1 || !strings.Contains(rs[0].Reason, "u is not eligible: its apiserver is unhealthy") {
+		t.Errorf("to an unhealthy voter: %+v", rs)
+	}
+	if rs := a.n.refuseHandover(st, nil, []string{intVIP}, "b", false, time.Now()); len(rs) != 0 {
+		t.Errorf("to a healthy voter: %+v", rs)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

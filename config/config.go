@@ -70,6 +70,7 @@ type Config struct {
 	GossipBind    netip.AddrPort
 	GossipKeyFile string
 	Priority      int
+	Nice          int // VIPD_NICE
 	Quorum        Quorum
 	StateDir      string
 	MemberExpiry  time.Duration
@@ -234,6 +235,28 @@ func Load(src Source) (*Config, error) {
 	return c, nil
 }
 
+// gossipOnly are the settings only the gossip election reads.
+var gossipOnly = map[string]string{
+	"VIPD_QUORUM":        "the lease election counts the agreed voters; for two control-plane nodes run a third voter, VIPD_ROLE=witness (docs/l2.md)",
+	"VIPD_MEMBER_EXPIRY": "the lease election removes a dead voter after 20 s while a majority remains (docs/lease.md)",
+}
+
+// Ignored lists, one line each, the settings given explicitly that the
+// chosen election does not read: an env file written for the gossip
+// election keeps working under the lease (the default), with a warning.
+func (c *Config) Ignored() []string {
+	if c.Election != ElectionLease {
+		return nil
+	}
+	var out []string
+	for _, env := range c.Explicit {
+		if why, ok := gossipOnly[env]; ok {
+			out = append(out, env+" is ignored with VIPD_ELECTION=lease: "+why)
+		}
+	}
+	return out
+}
+
 // check validates combinations of settings.
 func (c *Config) check() error {
 	if err := c.checkEgress(); err != nil {
@@ -241,12 +264,6 @@ func (c *Config) check() error {
 	}
 	if c.Witness() {
 		return c.checkWitness()
-	}
-	if c.Election == ElectionLease && c.Mode != ModeBGP && len(c.Peers) > 0 && c.EgressPolicies {
-		// Their addresses are placed by a pools machine over the gossip
-		// view; until it takes holds from the lease machine, mixing the
-		// two would let two nodes hold one address.
-		return &Error{Name: "VIPD_EGRESS_POLICIES", Value: "on", Accepted: "off with VIPD_ELECTION=lease in a cluster (EgressPolicy addresses follow the gossip election for now; VIPD_POOLS and static VIPD_EGRESS addresses follow the lease)"}
 	}
 	if len(c.Addresses) == 0 && c.Controllers == "" && !c.Pools {
 		return &Error{Name: "VIPD_ADDRESS", Value: "", Accepted: "at least one VIP in CIDR form, e.g. 10.0.0.100/32,fd00::100/128 (required unless only VIPD_CONTROLLERS run or VIPD_POOLS=on)"}

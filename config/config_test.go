@@ -36,7 +36,7 @@ func TestDefaults(t *testing.T) {
 		HealthCAFile: "/etc/kubernetes/pki/ca.crt", HealthClientCert: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		HealthClientKey: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		GossipBind:      netip.MustParseAddrPort("0.0.0.0:7950"), StateDir: "/var/lib/vipd", MemberExpiry: 10 * time.Minute, Profile: ProfileDefault, VerifyInterval: time.Second,
-		Election: ElectionGossip, Role: RoleVoter,
+		Election: ElectionLease, Role: RoleVoter, Nice: -10,
 		BFDDetectMult: 3, BFDTxInterval: 300 * time.Millisecond, BFDRxInterval: 300 * time.Millisecond,
 		BGPRestartTime: 10 * time.Second, BFDMultihopMinTTL: 254,
 		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",
@@ -188,7 +188,7 @@ func TestCombinations(t *testing.T) {
 		{"witness not with the gossip election", []string{"VIPD_ROLE", "witness", "VIPD_ELECTION", "gossip", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_ELECTION"},
 		{"witness holds no pool addresses", []string{"VIPD_ROLE", "witness", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_POOLS"},
 		{"lease election with pools in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, ""},
-		{"lease election without egress policies in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_EGRESS_POLICIES", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_EGRESS_POLICIES"},
+		{"lease election with egress policies in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_EGRESS_POLICIES", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, ""},
 		{"pools in bgp mode need the AS", []string{"VIPD_ADDRESS", "", "VIPD_MODE", "bgp", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k"}, "VIPD_BGP_LOCAL_AS"},
 	}
 	for _, tt := range tests {
@@ -327,5 +327,38 @@ func TestWitnessImpliesLease(t *testing.T) {
 	}
 	if !c.Witness() || c.Election != ElectionLease {
 		t.Fatalf("role %q election %q, want a witness in the lease election", c.Role, c.Election)
+	}
+}
+
+// Settings only the gossip election reads are accepted under the lease (an
+// env file written for the gossip election keeps working) with one line
+// each naming the setting and what replaces it; nothing under the gossip
+// election or when they are not set.
+func TestIgnoredUnderTheLease(t *testing.T) {
+	for _, tc := range []struct {
+		kv   []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"VIPD_QUORUM", "off", "VIPD_MEMBER_EXPIRY", "1h"}, []string{"VIPD_QUORUM is ignored with VIPD_ELECTION=lease: ", "VIPD_MEMBER_EXPIRY is ignored with VIPD_ELECTION=lease: "}},
+		{[]string{"VIPD_QUORUM", "off", "VIPD_ELECTION", "gossip"}, nil},
+	} {
+		c, err := load(t, tc.kv...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.Ignored()
+		if len(got) != len(tc.want) {
+			t.Fatalf("%v: %q, want %d lines", tc.kv, got, len(tc.want))
+		}
+		for i, w := range tc.want {
+			if !strings.HasPrefix(got[i], w) || strings.Contains(got[i], "\n") {
+				t.Errorf("%v: %q, want %q...", tc.kv, got[i], w)
+			}
+		}
+	}
+	c, _ := load(t, "VIPD_QUORUM", "off")
+	if got := c.Ignored(); len(got) != 1 || !strings.Contains(got[0], "VIPD_ROLE=witness") {
+		t.Errorf("VIPD_QUORUM=off does not point to the witness: %q", got)
 	}
 }

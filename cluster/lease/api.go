@@ -63,6 +63,25 @@ func (k Kind) String() string {
 type Address struct {
 	Key  string // canonical prefix, e.g. "10.0.0.100/32", "fd00::100/128"
 	Kind Kind
+	// Restricted: only Nodes may hold it (none when Nodes is empty): an
+	// IPPool's node selector, a Service's local traffic policy, an
+	// EgressPolicy's nodeSelector. Pool and egress addresses only; the
+	// leader places by its own Want.
+	Restricted bool
+	Nodes      []string
+}
+
+// allows reports whether node may hold a.
+func (a Address) allows(node string) bool {
+	if !a.Restricted {
+		return true
+	}
+	for _, n := range a.Nodes {
+		if n == node {
+			return true
+		}
+	}
+	return false
 }
 
 // Config is a node's configuration. Timings come from ProfileConfig; the
@@ -215,4 +234,9 @@ type Status struct {
 	Healthy    bool
 	Leaving    bool
 	Removed    bool // this node left the cluster (Leave completed); it holds nothing and stays inert
+
+	// From: address key -> the node that let it go for its current holder
+	// (a planned move: a handover, preemption, graceful leave or pool
+	// rebalancing, not a failure), as this node knows it.
+	From map[string]string
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"sort"
 	"time"
 
@@ -66,6 +67,14 @@ func parseMeta(b []byte) (meta, bool) {
 		return md, false
 	}
 	return md, true
+}
+
+// MetaHealthy reads whether the node that published metadata b reported
+// its apiserver healthy (a voter; a witness never does); ok is false when
+// b is not this election's metadata.
+func MetaHealthy(b []byte) (healthy, ok bool) {
+	md, ok := parseMeta(b)
+	return md.Healthy, ok
 }
 
 func (m *Machine) setView(ms []Member) {
@@ -332,11 +341,25 @@ func (m *Machine) Status() Status {
 		for k, n := range m.lead.assign {
 			s.Holders[k] = n
 		}
+		s.From = maps.Clone(m.lead.from)
 	} else if m.lead == nil && bs.Lead != raft.None && m.ticks-m.lastLeaderTick < int64(m.cfg.ElectionTicks) {
 		s.Quorum = true
+		if m.placedTerm == bs.GetTerm() {
+			for k, n := range m.placed {
+				if n != m.cfg.Name {
+					s.Holders[k] = n
+				}
+			}
+		}
 		for k := range m.hold.keys {
 			s.Holders[k] = m.cfg.Name
 		}
+	}
+	if m.lead == nil {
+		// What the last leader said (also while a transfer makes this
+		// node a candidate): the runtime names a giver only if it is the
+		// holder it last knew.
+		s.From = maps.Clone(m.placedFrom)
 	}
 	return s
 }

@@ -34,6 +34,7 @@ type header struct {
 	Handoff     *handoff `json:"h,omitempty"`
 	JoinRefused string   `json:"jr,omitempty"`
 	Removed     uint64   `json:"rm,omitempty"` // this raft id (yours) is not in the configuration: wipe and rejoin
+	Placed      *placed  `json:"pl,omitempty"`
 
 	// Node -> leader (or any member, which forwards).
 	Ack      *ack   `json:"k,omitempty"`
@@ -51,6 +52,15 @@ type assign struct {
 	Gen  uint64   `json:"g"`
 	Full bool     `json:"f,omitempty"`
 	Keys []string `json:"k,omitempty"`
+}
+
+// placed tells a follower who holds the control-plane and egress addresses
+// (term Term's leader's placement): information for status, egress routing
+// and the l2 wire checks, never a permission to hold.
+type placed struct {
+	Term    uint64            `json:"t"`
+	Holders map[string]string `json:"h,omitempty"`
+	From    map[string]string `json:"f,omitempty"` // key -> the node that let it go for its holder (a planned move)
 }
 
 // grant lets a node hold its assigned keys until its own send time of ack

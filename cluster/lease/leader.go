@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -20,6 +21,7 @@ type leaderState struct {
 	peers     map[string]*peerState
 	assign    map[string]string // key -> node that holds it (or is being granted it)
 	releasing map[string]release
+	from      map[string]string // key -> the node that let it go for its holder (a planned move)
 	eligSince map[string]time.Time
 	placeSig  string
 	beat      bool
@@ -27,7 +29,8 @@ type leaderState struct {
 	transferTo   string
 	transferAt   time.Time
 	lastTransfer time.Time
-	handover     string // a requested holder of the control-plane addresses
+	handover     string    // a requested holder of the control-plane addresses
+	handoverBy   time.Time // a request for a node not eligible yet lapses then (zero: none)
 
 	confPending bool
 	confAt      time.Time
@@ -60,6 +63,40 @@ type peerState struct {
 	grantedGen uint64
 	grantEnd   time.Time // leader's clock: every grant it gave ends before this
 	pending    *grant
+
+	placedSig string    // the placement last sent (placed)
+	placedAt  time.Time // when
+}
+
+// placedRefresh: a follower hears the placement again this often even if
+// it did not change (a lost message is repaired).
+const placedRefresh = 5 * time.Second
+
+// placement is who holds each control-plane and egress address (an
+// address on its way from A to B is A's until A let go), and a signature
+// of it. Pool addresses are left out: there may be thousands, and their
+// status is each holder's own.
+func (m *Machine) placement() (holders, from map[string]string, sig string) {
+	l := m.lead
+	holders, from = map[string]string{}, map[string]string{}
+	for _, a := range m.want {
+		if a.Kind == Pool {
+			continue
+		}
+		if r, ok := l.releasing[a.Key]; ok {
+			holders[a.Key] = r.from
+		} else if n := l.assign[a.Key]; n != "" {
+			holders[a.Key] = n
+			if f := l.from[a.Key]; f != "" {
+				from[a.Key] = f
+			}
+		}
+	}
+	var b strings.Builder
+	for _, k := range sortedKeys(holders) {
+		b.WriteString(k + "=" + holders[k] + "<" + from[k] + ",")
+	}
+	return holders, from, b.String()
 }
 
 type release struct {
@@ -86,6 +123,7 @@ func (m *Machine) becomeLeader() {
 		peers:     map[string]*peerState{},
 		assign:    map[string]string{},
 		releasing: map[string]release{},
+		from:      map[string]string{},
 		eligSince: map[string]time.Time{},
 		leaves:    map[string]uint64{},
 		forgets:   map[string]bool{},
@@ -109,6 +147,18 @@ func (m *Machine) becomeLeader() {
 			p.gen = 1
 			if h.until.After(p.grantEnd) {
 				p.grantEnd = h.until
+			}
+		}
+	}
+	if h := m.pendingHandoff; h != nil {
+		// A planned transfer: what the old leader held itself, and what
+		// it had moved planned, moved planned.
+		for k, n := range m.placedFrom {
+			l.from[k] = n
+		}
+		for k, n := range m.placed {
+			if n == h.from {
+				l.from[k] = h.from
 			}
 		}
 	}
@@ -229,7 +279,7 @@ func (m *Machine) eligibleNames() []string {
 // node has been healthy for PreemptDelay; otherwise the best ranked.
 func (m *Machine) controlPlaneHolder(elig []string) string {
 	l := m.lead
-	if l.handover != "" && m.eligible(l.handover) {
+	if l.handover != "" && m.eligible(l.handover) && (l.handoverBy.IsZero() || !m.now.After(l.handoverBy)) {
 		return l.handover
 	}
 	cur := ""
@@ -312,10 +362,15 @@ func (m *Machine) place() {
 	l.placeSig = sig
 	for k, r := range l.releasing {
 		p := l.peers[r.from]
-		// released when its ack shows it let go, or when its last grant ran
+		// released when its ack shows it let go (planned: the next
+		// holder takes it over from r.from), or when its last grant ran
 		// out (a removed member can only run out)
-		if (p != nil && p.ackedGen >= r.gen) || !m.now.Before(r.until) {
+		if p != nil && p.ackedGen >= r.gen {
 			delete(l.releasing, k)
+			l.from[k] = r.from
+		} else if !m.now.Before(r.until) {
+			delete(l.releasing, k)
+			delete(l.from, k)
 		}
 	}
 	for _, a := range m.want {
@@ -328,13 +383,21 @@ func (m *Machine) place() {
 			desired = cp
 		default:
 			// rendezvous over the nodes eligible for PoolSettle (all
-			// eligible ones if none is settled yet), and the current holder
-			for _, n := range poolCands {
+			// eligible ones if none is settled yet), and the current
+			// holder; a restricted address only over the nodes it allows
+			cands := poolCands
+			if a.Restricted {
+				cands = allowed(poolCands, a)
+				if len(cands) == 0 {
+					cands = allowed(elig, a)
+				}
+			}
+			for _, n := range cands {
 				if desired == "" || rendezvous(n, a.Key) > rendezvous(desired, a.Key) {
 					desired = n
 				}
 			}
-			if cur != "" && m.eligible(cur) && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
+			if cur != "" && m.eligible(cur) && a.allows(cur) && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
 				desired = cur
 			}
 		}
@@ -363,9 +426,24 @@ func (m *Machine) place() {
 	}
 }
 
+// allowed returns the names that may hold a.
+func allowed(names []string, a Address) []string {
+	var out []string
+	for _, n := range names {
+		if a.allows(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 func (m *Machine) unassign(key, from string) {
 	l := m.lead
 	delete(l.assign, key)
+	delete(l.from, key)
+	if from == m.cfg.Name {
+		l.from[key] = from // the leader lets go at once
+	}
 	if p := l.peers[from]; p != nil {
 		delete(p.keys, key)
 		p.gen++
@@ -385,7 +463,10 @@ func (m *Machine) leaderDecide() {
 		m.membership()
 		m.maybeTransfer()
 	}
-	// assignments and grants
+	// assignments and grants; with the renewals, who holds what
+	var pl, plFrom map[string]string
+	var plSig string
+	plDone := false
 	for name, p := range l.peers {
 		changed := p.ackedGen != p.gen
 		if !l.beat && !(changed && p.sentGenDiffers()) {
@@ -398,6 +479,16 @@ func (m *Machine) leaderDecide() {
 		}
 		e := m.env(name)
 		e.h.Assign = a
+		// with the renewals, and with a new assignment (a node taking an
+		// address over hears whom from before its grant)
+		if (l.beat || changed) && !plDone {
+			pl, plFrom, plSig = m.placement()
+			plDone = true
+		}
+		if plDone && (plSig != p.placedSig || m.now.Sub(p.placedAt) >= placedRefresh) {
+			e.h.Placed = &placed{Term: l.term, Holders: pl, From: plFrom}
+			p.placedSig, p.placedAt = plSig, m.now
+		}
 		p.markSent()
 		if p.pending != nil {
 			e.h.Grant = p.pending
@@ -606,11 +697,19 @@ func (m *Machine) transferRequest(to, except string) {
 		}
 		to = best
 	}
+	if to != "" && !m.eligible(to) && m.isVoter(m.idOf(to)) && m.cfg.Name != to {
+		// A voter not eligible yet in this leader's eyes (its healthy
+		// ack is one renewal away after its apiserver came back): the
+		// request waits for it, two election timeouts at most.
+		m.lead.handover, m.lead.handoverBy = to, m.now.Add(2*m.electionTimeout())
+		m.note("handover requested: waiting for the successor to be eligible", "to", to)
+		return
+	}
 	if to == "" || !m.eligible(to) {
 		m.note("no eligible node to hand over to", "asked", to)
 		return
 	}
-	m.lead.handover = to
+	m.lead.handover, m.lead.handoverBy = to, time.Time{}
 	m.note("handover requested", "to", to)
 }
 
@@ -736,8 +835,34 @@ func (m *Machine) membership() {
 			continue // hand its addresses over first
 		}
 		want := l.leaves[name]
+		id := m.idOf(name)
+		if id != 0 && id != m.id && (want == 0 || id == want) && m.isVoter(id) && len(m.conf.Voters)-1 < m.cfg.MinVoters {
+			// The floor autopilot keeps: a 3-voter cluster does not shrink
+			// on a graceful stop. The node stops as a voter, keeps its
+			// state and resumes on restart (a restart is not a rejoin, so
+			// no window with two voters and a learner that one more
+			// failure would leave without a majority); a machine gone for
+			// good is removed with vipd forget.
+			delete(l.leaves, name)
+			m.note("leave declined: the voters would fall below the floor", "node", name, "voters", len(m.conf.Voters), "floor", m.cfg.MinVoters)
+			continue
+		}
+		if id != 0 && id != m.id && (want == 0 || id == want) && !m.liveMajorityWithout(id) {
+			if m.now.Sub(l.since) < m.electionTimeout() {
+				continue // a new leader: the others' acks are on their way
+			}
+			// Removing it would leave a configuration whose live voters
+			// are no majority (another voter is dead): nobody could hold
+			// until the dead one came back. It stops as a voter instead,
+			// keeps its state and resumes on restart (Consul:
+			// leave_on_terminate=false). It asks again every election
+			// timeout while it runs.
+			delete(l.leaves, name)
+			m.note("leave declined: without it the live voters would be no majority", "node", name)
+			continue
+		}
 		delete(l.leaves, name)
-		if id := m.idOf(name); id != 0 && id != m.id && (want == 0 || id == want) {
+		if id != 0 && id != m.id && (want == 0 || id == want) {
 			m.proposeConf(pb.ConfChangeRemoveNode, id, memberInfo{Name: name})
 			return
 		}
@@ -807,6 +932,29 @@ func (m *Machine) membership() {
 			return
 		}
 	}
+}
+
+// liveMajorityWithout reports whether the voters that acked this leader
+// within an election timeout would be a majority of the configuration
+// without voter id (true when id is not a voter: removing a learner changes
+// no majority).
+func (m *Machine) liveMajorityWithout(id uint64) bool {
+	if !m.isVoter(id) {
+		return true
+	}
+	n, live := 0, 0
+	for _, v := range m.conf.Voters {
+		if v == id {
+			continue
+		}
+		n++
+		if v == m.id {
+			live++
+		} else if p := m.lead.peers[m.nameOf(v)]; p != nil && p.acked && m.alive(p) {
+			live++ // heard by this leader, recently (a new leader assumes every peer alive)
+		}
+	}
+	return live >= n/2+1
 }
 
 // followerLeave asks the leader to remove this node, again every election

@@ -128,6 +128,12 @@ type Machine struct {
 	leaving bool
 	left    bool
 
+	// who holds the control-plane and egress addresses, as the leader of
+	// term placedTerm told this follower (status and routing only)
+	placed     map[string]string
+	placedFrom map[string]string
+	placedTerm uint64
+
 	// per Step output
 	out      map[string]*envelope
 	outOrder []string
@@ -327,6 +333,7 @@ func (m *Machine) wipe(reason string) {
 	m.leaseEnd = time.Time{}
 	m.reads = map[string]time.Time{}
 	m.hold.reset(0)
+	m.placed, m.placedFrom, m.placedTerm = nil, nil, 0
 	m.id = deriveID(m.cfg.Name, m.now.Add(time.Duration(m.id)))
 	m.joinCluster = 0
 	m.lastJoin = time.Time{}

@@ -434,6 +434,20 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// four: three, then d joined and promoted.
+func four(t *testing.T) *tnet {
+	n := three(t)
+	n.add("d", true, Voter)
+	for i := 0; i < 5; i++ {
+		n.view()
+		n.run(200 * time.Millisecond)
+	}
+	if st := n.nodes["a"].m.Status(); len(st.Voters) != 4 {
+		t.Fatalf("setup: %+v", st)
+	}
+	return n
+}
+
 // TestStaleLeaveKeepsLaterIncarnation: a leave request names the incarnation
 // (raft id) that leaves. A late or duplicated copy of an old incarnation's
 // leave (UDP duplication, or a member forwarding it after the node came back
@@ -451,7 +465,7 @@ func TestStaleLeaveKeepsLaterIncarnation(t *testing.T) {
 		{"this incarnation leaves", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := three(t)
+			n := four(t) // three voters would not shrink (the floor)
 			n.step("c", Health{Healthy: false})
 			n.run(3 * time.Second)
 			if h := n.holders("p1"); slices.Contains(h, "c") {
@@ -476,6 +490,260 @@ func TestStaleLeaveKeepsLaterIncarnation(t *testing.T) {
 			if got := slices.Contains(a.conf.Voters, cid) || slices.Contains(a.conf.Learners, cid); got == tc.removed {
 				st := a.Status()
 				t.Fatalf("voters %v learners %v: c's incarnation %d still a member = %v, want %v", st.Voters, st.Learners, cid, got, !tc.removed)
+			}
+		})
+	}
+}
+
+// TestLeaveKeepsLiveMajority: a graceful stop never shrinks the
+// configuration below the voter floor (3), nor to one whose live voters are
+// no majority (another voter is dead: the survivor would sit with one dead
+// voter of two, no holder, forever). The leader declines such a leave: the
+// leaving node stops as a voter with its state and, restarted, resumes and
+// the live voters hold again. Above the floor with a live majority the
+// leave is carried out.
+func TestLeaveKeepsLiveMajority(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		four    bool
+		dead    int
+		removed bool
+	}{
+		{"three voters, another one dead", false, 1, false},
+		{"three voters, all alive (the floor)", false, 0, false},
+		{"four voters, all alive", true, 0, true},
+		{"four voters, two others dead", true, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n *tnet
+			if tc.four {
+				n = four(t)
+			} else {
+				n = three(t)
+			}
+			n.run(2 * time.Second)
+			hs := n.holders("vip")
+			if len(hs) != 1 {
+				t.Fatalf("setup: holders %v", hs)
+			}
+			h := hs[0]
+			var dead []string
+			survivor := ""
+			for _, x := range n.order {
+				switch {
+				case x == h:
+				case len(dead) < tc.dead:
+					dead = append(dead, x)
+				case survivor == "":
+					survivor = x
+				}
+			}
+			for _, d := range dead {
+				n.nodes[d].up = false
+			}
+			n.view()
+			n.run(2 * time.Second)
+			hid := n.nodes[h].m.id
+			n.step(h, Leave{})
+			n.run(3 * time.Second)
+			s := n.nodes[survivor].m
+			if got := !slices.Contains(s.conf.Voters, hid); got != tc.removed {
+				t.Fatalf("%s removed = %v, want %v (voters %v)", h, got, tc.removed, s.Status().Voters)
+			}
+			if got := n.holders("vip"); slices.Contains(got, h) {
+				t.Fatalf("the leaving node %s still holds: %v", h, got)
+			}
+			if tc.removed {
+				if got := n.holders("vip"); len(got) != 1 {
+					t.Fatalf("after the leave: holders %v", got)
+				}
+				return
+			}
+			// The leaving node stops and starts again with its state: it
+			// resumes as a voter and, with it, the live voters hold.
+			n.nodes[h].up = false
+			n.view()
+			n.run(time.Second)
+			n.nodes[h].up = true
+			n.restart(h, true)
+			for i := 0; i < 5; i++ {
+				n.view()
+				n.run(time.Second)
+			}
+			// (two of four dead: no majority with or without the leave,
+			// until one of them is back)
+			if got := n.holders("vip"); tc.dead == 1 && (len(got) != 1 || slices.Contains(dead, got[0])) {
+				t.Fatalf("after %s restarted beside dead %v: holders %v", h, dead, got)
+			}
+			if !slices.Contains(n.nodes[survivor].m.conf.Voters, hid) {
+				t.Fatalf("%s is no longer a voter after its restart", h)
+			}
+		})
+	}
+}
+
+// TestRestrictedAddressesGoOnlyToAllowedNodes: a pool or egress address
+// that only some nodes may hold (an IPPool's node selector, a Service's
+// local traffic policy, an EgressPolicy's nodeSelector) is granted only to
+// one of them, moves when the set changes, and is held by nobody when no
+// node may hold it; the others are spread as before.
+func TestRestrictedAddressesGoOnlyToAllowedNodes(t *testing.T) {
+	n := three(t)
+	want := func(p1 []string) {
+		for _, name := range n.order {
+			n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane},
+				{Key: "p1", Kind: Pool, Restricted: true, Nodes: p1},
+				{Key: "p2", Kind: Egress, Restricted: true},
+				{Key: "p3", Kind: Pool}}})
+		}
+		n.run(3 * time.Second)
+	}
+	for _, tc := range []struct {
+		nodes []string
+		want  []string
+	}{
+		{[]string{"c"}, []string{"c"}},
+		{[]string{"b", "zz"}, []string{"b"}},
+		{[]string{"zz"}, nil},
+		{[]string{"a", "c"}, nil}, // one of them
+	} {
+		want(tc.nodes)
+		got := n.holders("p1")
+		switch {
+		case tc.want == nil && len(tc.nodes) == 2:
+			if len(got) != 1 || !slices.Contains(tc.nodes, got[0]) {
+				t.Fatalf("p1 for %v: holders %v", tc.nodes, got)
+			}
+		case !slices.Equal(got, tc.want):
+			t.Fatalf("p1 for %v: holders %v, want %v", tc.nodes, got, tc.want)
+		}
+		if h := n.holders("p2"); len(h) != 0 {
+			t.Fatalf("p2 (no node allowed) held by %v", h)
+		}
+		if h := n.holders("p3"); len(h) != 1 {
+			t.Fatalf("p3 (any node) held by %v", h)
+		}
+	}
+	// The allowed holder dies: the address goes to the other allowed node
+	// only.
+	h := n.holders("p1")[0]
+	n.nodes[h].up = false
+	n.view()
+	n.run(5 * time.Second)
+	other := "a"
+	if h == "a" {
+		other = "c"
+	}
+	if got := n.holders("p1"); !slices.Equal(got, []string{other}) {
+		t.Fatalf("after %s died: p1 holders %v, want [%s]", h, got, other)
+	}
+}
+
+// TestFollowersKnowWhoHolds: followers learn from the leader's renewals who
+// holds the control-plane and egress addresses (status, the egress
+// directors' route to the gateway, the l2 wire checks); pool addresses are
+// each holder's own. After the holder dies they learn the new one.
+func TestFollowersKnowWhoHolds(t *testing.T) {
+	n := three(t)
+	for _, name := range n.order {
+		n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane}, {Key: "e1", Kind: Egress}, {Key: "p1", Kind: Pool}}})
+	}
+	n.run(3 * time.Second)
+	check := func(nodes ...string) {
+		t.Helper()
+		for _, key := range []string{"vip", "e1"} {
+			h := n.holders(key)
+			if len(h) != 1 {
+				t.Fatalf("%s: holders %v", key, h)
+			}
+			for _, name := range nodes {
+				if got := n.nodes[name].m.Status().Holders[key]; got != h[0] {
+					t.Fatalf("%s says %s holds %s, it is %s", name, got, key, h[0])
+				}
+			}
+		}
+		for _, name := range nodes {
+			st := n.nodes[name].m.Status()
+			if got, ok := st.Holders["p1"]; ok && st.Leader != name && got != name {
+				t.Fatalf("%s reports the pool address's holder %s", name, got)
+			}
+		}
+	}
+	check(n.order...)
+	h := n.holders("vip")[0]
+	n.nodes[h].up = false
+	n.view()
+	n.run(5 * time.Second)
+	var alive []string
+	for _, name := range n.order {
+		if name != h {
+			alive = append(alive, name)
+		}
+	}
+	check(alive...)
+}
+
+// TestPlannedMovesNameTheGiver: a node that takes an address over in a
+// planned move (vipd handover) learns which node let it go for it (the
+// status timeline "handed over by"); after a failure nobody is named.
+func TestPlannedMovesNameTheGiver(t *testing.T) {
+	n := three(t)
+	n.run(2 * time.Second)
+	h := n.holders("vip")[0]
+	to := "b"
+	if h == "b" {
+		to = "c"
+	}
+	n.step(h, Transfer{To: to})
+	n.run(3 * time.Second)
+	if got := n.holders("vip"); !slices.Equal(got, []string{to}) {
+		t.Fatalf("after the handover to %s: holders %v", to, got)
+	}
+	if got := n.nodes[to].m.Status().From["vip"]; got != h {
+		t.Fatalf("%s says %q handed the VIP over, want %s", to, got, h)
+	}
+	n.nodes[to].up = false
+	n.view()
+	n.run(5 * time.Second)
+	got := n.holders("vip")
+	if len(got) != 1 || got[0] == to {
+		t.Fatalf("after %s died: holders %v", to, got)
+	}
+	if f := n.nodes[got[0]].m.Status().From["vip"]; f != "" {
+		t.Fatalf("%s says %q handed the VIP over after a failure", got[0], f)
+	}
+}
+
+// TestHandoverWaitsForTheSuccessor: vipd handover --to a voter whose
+// healthy ack has not reached the leader yet (its apiserver just came back)
+// waits for it, two election timeouts at most; a successor still not
+// eligible then does not get the addresses later (no delayed preemption).
+func TestHandoverWaitsForTheSuccessor(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		after  time.Duration // b healthy again this long after the request
+		movesB bool
+	}{
+		{"healthy a renewal later", 100 * time.Millisecond, true},
+		{"healthy only after the request lapsed", 3 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := three(t)
+			n.run(2 * time.Second)
+			h := n.holders("vip")[0]
+			to := "b"
+			if h == "b" {
+				to = "c"
+			}
+			n.step(to, Health{Healthy: false})
+			n.run(time.Second)
+			n.step(h, Transfer{To: to})
+			n.run(tc.after)
+			n.step(to, Health{Healthy: true})
+			n.run(3 * time.Second)
+			got := n.holders("vip")
+			if moved := slices.Equal(got, []string{to}); moved != tc.movesB {
+				t.Fatalf("holders %v: moved to %s = %v, want %v", got, to, moved, tc.movesB)
 			}
 		})
 	}

@@ -120,6 +120,10 @@ func (m *Machine) receive(r Receive) {
 			return
 		}
 	}
+	if h.Placed != nil && m.lead == nil && h.Placed.Term == m.rn.BasicStatus().GetTerm() {
+		// one leader per term: this term's placement
+		m.placed, m.placedFrom, m.placedTerm = h.Placed.Holders, h.Placed.From, h.Placed.Term
+	}
 	if h.Assign != nil && h.Cluster == m.cluster {
 		m.onAssign(h.From, h.Assign)
 	}

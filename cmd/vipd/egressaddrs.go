@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/internal/atomicfile"
@@ -45,6 +46,12 @@ type egressAddrs struct {
 	state    string                       // file of the last addresses ("": not kept)
 	nodeAddr func(name string) netip.Addr // a member's node (gossip) address
 
+	// lease: the lease election places the addresses (VIPD_ELECTION=lease;
+	// nil: the pools machine's rendezvous over the gossip view); exclude
+	// are the addresses the vip core holds.
+	lease   *leaseElector
+	exclude map[netip.Addr]bool
+
 	mu    sync.Mutex
 	addrs map[netip.Addr]bool // desired now
 }
@@ -72,7 +79,23 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 	if c.StateDir != "" {
 		e.state = filepath.Join(c.StateDir, EgressAddrsFile)
 	}
-	if ce, ok := d.elector.(egressMembers); ok {
+	if le, ok := d.elector.(*leaseElector); ok {
+		// The lease election places the runtime egress addresses like
+		// the pool addresses: this node is one member, eligible while
+		// healthy; holds come from the leases, the gateway of the others
+		// from the leader's placement.
+		dc.Leased = true
+		dc.Members = func() []pools.Member {
+			healthy := d.checker != nil && d.checker.Status().Healthy
+			return []pools.Member{{Name: c.NodeName, Eligible: healthy, Pools: true}}
+		}
+		e.lease = le
+		e.exclude = map[netip.Addr]bool{}
+		for _, a := range dc.Exclude {
+			e.exclude[a] = true
+		}
+		e.nodeAddr = func(name string) netip.Addr { return netip.Addr{} } // Gateway asks the lease
+	} else if ce, ok := d.elector.(egressMembers); ok {
 		dc.Members = func() []pools.Member {
 			ms := ce.PoolMembers()
 			out := make([]pools.Member, len(ms))
@@ -95,6 +118,9 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 		return nil, err
 	}
 	e.drv = drv
+	if e.lease != nil {
+		e.lease.onEgress = poolLeases(drv)
+	}
 	if saved := e.load(); len(saved) > 0 {
 		e.log.Info("egress: starting from the runtime egress addresses saved by the previous run", "addresses", len(saved))
 		e.set(saved, false)
@@ -136,6 +162,9 @@ func (e *egressAddrs) set(addrs []pools.Address, save bool) {
 	e.addrs = m
 	e.mu.Unlock()
 	e.drv.SetDesired(addrs)
+	if e.lease != nil {
+		e.lease.SetAddresses(lease.Egress, leaseAddrs(addrs, e.exclude))
+	}
 	if save {
 		e.save(addrs)
 	}
@@ -151,6 +180,13 @@ func (e *egressAddrs) Has(ip netip.Addr) bool {
 // Gateway is the gateway of a runtime egress IP by this node's view: the
 // pools machine's holder (the winner of its election).
 func (e *egressAddrs) Gateway(ip netip.Addr) egress.Gateway {
+	if e.lease != nil {
+		name, addr := e.lease.Holder(netip.PrefixFrom(ip, ip.BitLen()).String())
+		if name == e.self {
+			return egress.Gateway{Self: true, Node: name}
+		}
+		return egress.Gateway{Node: name, Addr: addr}
+	}
 	for _, s := range e.drv.Status().Addresses {
 		if s.Address != ip.String() {
 			continue

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/cluster/lease"
+	"github.com/vipd/vipd/vip"
 )
 
 // forgettingElector is a lease-style elector: it forgets on request.
@@ -91,8 +95,10 @@ func TestPrintStatusLease(t *testing.T) {
 	doc := cluster.LeaseStatusDoc{Election: "lease", Role: "voter", State: "StateLeader", Leader: "cp-1", Term: 7, Quorum: true,
 		Voters: []string{"cp-1", "cp-2", "w"}, Learners: []string{"cp-3"}, Witnesses: []string{"w"}, LeaseLeft: "612ms",
 		Holders: map[string]string{"10.0.0.1/32": "cp-1"}, Holds: map[string]time.Time{"10.0.0.1/32": now.Add(700 * time.Millisecond)},
-		Members: []cluster.LeaseMemberStatus{{Name: "cp-2", Addr: "10.0.0.12:7950", Alive: true}},
-		Broken:  map[string]string{"10.0.0.2/32": "last attempt failed 12:00:09: interface down"}}
+		Members: []cluster.LeaseMemberStatus{{Name: "cp-2", Addr: "10.0.0.12:7950", Alive: true, Healthy: true, Eligible: false}},
+		Broken:  map[string]string{"10.0.0.2/32": "last attempt failed 12:00:09: interface down"},
+		LastHandover: map[string]cluster.HandoverResult{"10.0.0.3/32": {VIP: "10.0.0.3/32", To: "cp-2", OK: true, At: now.Add(-2 * time.Second),
+			Took: 41 * time.Millisecond, Reason: "lease transferred"}}}
 	s := Status{Node: "cp-1", Version: "v1", Mode: "l2", Started: now.Add(-time.Minute), Components: map[string]any{"cluster": doc}}
 	var b bytes.Buffer
 	if err := printStatus(&b, s, now); err != nil {
@@ -100,9 +106,45 @@ func TestPrintStatusLease(t *testing.T) {
 	}
 	for _, want := range []string{"lease election, voter (StateLeader), leader cp-1, term 7, quorum true", "leader lease:", "612ms left",
 		"voters:", "cp-1, cp-2, w", "learners:", "cp-3", "witnesses:", "10.0.0.1/32", "700ms", "cp-2", "10.0.0.12:7950",
-		"CANNOT HOLD 10.0.0.2/32:", "interface down"} {
+		"CANNOT HOLD 10.0.0.2/32:", "interface down", "last handover 10.0.0.3/32:", "done to cp-2 2s ago (41ms): lease transferred",
+		"ALIVE  HEALTHY  ELIGIBLE", "true   true     false"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// The lease elector tells the l2 announcer (SetHolder) who holds each
+// VIPD_ADDRESS address as this node knows it, and when this node does: the
+// wire checks (conflict detection) compare the answers with it.
+func TestLeaseElectorTellsTheHolder(t *testing.T) {
+	type call struct {
+		vip    string
+		holder string
+		self   bool
+	}
+	var got []call
+	e := &leaseElector{log: slog.New(slog.NewTextHandler(io.Discard, nil)), core: map[string]bool{"10.0.0.100/32": true},
+		decided: func(v netip.Prefix, holder string, self bool) { got = append(got, call{v.String(), holder, self}) }}
+	var sent []vip.Event
+	send := func(ev vip.Event) { sent = append(sent, ev) }
+	k := lease.Address{Key: "10.0.0.100/32"}
+	for _, d := range []cluster.LeaseDecision{
+		{Address: k, Reason: "no holder yet: no leader"},
+		{Address: k, Node: "b", Reason: "b holds it"},
+		{Address: k, Holder: true, Node: "a", Until: time.Now().Add(time.Second), Reason: "lease granted by a majority"},
+		{Address: k, Reason: "lease not renewed"},
+	} {
+		e.toCore(d, send)
+	}
+	want := []call{{"10.0.0.100/32", "", false}, {"10.0.0.100/32", "b", false}, {"10.0.0.100/32", "a", true}, {"10.0.0.100/32", "", false}}
+	if !slices.Equal(got, want) || len(sent) != 4 {
+		t.Fatalf("SetHolder calls\n got %+v\nwant %+v (%d core events)", got, want, len(sent))
+	}
+	// A witness (no core) tells nobody.
+	got = nil
+	e.toCore(cluster.LeaseDecision{Address: k, Node: "b"}, nil)
+	if len(got) != 0 {
+		t.Fatalf("a witness called SetHolder: %+v", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -105,15 +106,7 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 		for _, a := range dc.Exclude {
 			exclude[a] = true
 		}
-		p.want = func(as []pools.Address) {
-			var keys []string
-			for _, a := range as {
-				if a.Mode == pools.ModeL2 && !exclude[a.Addr.Unmap()] {
-					keys = append(keys, netip.PrefixFrom(a.Addr.Unmap(), a.Addr.Unmap().BitLen()).String())
-				}
-			}
-			le.SetAddresses(lease.Pool, keys)
-		}
+		p.want = func(as []pools.Address) { le.SetAddresses(lease.Pool, leaseAddrs(as, exclude)) }
 		le.onHold = poolLeases(drv)
 		if fromDisk {
 			p.want(saved.Addresses)
@@ -192,6 +185,22 @@ func remarshal(v, into any) error {
 		return err
 	}
 	return json.Unmarshal(b, into)
+}
+
+// leaseAddrs are the l2 addresses of as (but excluded ones) for the lease
+// election to place, each with the nodes that may hold it (the pool's node
+// selector, the Service's local traffic policy, the EgressPolicy's
+// nodeSelector): the leader grants an address only to one of them.
+func leaseAddrs(as []pools.Address, exclude map[netip.Addr]bool) []lease.Address {
+	var out []lease.Address
+	for _, a := range as {
+		ip := a.Addr.Unmap()
+		if a.Mode != pools.ModeL2 || exclude[ip] {
+			continue
+		}
+		out = append(out, lease.Address{Key: netip.PrefixFrom(ip, ip.BitLen()).String(), Restricted: !a.All, Nodes: slices.Clone(a.Nodes)})
+	}
+	return out
 }
 
 // poolLeases keeps this node's pool leases from the lease election's

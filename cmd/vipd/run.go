@@ -70,6 +70,9 @@ func runDaemon(c *config.Config) error {
 	for _, w := range warnUnknownEnv() {
 		log.Warn(w)
 	}
+	for _, w := range c.Ignored() {
+		log.Warn(w)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -397,6 +400,13 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 // the election tells it who holds each VIP, the gossip carries its verdicts.
 func (d *daemon) setupVerify() error {
 	l2, ok := d.ann.(*vip.L2)
+	if le, leased := d.elector.(*leaseElector); ok && leased {
+		// The l2 wire checks learn who holds each VIP and when this node
+		// does (conflict detection); the verification itself follows the
+		// lease's unverified input (issue 27).
+		le.decided = l2.SetHolder
+		return nil
+	}
 	ce, inCluster := d.elector.(clusterElector)
 	if !ok || !inCluster || d.cfg.VerifyInterval <= 0 {
 		return nil
@@ -446,6 +456,7 @@ func (d *daemon) run(parent context.Context) error {
 	// Registered first, so logged last: after the deferred waits below
 	// (VIPs released, cluster left, egress state removed).
 	defer d.log.Info("vipd stopped")
+	raisePriority(d.cfg.Nice, d.log)
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	if d.cfg.MetricsAddress != "" {

@@ -447,9 +447,21 @@ func printLease(w io.Writer, b []byte, now time.Time) error {
 	if len(c.Witnesses) > 0 {
 		fmt.Fprintf(w, "witnesses:\t%s\n", strings.Join(c.Witnesses, ", "))
 	}
-	fmt.Fprintln(w, "\nMEMBER\tADDRESS\tALIVE")
+	for _, v := range slices.Sorted(maps.Keys(c.LastHandover)) {
+		r := c.LastHandover[v]
+		state := "done"
+		if !r.OK {
+			state = "failed"
+		}
+		to := r.To
+		if to == "" {
+			to = "(not known here)"
+		}
+		fmt.Fprintf(w, "last handover %s:\t%s to %s %s (%v): %s\n", v, state, to, ago(now, r.At), r.Took.Round(time.Millisecond), r.Reason)
+	}
+	fmt.Fprintln(w, "\nMEMBER\tADDRESS\tALIVE\tHEALTHY\tELIGIBLE")
 	for _, m := range c.Members {
-		fmt.Fprintf(w, "%s\t%s\t%v\n", m.Name, m.Addr, m.Alive)
+		fmt.Fprintf(w, "%s\t%s\t%v\t%v\t%v\n", m.Name, m.Addr, m.Alive, m.Healthy, m.Eligible)
 	}
 	fmt.Fprintln(w, "\nADDRESS\tHOLDER\tLEASE LEFT HERE")
 	for _, k := range slices.Sorted(maps.Keys(c.Holders)) {

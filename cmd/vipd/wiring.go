@@ -146,16 +146,13 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 	var addrs []lease.Address
 	core := map[string]bool{}
 	if !c.Witness() {
-		egressIPs := map[netip.Addr]bool{}
-		for _, ip := range c.EgressIPs() {
-			egressIPs[ip] = true
-		}
+		// Every VIPD_ADDRESS address, a static VIPD_EGRESS one included,
+		// follows the control-plane rule: held together, the incumbent
+		// keeps them (one gateway for all static egress IPs, which a
+		// joining node does not take: egress connections survive it, as
+		// with the gossip election). EgressPolicy addresses are spread.
 		for _, a := range c.Addresses {
-			kind := lease.ControlPlane
-			if egressIPs[a.Addr()] {
-				kind = lease.Egress // a static VIPD_EGRESS address: the core holds it as a VIP
-			}
-			addrs = append(addrs, lease.Address{Key: a.String(), Kind: kind})
+			addrs = append(addrs, lease.Address{Key: a.String(), Kind: lease.ControlPlane})
 			core[a.String()] = true
 		}
 	}
@@ -172,27 +169,38 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 }
 
 // leaseElector adapts cluster.LeaseNode to the daemon's elector: holds of
-// control-plane VIPs go to the vip core with their lease end; pool and
-// egress holds to the handler set with onHold.
+// control-plane VIPs go to the vip core with their lease end; pool holds
+// to onHold, EgressPolicy holds to onEgress.
 type leaseElector struct {
 	*cluster.LeaseNode
-	log    *slog.Logger
-	core   map[string]bool               // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
-	onHold func([]cluster.LeaseDecision) // other addresses (pools; nil: none); set before Run
+	log      *slog.Logger
+	core     map[string]bool               // the addresses the vip core holds (VIPD_ADDRESS, VIPD_EGRESS)
+	onHold   func([]cluster.LeaseDecision) // pool addresses (nil: none); set before Run
+	onEgress func([]cluster.LeaseDecision) // EgressPolicy addresses (nil: none); set before Run
+	// decided, when set, gets who holds each VIPD_ADDRESS / VIPD_EGRESS
+	// address as this node knows it (the l2 announcer's SetHolder); set
+	// before Run.
+	decided func(vip netip.Prefix, holder string, self bool)
 }
 
 func (e *leaseElector) Run(ctx context.Context, send func(vip.Event)) error {
 	return e.LeaseNode.Run(ctx, func(ds []cluster.LeaseDecision) {
-		var others []cluster.LeaseDecision
+		var poolDs, egressDs []cluster.LeaseDecision
 		for _, d := range ds {
-			if e.core[d.Address.Key] {
+			switch {
+			case e.core[d.Address.Key]:
 				e.toCore(d, send)
-			} else {
-				others = append(others, d)
+			case d.Address.Kind == lease.Egress:
+				egressDs = append(egressDs, d)
+			default:
+				poolDs = append(poolDs, d)
 			}
 		}
-		if len(others) > 0 && e.onHold != nil {
-			e.onHold(others)
+		if len(poolDs) > 0 && e.onHold != nil {
+			e.onHold(poolDs)
+		}
+		if len(egressDs) > 0 && e.onEgress != nil {
+			e.onEgress(egressDs)
 		}
 	})
 }
@@ -211,7 +219,10 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 		}
 		return
 	}
-	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason})
+	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover, PrevHolder: d.Prev, Lone: d.Lone})
+	if e.decided != nil {
+		e.decided(p, d.Node, d.Holder)
+	}
 }
 
 func (e clusterElector) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]cluster.HandoverResult, error) {

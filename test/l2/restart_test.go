@@ -1,6 +1,7 @@
 package l2
 
 import (
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,12 +30,13 @@ func TestClusterStopAndRejoin(t *testing.T) {
 }
 
 // A graceful restart beside a dead node: with one of three machines gone
-// (not yet forgotten), the holder restarts. The survivor, left counting
-// itself and the dead node, has no quorum while the restarted node is
-// away; it must count it again when it is back, so the two (a majority of
-// the three) hold the VIP again. Before, the survivor could never admit it
-// (no quorum) and the restarted node had no quorum without it: the VIP was
-// gone for good (found by the simulator, seed 141).
+// (not yet removed), the holder stops with SIGTERM and starts again. Its
+// leave must not shrink the configuration to the survivor and the dead
+// node (no majority, no holder, forever, the restarted node a learner no
+// leader promotes): the leader declines the leave, the node stops as a
+// voter with its state, and restarted it and the survivor (a majority of
+// the three) hold the VIP again (Consul's leave_on_terminate=false; the
+// simulator's TestLeaveBesideDeadNode).
 func TestClusterRestartBesideDeadNode(t *testing.T) {
 	c := newClusterLab(t, 3)
 	ctx := ctxT(t, 60*time.Second)
@@ -60,8 +62,8 @@ func TestClusterRestartBesideDeadNode(t *testing.T) {
 	if code, err := c.vipd[h].Wait(3 * time.Second); err != nil || code != 0 {
 		t.Fatalf("exit %d %v", code, err)
 	}
-	if err := c.vipd[survivor].WaitOutput(ctx, "member left gracefully"); err != nil {
-		t.Fatal(err)
+	if err := c.vipd[survivor].WaitOutput(ctx, "leave declined"); err != nil {
+		t.Fatalf("the leader did not decline %s's leave beside dead %s: %v", h, dead, err)
 	}
 	c.start(h)
 	back := time.Now()
@@ -70,7 +72,7 @@ func TestClusterRestartBesideDeadNode(t *testing.T) {
 		t.Fatalf("the cut-off node %s holds the VIP", dead)
 	}
 	t.Logf("VIP held by %s %v after %s restarted", got, time.Since(back).Round(time.Millisecond), h)
-	if err := c.vipd[survivor].WaitOutput(ctx, "member that left gracefully is back"); err != nil {
-		t.Fatal(err)
+	if strings.Contains(c.vipd[h].Output(), "joining again as a new member") {
+		t.Fatalf("%s rejoined as a new member instead of resuming as a voter:\n%s", h, c.vipd[h].Output())
 	}
 }

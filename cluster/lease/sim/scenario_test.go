@@ -714,3 +714,42 @@ func TestWantChanges(t *testing.T) {
 	}
 	noViolations(t, s)
 }
+
+// A graceful stop (Leave) of the holder while another voter is dead: the
+// leader must not remove the leaving voter (the survivor would be left with
+// one dead voter of two: no majority, no holder, forever). The leaving node
+// stops as a voter with its state; restarted, it and the survivor hold
+// again; the dead one coming back rejoins the same cluster.
+func TestLeaveBesideDeadNode(t *testing.T) {
+	for _, profile := range []string{"default", "fast"} {
+		s := threeNodes(t, profile, 13)
+		h := s.Holders(cpKey)[0]
+		var dead string
+		for _, n := range []string{"n1", "n2", "n3"} {
+			if n != h {
+				dead = n
+				break
+			}
+		}
+		s.Crash(dead, true, -1)
+		s.Run(3 * time.Second)
+		s.Leave(h)
+		s.Run(3 * time.Second)
+		s.Crash(h, true, 500*time.Millisecond) // the process exits; systemd starts it again
+		s.Run(5 * time.Second)
+		noViolations(t, s)
+		if got := s.Holders(cpKey); len(got) != 1 || got[0] == dead {
+			fail(t, s, "%s: after %s left and restarted beside dead %s: holders %v", profile, h, dead, got)
+		}
+		s.start(s.Node(dead), s.Node(dead).Persisted, true)
+		s.Run(5 * time.Second)
+		noViolations(t, s)
+		ids := map[uint64]bool{}
+		for _, n := range []string{"n1", "n2", "n3"} {
+			ids[s.Status(n).ClusterID] = true
+		}
+		if got := s.Holders(cpKey); len(got) != 1 || len(ids) != 1 {
+			fail(t, s, "%s: after %s came back: holders %v clusters %v", profile, dead, got, ids)
+		}
+	}
+}
