@@ -30,7 +30,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 GOTEST      := $(GO) test -count=1
 # Integration packages run one at a time: they measure timings in network
 # namespaces and must not fight each other for the two cores of CI.
-INTEGRATION := ./test/... ./bfd/... ./lab/... ./kube/...
+INTEGRATION := ./test/... ./bfd/... ./lab/... ./controllers/kube/...
 
 export CGO_ENABLED ?= 0
 export GOFLAGS ?= -mod=mod
@@ -84,7 +84,7 @@ go-deps:
 	$(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROMETHEUS_OPERATOR_VERSION) >/dev/null
 
 # Cluster API release whose own IPAM CRDs the ipam tests install (read from
-# the module cache; keep in step with CAPIVersion in ipam/harness_test.go).
+# the module cache; keep in step with CAPIVersion in controllers/ipam/harness_test.go).
 CAPI_VERSION := v1.10.4
 
 # prometheus-operator release whose ServiceMonitor, PodMonitor and PrometheusRule CRDs

@@ -359,6 +359,12 @@ func (a *Announcer) setWanted(ip netip.Addr, w bool) {
 	a.st(ip).wanted = w
 }
 
+// ActionTimeout bounds one action of the driver (vip.SlowActions): an
+// assign includes polling the provider's action. It resumes its pending
+// action on the next attempt, so the bound only keeps the driver
+// responsive (a 429 wait can be long).
+func (a *Announcer) ActionTimeout() time.Duration { return 15 * time.Second }
+
 // Release implements vip.Announcer. It makes no API call: the reserved IP
 // keeps pointing here until the next holder assigns it to itself (never
 // unassign: an unassigned IP reaches nobody). Only the optional local

@@ -10,45 +10,18 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/cluster/lease"
+	"github.com/vipd/vipd/internal/clock"
 )
 
-// Clock is the lease runtime's time: Now must be monotonic (time.Now's
-// reading carries the monotonic clock, so a step of the wall clock moves
-// no lease end), and timers fire after durations of it. Tests use a fake.
-type Clock interface {
-	Now() time.Time
-	NewTimer(d time.Duration) Timer
-}
-
-// Timer is a Clock's timer.
-type Timer interface {
-	C() <-chan time.Time
-	// Reset rearms the timer; a tick already due and not read is dropped.
-	Reset(d time.Duration)
-	Stop()
-}
-
-// RealClock is the process's monotonic clock.
-type RealClock struct{}
-
-// Now returns time.Now (with its monotonic reading).
-func (RealClock) Now() time.Time { return time.Now() }
-
-// NewTimer returns a time.Timer.
-func (RealClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
-
-type realTimer struct{ t *time.Timer }
-
-func (r realTimer) C() <-chan time.Time { return r.t.C }
-func (r realTimer) Stop()               { r.t.Stop() }
-func (r realTimer) Reset(d time.Duration) {
-	r.t.Stop()
-	select {
-	case <-r.t.C:
-	default:
-	}
-	r.t.Reset(d)
-}
+// Clock is the lease runtime's time, the drivers' clock (internal/clock):
+// Now must be monotonic (time.Now's reading carries the monotonic clock,
+// so a step of the wall clock moves no lease end), and timers fire after
+// durations of it. Tests use clock.Fake.
+type (
+	Clock     = clock.Clock
+	Timer     = clock.Timer
+	RealClock = clock.Real
+)
 
 // leaseMachine is what the runtime needs of lease.Machine.
 type leaseMachine interface {

@@ -13,92 +13,16 @@ import (
 	"time"
 
 	"github.com/vipd/vipd/cluster/lease"
+	"github.com/vipd/vipd/internal/clock"
 	"go.uber.org/goleak"
 )
 
-// fakeClock is a manual clock: timers fire when Advance passes them.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	clk *fakeClock
-	c   chan time.Time
-	at  time.Time
-	on  bool
-}
+// fakeClock is the drivers' fake clock: timers fire when Advance passes
+// them.
+type fakeClock = clock.Fake
 
 func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
-}
-
-func (f *fakeClock) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-func (f *fakeClock) NewTimer(d time.Duration) Timer {
-	t := &fakeTimer{clk: f, c: make(chan time.Time, 1)}
-	f.mu.Lock()
-	f.timers = append(f.timers, t)
-	f.mu.Unlock()
-	t.Reset(d)
-	return t
-}
-
-func (t *fakeTimer) C() <-chan time.Time { return t.c }
-func (t *fakeTimer) Stop() {
-	t.clk.mu.Lock()
-	t.on = false
-	t.clk.mu.Unlock()
-}
-func (t *fakeTimer) Reset(d time.Duration) {
-	t.clk.mu.Lock()
-	select {
-	case <-t.c:
-	default:
-	}
-	t.at, t.on = t.clk.now.Add(d), true
-	t.clk.mu.Unlock()
-	t.clk.fire()
-}
-
-// fire delivers every timer that is due.
-func (f *fakeClock) fire() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, t := range f.timers {
-		if t.on && !t.at.After(f.now) {
-			t.on = false
-			select {
-			case t.c <- f.now:
-			default:
-			}
-		}
-	}
-}
-
-func (f *fakeClock) Advance(d time.Duration) {
-	f.mu.Lock()
-	f.now = f.now.Add(d)
-	f.mu.Unlock()
-	f.fire()
-}
-
-// deadline is when the armed timer fires (zero: none armed).
-func (f *fakeClock) deadline() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var d time.Time
-	for _, t := range f.timers {
-		if t.on && (d.IsZero() || t.at.Before(d)) {
-			d = t.at
-		}
-	}
-	return d
+	return clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
 }
 
 // toyMachine is a small deterministic machine for the runtime's tests:
@@ -233,7 +157,7 @@ func waitStep(t *testing.T, stepped <-chan struct{}) {
 func advance(t *testing.T, l *leaseLoop, clk *fakeClock, d time.Duration) {
 	t.Helper()
 	_, _, stepped := l.snapshot()
-	due := clk.deadline()
+	due := clk.Deadline()
 	clk.Advance(d)
 	if !due.IsZero() && !due.After(clk.Now()) {
 		waitStep(t, stepped)
@@ -352,7 +276,7 @@ func TestLeaseLoopTicksAtNext(t *testing.T) {
 		return lease.Output{Next: now.Add(next)}
 	}}
 	l, _, _ := startLoop(t, m, clk)
-	if d := clk.deadline().Sub(testT0); d != 250*time.Millisecond {
+	if d := clk.Deadline().Sub(testT0); d != 250*time.Millisecond {
 		t.Fatalf("timer armed for +%v, want +250ms", d)
 	}
 	n := len(m.events())
@@ -368,7 +292,7 @@ func TestLeaseLoopTicksAtNext(t *testing.T) {
 	next = 0
 	mu.Unlock()
 	advance(t, l, clk, 250*time.Millisecond)
-	if d := clk.deadline().Sub(clk.Now()); d != idleWake {
+	if d := clk.Deadline().Sub(clk.Now()); d != idleWake {
 		t.Fatalf("no Next: timer in %v, want %v", d, idleWake)
 	}
 }
@@ -547,7 +471,7 @@ func TestLeaseLoopVetoKeepsTheMachineDeadline(t *testing.T) {
 	l, _, _ := startLoop(t, m, clk)
 	advance(t, l, clk, 10*time.Millisecond)
 	postWait(t, l, keyEvent{})
-	if d := clk.deadline().Sub(clk.Now()); d != 40*time.Millisecond {
+	if d := clk.Deadline().Sub(clk.Now()); d != 40*time.Millisecond {
 		t.Fatalf("timer in %v after the key error, want the machine's 40ms", d)
 	}
 }

@@ -32,6 +32,13 @@ const (
 // Witness reports whether this node only votes (VIPD_ROLE=witness).
 func (c *Config) Witness() bool { return c.Role == RoleWitness }
 
+// Elects reports whether this node's VIPs have one holder elected among
+// the nodes (l2 and cloud mode with VIPD_PEERS); otherwise a healthy node
+// holds every VIP (a lone node; bgp mode, where every node announces).
+func (c *Config) Elects() bool {
+	return (c.Mode == ModeL2 || c.Mode == ModeCloud) && len(c.Peers) > 0
+}
+
 // Modes vipd can announce a VIP in.
 const (
 	ModeL2    = "l2"

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vipd/vipd/internal/clock"
 )
 
 // L2 is what the driver needs of the l2 announcer (vip.L2's batch methods).
@@ -43,6 +44,9 @@ type DriverConfig struct {
 	// Leased: l2 addresses are held as the lease election says (SetLeases),
 	// not by rendezvous over Members (VIPD_ELECTION=lease).
 	Leased bool
+	// Clock is the driver's time (nil: the process's clock); tests pass
+	// a clock.Fake.
+	Clock clock.Clock
 }
 
 // Timings of the driver loop.
@@ -56,6 +60,7 @@ const (
 // goroutine with one timer.
 type Driver struct {
 	cfg  DriverConfig
+	clk  clock.Clock
 	log  *slog.Logger
 	wake chan struct{}
 
@@ -78,7 +83,7 @@ type Driver struct {
 
 // NewDriver returns a driver; reg may be nil.
 func NewDriver(cfg DriverConfig, log *slog.Logger, reg prometheus.Registerer) (*Driver, error) {
-	d := &Driver{cfg: cfg, log: log.With("component", "pools"), wake: make(chan struct{}, 1),
+	d := &Driver{cfg: cfg, clk: clock.Or(cfg.Clock), log: log.With("component", "pools"), wake: make(chan struct{}, 1),
 		mAddrs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_pool_addresses",
 			Help: "Pool addresses by state: desired (allocated, announceable by this node's mode), held (announced by this node), conflict (another host answers for one this node should hold)."}, []string{"state"}),
 		mConflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_pool_address_conflicts_total",
@@ -122,7 +127,7 @@ func (d *Driver) SetLeases(until map[netip.Addr]time.Time) {
 }
 
 // pickLeases feeds the last leases to the machine if they changed.
-func (d *Driver) pickLeases(ctx context.Context, m *Machine, timer *time.Timer) {
+func (d *Driver) pickLeases(ctx context.Context, m *Machine, timer clock.Timer) {
 	d.mu.Lock()
 	until, fresh := d.leases, d.freshL
 	d.freshL = false
@@ -150,12 +155,12 @@ func (d *Driver) filter(addrs []Address) ([]Address, int) {
 // Run runs until ctx is done, then releases every pool address (bounded by
 // ReleaseTimeout) and returns.
 func (d *Driver) Run(ctx context.Context) {
-	m := NewMachine(Config{Name: d.cfg.Name, Probe: true, Leased: d.cfg.Leased}, time.Now())
-	timer := time.NewTimer(time.Hour)
+	m := NewMachine(Config{Name: d.cfg.Name, Probe: true, Leased: d.cfg.Leased}, d.clk.Now())
+	timer := d.clk.NewTimer(time.Hour)
 	defer timer.Stop()
-	poll := time.NewTicker(MembersPoll)
+	poll := d.clk.NewTimer(MembersPoll)
 	defer poll.Stop()
-	reconcile := time.NewTicker(ReconcileEvery)
+	reconcile := d.clk.NewTimer(ReconcileEvery)
 	defer reconcile.Stop()
 
 	var lastView []Member
@@ -172,21 +177,23 @@ func (d *Driver) Run(ctx context.Context) {
 		case <-d.wake:
 			d.pickDesired(ctx, m, timer)
 			d.pickLeases(ctx, m, timer)
-		case <-poll.C:
+		case <-poll.C():
 			v := d.cfg.Members()
 			if !slices.Equal(v, lastView) {
 				lastView = v
 				d.step(ctx, m, View{Members: v}, timer)
 			}
-		case <-reconcile.C:
+			poll.Reset(MembersPoll)
+		case <-reconcile.C():
 			d.observe(ctx, m, timer)
-		case <-timer.C:
+			reconcile.Reset(ReconcileEvery)
+		case <-timer.C():
 			d.step(ctx, m, Tick{}, timer)
 		}
 	}
 }
 
-func (d *Driver) pickDesired(ctx context.Context, m *Machine, timer *time.Timer) {
+func (d *Driver) pickDesired(ctx context.Context, m *Machine, timer clock.Timer) {
 	d.mu.Lock()
 	addrs, fresh := d.desired, d.fresh
 	d.fresh = false
@@ -203,7 +210,7 @@ func (d *Driver) pickDesired(ctx context.Context, m *Machine, timer *time.Timer)
 }
 
 // observe lists the l2 pool addresses bound now.
-func (d *Driver) observe(ctx context.Context, m *Machine, timer *time.Timer) {
+func (d *Driver) observe(ctx context.Context, m *Machine, timer clock.Timer) {
 	if d.cfg.L2 == nil {
 		return
 	}
@@ -223,29 +230,25 @@ func (d *Driver) observe(ctx context.Context, m *Machine, timer *time.Timer) {
 
 // step feeds ev and performs the output, feeding acquire results back,
 // until the machine asks for nothing more; then arms timer.
-func (d *Driver) step(ctx context.Context, m *Machine, ev Event, timer *time.Timer) {
+func (d *Driver) step(ctx context.Context, m *Machine, ev Event, timer clock.Timer) {
 	_, tick := ev.(Tick)
 	changed := !tick
 	for ev != nil {
-		out := m.Step(ev, time.Now())
+		out := m.Step(ev, d.clk.Now())
 		changed = changed || len(out.Release) > 0 || len(out.Acquire) > 0 || len(out.Conflicts) > 0
 		ev = d.perform(ctx, out)
 		if ev == nil && timer != nil {
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-			if !out.Next.IsZero() {
-				timer.Reset(max(time.Until(out.Next), 0))
+			if out.Next.IsZero() {
+				timer.Stop()
+			} else {
+				timer.Reset(max(out.Next.Sub(d.clk.Now()), 0))
 			}
 		}
 	}
 	if !changed {
 		return // announcements only: the status is the same
 	}
-	st, c := m.Status(time.Now()), m.Counts()
+	st, c := m.Status(d.clk.Now()), m.Counts()
 	d.mu.Lock()
 	d.status, d.counts = st, c
 	d.mu.Unlock()

@@ -24,7 +24,8 @@ package pools
 
 import (
 	"net/netip"
-	"slices"
+
+	"github.com/vipd/vipd/internal/wire"
 )
 
 // Modes of a pool, as in IPPool.spec.mode.
@@ -33,31 +34,13 @@ const (
 	ModeBGP = "bgp"
 )
 
-// Address is one allocated address as the feed describes it.
-type Address struct {
-	Addr netip.Addr `json:"address"`
-	Pool string     `json:"pool"`
-	Mode string     `json:"mode"`
-	// All: every vipd node with pools may announce it (the pool has no
-	// node selector and the Service no local traffic policy). Otherwise
-	// only Nodes may (none when Nodes is empty).
-	All   bool     `json:"all,omitempty"`
-	Nodes []string `json:"nodes,omitempty"`
-	// Service is the claimer ("namespace/name"), for status and logs.
-	Service string `json:"service,omitempty"`
-}
-
-// Eligible reports whether node may announce a.
-func (a Address) Eligible(node string) bool {
-	return a.All || slices.Contains(a.Nodes, node)
-}
-
-// Snapshot is one line of the feed: the complete desired view.
-type Snapshot struct {
-	// Generation grows with every snapshot of one feed process.
-	Generation uint64    `json:"generation"`
-	Addresses  []Address `json:"addresses"`
-}
+// Address is one allocated address as the feed describes it, and
+// Snapshot one line of the feed: declared in internal/wire, which
+// vipd-controllers pools-feed writes without linking this package.
+type (
+	Address  = wire.PoolAddress
+	Snapshot = wire.PoolSnapshot
+)
 
 // weight is the rendezvous weight of node for addr: a 64-bit hash of both,
 // well mixed so that each node wins an even share.

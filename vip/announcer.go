@@ -3,6 +3,7 @@ package vip
 import (
 	"context"
 	"net/netip"
+	"time"
 )
 
 // Announcer makes this node answer, or stop answering, for a VIP. Each mode
@@ -51,6 +52,17 @@ type LoneAcquirer interface {
 // are always ready.
 type Preparer interface {
 	Prepare(ctx context.Context, vip netip.Prefix) error
+}
+
+// DefaultActionTimeout bounds one action of an announcer that does not
+// say otherwise (SlowActions).
+const DefaultActionTimeout = 5 * time.Second
+
+// SlowActions is implemented by announcers whose actions may take longer
+// than DefaultActionTimeout (cloud: an assign includes polling the API);
+// the driver bounds each of their actions by ActionTimeout instead.
+type SlowActions interface {
+	ActionTimeout() time.Duration
 }
 
 // HandoverAcquirer is implemented by announcers with a pre-bind conflict

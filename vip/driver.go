@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vipd/vipd/internal/clock"
 )
 
 // Watcher is implemented by announcers that can report changes of the
@@ -45,6 +46,7 @@ const watchGap = 100 * time.Millisecond
 type Driver struct {
 	core    *Core
 	ann     Announcer
+	clk     clock.Clock
 	mode    string
 	log     *slog.Logger
 	events  chan Event
@@ -68,7 +70,8 @@ type Driver struct {
 // DriverOptions shape a Driver.
 type DriverOptions struct {
 	Mode string // label for metrics: l2, bgp, cloud
-	// ActionTimeout bounds one Acquire or Announce (default 10 s).
+	// ActionTimeout bounds one action (zero: the announcer's
+	// ActionTimeout if it has SlowActions, else DefaultActionTimeout).
 	ActionTimeout time.Duration
 	// OnTransition is called (on the driver goroutine) after each transition
 	// has been carried out, e.g. to publish holding state to the cluster.
@@ -76,15 +79,21 @@ type DriverOptions struct {
 	// OnPrepared is called (on the driver goroutine) with the answer to
 	// each PrepareHandover event.
 	OnPrepared func(PrepareResult)
+	// Clock is the driver's time (nil: the process's clock); tests pass
+	// a clock.Fake.
+	Clock clock.Clock
 }
 
 // NewDriver wires a core to an announcer.
 func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Registerer, opts DriverOptions) (*Driver, error) {
 	if opts.ActionTimeout <= 0 {
-		opts.ActionTimeout = 10 * time.Second
+		opts.ActionTimeout = DefaultActionTimeout
+		if s, ok := ann.(SlowActions); ok {
+			opts.ActionTimeout = s.ActionTimeout()
+		}
 	}
 	d := &Driver{
-		core: core, ann: ann, mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition, onPrep: opts.OnPrepared,
+		core: core, ann: ann, clk: clock.Or(opts.Clock), mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition, onPrep: opts.OnPrepared,
 		events: make(chan Event, 256),
 		state:  core.State(),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -138,24 +147,24 @@ func (d *Driver) State() []VIPState {
 // (bounded by releaseTimeout) and returns. It runs once per Driver.
 func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
 	defer close(d.stopped)
-	timer := time.NewTimer(time.Hour)
+	timer := d.clk.NewTimer(time.Hour)
 	defer timer.Stop()
-	reconcile := time.NewTicker(ReconcileEvery)
+	every := ReconcileEvery // the polling period, shorter without a live watch
+	reconcile := d.clk.NewTimer(every)
 	defer reconcile.Stop()
 	var watch <-chan WatchEvent
 	if w, ok := d.ann.(Watcher); ok {
 		watch = w.Watch(ctx)
 	}
 	// A change seen within watchGap of the last reconcile it caused waits
-	// on this timer (nil channel: none waiting).
-	var settle *time.Timer
-	var settleC <-chan time.Time
+	// on this timer (settling: one is waiting).
+	settle := d.clk.NewTimer(time.Hour)
+	settle.Stop()
+	settling := false
 	var lastWatch time.Time
 	live := false
 	defer func() {
-		if settle != nil {
-			settle.Stop()
-		}
+		settle.Stop()
 		// Every goroutine of the watch has stopped once it closes its channel.
 		if watch != nil {
 			for range watch {
@@ -163,7 +172,7 @@ func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
 		}
 	}()
 	changed := func() {
-		lastWatch = time.Now()
+		lastWatch = d.clk.Now()
 		d.reconcile(ctx)
 		d.apply(ctx, CheckNow{}, timer)
 	}
@@ -183,29 +192,34 @@ func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
 			}
 			if ev.Live != live {
 				live = ev.Live
-				d.watching(ctx, live, reconcile, timer)
+				every = d.watching(ctx, live, timer)
+				reconcile.Reset(every)
 			}
-			switch wait := watchGap - time.Since(lastWatch); {
-			case settleC != nil:
+			switch wait := watchGap - d.clk.Now().Sub(lastWatch); {
+			case settling:
 				// Already waiting: that reconcile sees this change too.
 			case wait > 0:
-				settle = time.NewTimer(wait)
-				settleC = settle.C
+				settle.Reset(wait)
+				settling = true
 			default:
 				changed()
 			}
-		case <-settleC:
-			settle, settleC = nil, nil
+		case <-settle.C():
 			changed()
+			settling = false
+			// Handled: a no-op for a timer that fired, and what tells a
+			// fake clock's Step that this tick is done.
+			settle.Stop()
 		case ev := <-d.events:
 			for _, e := range coalesce(ev, d.events) {
 				d.apply(ctx, e, timer)
 			}
-		case <-timer.C:
+		case <-timer.C():
 			d.apply(ctx, Tick{}, timer)
-		case <-reconcile.C:
+		case <-reconcile.C():
 			d.reconcile(ctx)
 			d.apply(ctx, Tick{}, timer)
+			reconcile.Reset(every)
 		}
 	}
 }
@@ -255,15 +269,15 @@ func coalesce(first Event, queue <-chan Event) []Event {
 }
 
 // watching switches the polling between the backstop of a live watch and
-// the full rate without one.
-func (d *Driver) watching(ctx context.Context, live bool, reconcile *time.Ticker, timer *time.Timer) {
+// the full rate without one, and returns the reconcile period.
+func (d *Driver) watching(ctx context.Context, live bool, timer clock.Timer) time.Duration {
 	every, check := ReconcileEvery, time.Duration(0)
 	if live {
 		every, check = WatchedReconcileEvery, WatchedCheckEvery
 	}
-	reconcile.Reset(every)
 	d.apply(ctx, CheckInterval{Every: check}, timer)
 	d.log.Debug("announcer watch", "live", live, "reconcile_every", every)
+	return every
 }
 
 func (d *Driver) reconcile(ctx context.Context) {
@@ -276,13 +290,13 @@ func (d *Driver) reconcile(ctx context.Context) {
 			d.log.Warn("reconcile: cannot read VIP state", "vip", s.VIP, "err", err)
 			continue
 		}
-		d.perform(ctx, d.core.Step(Observed{VIP: s.VIP, Present: present}, time.Now()))
+		d.perform(ctx, d.core.Step(Observed{VIP: s.VIP, Present: present}, d.clk.Now()))
 	}
 	d.publish()
 }
 
-func (d *Driver) apply(ctx context.Context, ev Event, timer *time.Timer) {
-	out := d.core.Step(ev, time.Now())
+func (d *Driver) apply(ctx context.Context, ev Event, timer clock.Timer) {
+	out := d.core.Step(ev, d.clk.Now())
 	next := d.perform(ctx, out)
 	d.arm(timer, next)
 	d.publish()
@@ -309,9 +323,9 @@ func (d *Driver) perform(ctx context.Context, out Output) time.Time {
 		queue = queue[1:]
 		var o Output
 		if err := d.do(ctx, a); err != nil {
-			o = d.core.Step(Failed{Action: a, Err: err}, time.Now())
+			o = d.core.Step(Failed{Action: a, Err: err}, d.clk.Now())
 		} else {
-			o = d.core.Step(Done{Action: a}, time.Now())
+			o = d.core.Step(Done{Action: a}, d.clk.Now())
 		}
 		queue = append(queue, o.Actions...)
 		outs = append(outs, o)
@@ -422,19 +436,10 @@ func (d *Driver) publish() {
 	d.mu.Unlock()
 }
 
-func (d *Driver) arm(timer *time.Timer, next time.Time) {
-	if !timer.Stop() {
-		select {
-		case <-timer.C:
-		default:
-		}
-	}
+func (d *Driver) arm(timer clock.Timer, next time.Time) {
 	wait := time.Hour
 	if !next.IsZero() {
-		wait = time.Until(next)
-		if wait < 0 {
-			wait = 0
-		}
+		wait = max(next.Sub(d.clk.Now()), 0)
 	}
 	timer.Reset(wait)
 }
@@ -444,7 +449,7 @@ func (d *Driver) arm(timer *time.Timer, next time.Time) {
 func (d *Driver) shutdown(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	out := d.core.Step(Shutdown{Reason: "stop requested"}, time.Now())
+	out := d.core.Step(Shutdown{Reason: "stop requested"}, d.clk.Now())
 	d.perform(ctx, out)
 	// Make sure: anything still present (a failed release) gets one more try.
 	for _, s := range d.core.State() {

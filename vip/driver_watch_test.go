@@ -81,7 +81,8 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // polls only as a backstop; losing the watch brings the polling back.
 func TestDriverWatch(t *testing.T) {
 	ann := newWatchingAnnouncer()
-	d, err := NewDriver(New([]netip.Prefix{v4}, Options{Elect: true, Check: true}), ann, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, DriverOptions{Mode: "l2"})
+	clk, step := driverClock(t)
+	d, err := NewDriver(New([]netip.Prefix{v4}, Options{Elect: true, Check: true}), ann, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, DriverOptions{Mode: "l2", Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestDriverWatch(t *testing.T) {
 
 	// Not live yet: polling every second (reconcile and check).
 	r0, c0 := d.reconciles.Load(), ann.checkCount()
-	time.Sleep(3500 * time.Millisecond)
+	step(3500 * time.Millisecond)
 	if r, c := d.reconciles.Load()-r0, ann.checkCount()-c0; r < 2 || c < 2 {
 		t.Fatalf("without a watch: %d reconciles and %d checks in 3.5 s, want one a second", r, c)
 	}
@@ -107,7 +108,7 @@ func TestDriverWatch(t *testing.T) {
 	ann.signal(WatchEvent{Live: true})
 	waitFor(t, "reconcile when the watch goes live", 2*time.Second, func() bool { return d.reconciles.Load() > r0 && ann.checkCount() > c0 })
 	r0, c0 = d.reconciles.Load(), ann.checkCount()
-	time.Sleep(3 * time.Second)
+	step(3 * time.Second)
 	if r, c := d.reconciles.Load()-r0, ann.checkCount()-c0; r != 0 || c != 0 {
 		t.Fatalf("live watch, nothing changed: %d reconciles and %d checks in 3 s, want none (backstop %v)", r, c, WatchedReconcileEvery)
 	}
@@ -121,13 +122,14 @@ func TestDriverWatch(t *testing.T) {
 	t.Logf("re-added %v after the change", took)
 
 	// A burst of changes costs at most two passes (one now, one after watchGap).
-	time.Sleep(2 * watchGap)
+	step(2 * watchGap)
 	r0 = d.reconciles.Load()
 	for range 20 {
 		ann.signal(WatchEvent{Live: true})
-		time.Sleep(time.Millisecond)
+		step(time.Millisecond)
 	}
-	time.Sleep(5 * watchGap)
+	waitFor(t, "reconcile after the first change of a burst", 2*time.Second, func() bool { return d.reconciles.Load() > r0 })
+	step(5 * watchGap)
 	if r := d.reconciles.Load() - r0; r < 1 || r > 3 {
 		t.Fatalf("a burst of 20 changes over ~20 ms: %d reconciles, want 1 to 3", r)
 	}
@@ -137,7 +139,7 @@ func TestDriverWatch(t *testing.T) {
 	ann.signal(WatchEvent{Live: false})
 	waitFor(t, "reconcile when the watch is lost", 2*time.Second, func() bool { return d.reconciles.Load() > r0 })
 	r0, c0 = d.reconciles.Load(), ann.checkCount()
-	time.Sleep(3500 * time.Millisecond)
+	step(3500 * time.Millisecond)
 	if r, c := d.reconciles.Load()-r0, ann.checkCount()-c0; r < 2 || c < 2 {
 		t.Fatalf("watch lost: %d reconciles and %d checks in 3.5 s, want one a second", r, c)
 	}

@@ -29,7 +29,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vipd/vipd/config"
-	"github.com/vipd/vipd/kube"
+	"github.com/vipd/vipd/controllers/cordon"
+	"github.com/vipd/vipd/controllers/kube"
 	"k8s.io/klog/v2"
 )
 
@@ -48,11 +49,11 @@ func main() {
 }
 
 func run() error {
-	if isEgressFeed(os.Args) {
-		return egressFeedMain() // egressfeed.go
+	if len(os.Args) == 2 && strings.TrimSpace(os.Args[1]) == "egressfeed" {
+		return runFeed("egressfeed", runEgressFeed)
 	}
 	if len(os.Args) == 2 && os.Args[1] == "pools-feed" {
-		return runPoolsFeed()
+		return runFeed("pools-feed", runPoolsFeed)
 	}
 	if len(os.Args) > 1 {
 		return fmt.Errorf("takes no arguments (or pools-feed, egressfeed): it is started by `vipd run` with VIPD_CONTROLLERS set, VIPD_POOLS=on or VIPD_EGRESS_POLICIES=on")
@@ -100,13 +101,20 @@ func run() error {
 		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
 			Accepted: "a provider token for the controllers: DIGITALOCEAN_ACCESS_TOKEN (or VIPD_DO_TOKEN_FILE) and/or CLOUDFLARE_API_TOKEN (or CLOUDFLARE_TOKEN)"}
 	}
-	if cordonWatched(c) {
+	if cordon.Watched(c) {
 		// Every node, not only the leader: kubectl cordon or drain of
 		// this node hands its VIPs over (docs/kubeadm.md).
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if err := runCordonWatch(ctx, c, log); err != nil {
+			rc, err := restConfig(c)
+			if err != nil {
+				err = fmt.Errorf("kubeconfig: %w", err)
+			} else {
+				rc.UserAgent = "vipd-controllers/" + version + " (cordon)"
+				err = cordon.Run(ctx, c, rc, log)
+			}
+			if err != nil {
 				log.Error("the cordon watch stopped", "err", err)
 			}
 		}()
@@ -120,7 +128,7 @@ func run() error {
 	if len(names) == 0 {
 		// VIPD_CONTROLLERS=cordon: the cordon watch alone (or nothing,
 		// on a node that does not elect: logged).
-		if !cordonWatched(c) {
+		if !cordon.Watched(c) {
 			log.Warn("VIPD_CONTROLLERS=cordon, but this node elects no holder (l2 or cloud mode with VIPD_PEERS and VIPD_ADDRESS): nothing to do")
 		}
 		<-ctx.Done()

@@ -74,7 +74,7 @@ var (
 
 // controlServer serves the control socket.
 type controlServer struct {
-	srv  *http.Server
+	*httpServer
 	path string
 }
 
@@ -131,15 +131,12 @@ func startControlServer(dir string, d *daemon, log *slog.Logger) (*controlServer
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return &controlServer{srv: srv, path: path}, nil
+	return &controlServer{serveHTTP(ln, mux), path}, nil
 }
 
+// Close stops serving and removes the socket.
 func (c *controlServer) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_ = c.srv.Shutdown(ctx)
+	c.httpServer.Close()
 	_ = os.Remove(c.path)
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -138,9 +137,9 @@ func (d *daemon) statusDoc() Status {
 	return s
 }
 
-type statusServer struct {
-	srv *http.Server
-}
+// statusServer serves /metrics, /status, /healthz and the egress
+// gateways the egressfeed child asks for.
+type statusServer struct{ *httpServer }
 
 func startStatusServer(addr string, d *daemon) (*statusServer, error) {
 	ln, err := net.Listen("tcp", addr)
@@ -176,15 +175,7 @@ func startStatusServer(addr string, d *daemon) (*statusServer, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	return &statusServer{srv: srv}, nil
-}
-
-func (s *statusServer) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_ = s.srv.Shutdown(ctx)
+	return &statusServer{serveHTTP(ln, mux)}, nil
 }
 
 func newStatusCmd() *cobra.Command {

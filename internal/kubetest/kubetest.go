@@ -1,5 +1,5 @@
 // Package kubetest runs a real kube-apiserver backed by a real etcd for
-// integration tests of the kube/ controllers.
+// integration tests of the controllers/ packages.
 //
 // etcd comes from the system (Debian's etcd-server: /usr/bin/etcd); the
 // kube-apiserver binary is built once from the Go module proxy by

@@ -1,9 +1,9 @@
 // Package wire holds what vipd and its vipd-controllers children say to
 // each other, in one place for both binaries: the lines of the egress
-// policy feed (child to daemon, NDJSON on the child's stdout, supervised
-// by internal/child) and the daemon's answer to "which egress IPs is this
-// node the gateway of" (daemon to child, GET EgressGatewaysPath on
-// VIPD_METRICS_ADDRESS). The pool feed's lines are pools.Snapshot.
+// policy feed and of the pools feed (child to daemon, NDJSON on the
+// child's stdout, supervised by internal/child: EgressDoc, PoolSnapshot)
+// and the daemon's answer to "which egress IPs is this node the gateway
+// of" (daemon to child, GET EgressGatewaysPath on VIPD_METRICS_ADDRESS).
 package wire
 
 import (

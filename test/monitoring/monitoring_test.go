@@ -233,7 +233,7 @@ func usedNames(t *testing.T) map[string][]string {
 // Keep this list short: every entry is a name no test sees exported.
 var notScraped = map[string]string{
 	// Exported only by the vipd-controllers replica that leads, per
-	// FloatingIPPool / NodeDNSRecordSet object (kube/metrics.go); the lab
+	// FloatingIPPool / NodeDNSRecordSet object (controllers/kube/metrics.go); the lab
 	// has no Kubernetes API. kube/ tests cover the collector.
 	"flipop_floatingippoolcontroller_unfulfilled_ips": "controllers leader only",
 	"flipop_nodednsrecordset_records":                 "controllers leader only",

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	v1alpha1 "github.com/vipd/vipd/api/v1alpha1"
+	v1alpha1 "github.com/vipd/vipd/controllers/api/v1alpha1"
 	"github.com/vipd/vipd/internal/kubetest"
 )
 

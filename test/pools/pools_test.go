@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	v1alpha1 "github.com/vipd/vipd/api/v1alpha1"
+	v1alpha1 "github.com/vipd/vipd/controllers/api/v1alpha1"
 	"github.com/vipd/vipd/internal/kubetest"
 	"github.com/vipd/vipd/internal/testenv"
 	"github.com/vipd/vipd/lab"
