@@ -51,6 +51,7 @@ type egressAddrs struct {
 	// are the addresses the vip core holds.
 	lease   *leaseElector
 	exclude map[netip.Addr]bool
+	l2      *vip.L2 // the verification of the addresses held elsewhere (issue 27)
 
 	mu    sync.Mutex
 	addrs map[netip.Addr]bool // desired now
@@ -75,7 +76,7 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 	for _, a := range c.Addresses {
 		dc.Exclude = append(dc.Exclude, a.Addr())
 	}
-	e := &egressAddrs{self: c.NodeName, log: log.With("component", "egress-addresses"), addrs: map[netip.Addr]bool{}}
+	e := &egressAddrs{self: c.NodeName, l2: l2, log: log.With("component", "egress-addresses"), addrs: map[netip.Addr]bool{}}
 	if c.StateDir != "" {
 		e.state = filepath.Join(c.StateDir, EgressAddrsFile)
 	}
@@ -119,7 +120,7 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 	}
 	e.drv = drv
 	if e.lease != nil {
-		e.lease.onEgress = poolLeases(drv, nil) // EgressPolicy addresses: no verification by the others yet
+		e.lease.onEgress = poolLeases(drv, l2, "egress") // the l2 verification checks the ones held elsewhere
 	}
 	if saved := e.load(); len(saved) > 0 {
 		e.log.Info("egress: starting from the runtime egress addresses saved by the previous run", "addresses", len(saved))
@@ -163,7 +164,13 @@ func (e *egressAddrs) set(addrs []pools.Address, save bool) {
 	e.mu.Unlock()
 	e.drv.SetDesired(addrs)
 	if e.lease != nil {
-		e.lease.SetAddresses(lease.Egress, leaseAddrs(addrs, e.exclude))
+		la := leaseAddrs(addrs, e.exclude)
+		e.lease.SetAddresses(lease.Egress, la)
+		all := make([]netip.Addr, 0, len(la))
+		for _, a := range la {
+			all = append(all, netip.MustParsePrefix(a.Key).Addr())
+		}
+		e.l2.SetKindAddresses("egress", all) // a no-op without the verification
 	}
 	if save {
 		e.save(addrs)

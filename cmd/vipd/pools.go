@@ -119,7 +119,7 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 				vl2.SetKindAddresses("pool", all)
 			}
 		}
-		le.onHold = poolLeases(drv, vl2)
+		le.onHold = poolLeases(drv, vl2, "pool")
 		if fromDisk {
 			p.want(saved.Addresses)
 		}
@@ -218,7 +218,7 @@ func leaseAddrs(as []pools.Address, exclude map[netip.Addr]bool) []lease.Address
 // poolLeases keeps this node's pool leases from the lease election's
 // decisions and hands the complete set to the pools driver after each
 // batch.
-func poolLeases(drv *pools.Driver, l2 *vip.L2) func([]cluster.LeaseDecision) {
+func poolLeases(drv *pools.Driver, l2 *vip.L2, kind string) func([]cluster.LeaseDecision) {
 	held := map[netip.Addr]time.Time{}
 	return func(ds []cluster.LeaseDecision) { // the election's goroutine only
 		for _, d := range ds {
@@ -234,7 +234,7 @@ func poolLeases(drv *pools.Driver, l2 *vip.L2) func([]cluster.LeaseDecision) {
 		}
 		drv.SetLeases(maps.Clone(held))
 		if l2 != nil {
-			l2.SetKindHeld("pool", slices.Collect(maps.Keys(held)))
+			l2.SetKindHeld(kind, slices.Collect(maps.Keys(held)))
 		}
 	}
 }
