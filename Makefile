@@ -132,8 +132,12 @@ $(PROMTOOL):
 
 ## test: every test, unit and integration (root)
 test: deps build k8s-binaries lint
-	$(GOTEST) -timeout 20m $$($(GO) list ./... | grep -v -E '/test/|/bfd$$|/lab$$|/kube$$')
-	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GOTEST) -p 1 -timeout 25m $(INTEGRATION)
+	@# The integration packages run even when a unit test failed (one
+	@# flaky unit test must not hide them); make test fails if either did.
+	rc=0; \
+	$(GOTEST) -timeout 20m $$($(GO) list ./... | grep -v -E '/test/|/bfd$$|/lab$$|/kube$$') || rc=$$?; \
+	VIPD_TEST_BINARY=$(CURDIR)/$(BIN) $(GOTEST) -p 1 -timeout 25m $(INTEGRATION) || rc=$$?; \
+	exit $$rc
 
 test-unit:
 	$(GOTEST) -short ./...
