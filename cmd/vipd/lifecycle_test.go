@@ -90,7 +90,7 @@ func TestDaemonStopLeavesNoGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.pools = &poolsPart{feed: feed, drv: pdrv, done: make(chan struct{})}
+	d.pools = &poolsPart{feed: feed, drv: pdrv}
 	// The controllers child: stays up until stopped.
 	script := filepath.Join(dir, "controllers.sh")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {

@@ -28,7 +28,6 @@ import (
 type poolsPart struct {
 	feed *pools.Feed
 	drv  *pools.Driver
-	done chan struct{}
 	// want tells the lease election which l2 pool addresses to place
 	// (VIPD_ELECTION=lease; nil otherwise).
 	want func([]pools.Address)
@@ -100,7 +99,7 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 		log.Info("pools: starting from the addresses saved by the previous run", "addresses", len(saved.Addresses), "generation", saved.Generation)
 		drv.SetDesired(saved.Addresses)
 	}
-	p := &poolsPart{feed: feed, drv: drv, done: make(chan struct{})}
+	p := &poolsPart{feed: feed, drv: drv}
 	if leased {
 		exclude := map[netip.Addr]bool{}
 		for _, a := range dc.Exclude {
@@ -116,10 +115,9 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 	return p, nil
 }
 
-// run runs the feed and the driver until ctx is done; done is closed once
-// the driver has released every pool address.
+// run runs the feed and the driver until ctx is done, and returns once
+// the driver has released every pool address and the feed child stopped.
 func (p *poolsPart) run(ctx context.Context) {
-	defer close(p.done)
 	feedDone := make(chan struct{})
 	go func() {
 		defer close(feedDone)
