@@ -19,7 +19,6 @@ import (
 	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/internal/atomicfile"
 	"github.com/vipd/vipd/pools"
-	"github.com/vipd/vipd/vip"
 )
 
 // EgressAddrsFile is the last set of runtime egress addresses in
@@ -67,9 +66,9 @@ type egressMembers interface {
 }
 
 func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs, error) {
-	l2, ok := d.ann.(*vip.L2)
+	l2, ok := d.ann.(pools.L2)
 	if !ok {
-		return nil, fmt.Errorf("egress: the l2 announcer is a %T", d.ann)
+		return nil, fmt.Errorf("egress: the l2 announcer (%T) cannot announce addresses in batches", d.ann)
 	}
 	dc := pools.DriverConfig{Name: c.NodeName, L2: l2}
 	for _, a := range c.Addresses {

@@ -39,6 +39,9 @@ type PoolsStatus struct {
 	pools.Status
 }
 
+// The l2 announcer announces pool and egress addresses in batches.
+var _ pools.L2 = (*vip.L2)(nil)
+
 func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Registerer) (*poolsPart, error) {
 	bin, err := controllersBinary()
 	if err != nil {
@@ -58,9 +61,9 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 	}
 	switch c.Mode {
 	case config.ModeL2:
-		l2, ok := d.ann.(*vip.L2)
+		l2, ok := d.ann.(pools.L2)
 		if !ok {
-			return nil, fmt.Errorf("pools: the l2 announcer is a %T", d.ann)
+			return nil, fmt.Errorf("pools: the l2 announcer (%T) cannot announce addresses in batches", d.ann)
 		}
 		dc.L2 = l2
 	case config.ModeBGP:

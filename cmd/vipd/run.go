@@ -357,7 +357,6 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 	}
 	d.checker = checker
 
-	elect := false
 	switch c.Mode {
 	case config.ModeL2:
 		iface := c.Interface
@@ -378,16 +377,15 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		// Foreign hosts claiming an address this node holds (the
 		// conflict guard), now and recently.
 		d.addStatus("conflicts", func() any { return l2.Conflicts() })
-		elect = len(c.Peers) > 0
 	case config.ModeBGP:
 		d.ann, err = newBGPAnnouncer(ctx, c, log, d.reg, d.addStatus)
 	case config.ModeCloud:
 		d.ann, err = newCloudAnnouncer(ctx, c, log, d.reg, d.addStatus)
-		elect = len(c.Peers) > 0
 	}
 	if err != nil {
 		return nil, err
 	}
+	elect := c.Elects()
 	if elect {
 		if d.elector, err = newElector(c, log, d.reg); err != nil {
 			_ = d.ann.Close()
@@ -398,9 +396,9 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		_ = d.ann.Close()
 		return nil, err
 	}
-	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2, Check: c.Mode == config.ModeL2, Jitter: nodeJitter(c.NodeName)})
+	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2, Check: c.Mode == config.ModeL2, Jitter: vip.NodeJitter(c.NodeName)})
 	d.driver, err = vip.NewDriver(core, d.ann, log, d.reg, vip.DriverOptions{
-		Mode: c.Mode, ActionTimeout: actionTimeout(c), OnTransition: d.onTransition,
+		Mode: c.Mode, OnTransition: d.onTransition, // the action timeout: the announcer's (vip.SlowActions)
 		OnPrepared: func(p vip.PrepareResult) {
 			if d.elector != nil {
 				d.elector.SetPrepared(p.VIP.String(), p.Err)
@@ -447,16 +445,6 @@ func (d *daemon) setupVerify() error {
 	d.elector = ce
 	d.addStatus("verification", func() any { return l2.Verification() })
 	return nil
-}
-
-// actionTimeout bounds one acquire: a cloud assign includes API polling.
-func actionTimeout(c *config.Config) time.Duration {
-	if c.Mode == config.ModeCloud {
-		// The assign resumes its pending action on the next attempt, so a
-		// short bound only keeps the driver responsive (a 429 wait can be long).
-		return 15 * time.Second
-	}
-	return 5 * time.Second
 }
 
 func (d *daemon) addStatus(name string, fn func() any) { d.extra[name] = fn }
