@@ -62,7 +62,6 @@ type egressAddrs struct {
 // lists restrict each address further.
 type egressMembers interface {
 	PoolMembers() []cluster.PoolMember
-	Status() any
 }
 
 func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs, error) {
@@ -140,11 +139,9 @@ func memberAddr(ce egressMembers) func(string) netip.Addr {
 			return a
 		}
 		cache, at = map[string]netip.Addr{}, time.Now()
-		if doc, ok := ce.Status().(cluster.StatusDoc); ok {
-			for _, m := range doc.Members {
-				if ap, err := netip.ParseAddrPort(m.Addr); err == nil {
-					cache[m.Name] = ap.Addr().Unmap()
-				}
+		for _, m := range ce.PoolMembers() {
+			if m.Addr.IsValid() {
+				cache[m.Name] = m.Addr
 			}
 		}
 		return cache[name]
