@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build k8s.io/kubernetes/cmd/kube-apiserver from the Go module proxy and cache the
-# binary under .cache/ (git-ignored). Used by the kube/ integration tests.
+# binary under .cache/ (git-ignored). Used by the controllers/ integration tests.
 #
 # Idempotent: does nothing when the cached binary already exists.
 # Prints the path of the binary on stdout.
