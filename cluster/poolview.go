@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -14,6 +15,9 @@ type PoolMember struct {
 	Suspect  bool
 	Eligible bool // Meta.Eligible: healthy, quorum, unique name
 	Pools    bool // Meta.Pools: announces pool addresses
+	// Addr is its gossip address (the egress directors route to a
+	// gateway member through it).
+	Addr netip.Addr
 }
 
 // PoolMembers returns the alive and suspect members, this node included,
@@ -33,7 +37,9 @@ func (n *Node) PoolMembers() []PoolMember {
 		if err != nil {
 			continue
 		}
-		out = append(out, PoolMember{Name: m.Name, Suspect: m.State == memberlist.StateSuspect, Eligible: meta.Eligible, Pools: meta.Pools})
+		addr, _ := netip.AddrFromSlice(m.Addr)
+		out = append(out, PoolMember{Name: m.Name, Suspect: m.State == memberlist.StateSuspect, Eligible: meta.Eligible, Pools: meta.Pools,
+			Addr: addr.Unmap()})
 	}
 	slices.SortFunc(out, func(a, b PoolMember) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -26,6 +26,30 @@ type holderLookup interface {
 	Holder(vip string) (name string, addr netip.Addr)
 }
 
+// gateways answers the egress controller's question "which node is the
+// gateway of this egress IP": the runtime egress addresses' own machine
+// for theirs (VIPD_EGRESS_POLICIES), the election's holder for the
+// elected addresses, and this node when it elects nobody (a lone node is
+// the gateway while it holds the egress IP).
+type gateways struct {
+	self    string
+	elected holderLookup // nil: no election
+	runtime *egressAddrs // nil: no runtime egress addresses
+}
+
+// Gateway is an egress.Lookup.
+func (g gateways) Gateway(ip netip.Addr) egress.Gateway {
+	switch {
+	case g.runtime != nil && g.runtime.Has(ip):
+		return g.runtime.Gateway(ip)
+	case g.elected != nil:
+		name, addr := g.elected.Holder(netip.PrefixFrom(ip, ip.BitLen()).String())
+		return egress.Gateway{Self: name == g.self, Node: name, Addr: addr}
+	default:
+		return egress.Gateway{Node: g.self}
+	}
+}
+
 // setupEgress creates the egress controller when VIPD_EGRESS is set (l2
 // mode). Without it, a vipd egress table, rules or routes left by an
 // earlier run (a crash, or egress removed from the configuration) are
@@ -73,28 +97,11 @@ func (d *daemon) setupEgress() error {
 			return err
 		}
 	}
-	var lookup egress.Lookup
+	gw := gateways{self: c.NodeName, runtime: ea}
 	if hl, ok := d.elector.(holderLookup); ok {
-		self := c.NodeName
-		lookup = func(ip netip.Addr) egress.Gateway {
-			name, addr := hl.Holder(netip.PrefixFrom(ip, ip.BitLen()).String())
-			return egress.Gateway{Self: name == self, Node: name, Addr: addr}
-		}
-	} else {
-		// A lone node: it is the gateway while it holds the egress IP.
-		self := c.NodeName
-		lookup = func(netip.Addr) egress.Gateway { return egress.Gateway{Node: self} }
+		gw.elected = hl
 	}
-	if ea != nil {
-		elected := lookup
-		lookup = func(ip netip.Addr) egress.Gateway {
-			if ea.Has(ip) {
-				return ea.Gateway(ip)
-			}
-			return elected(ip)
-		}
-	}
-	opts := egress.Options{Rules: rules, Settings: egressSettings(c, l.Attrs().Index), Lookup: lookup}
+	opts := egress.Options{Rules: rules, Settings: egressSettings(c, l.Attrs().Index), Lookup: gw.Gateway}
 	if c.EgressPolicies {
 		// Policies come and go: every elected address keeps its slot (mark
 		// and routing table), the static egress IPs first.

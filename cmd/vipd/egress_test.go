@@ -155,3 +155,34 @@ func TestEgressFeedWire(t *testing.T) {
 		t.Fatalf("addresses %+v", gotAddrs)
 	}
 }
+
+// holders is a holderLookup: VIP to holder name and address.
+type holders map[string]string
+
+func (h holders) Holder(vip string) (string, netip.Addr) {
+	name := h[vip]
+	if name == "" {
+		return "", netip.Addr{}
+	}
+	return name, netip.MustParseAddr("10.0.0.9")
+}
+
+// TestGateways: the election's holder for the elected egress IPs (this
+// node when it holds), and this node when nobody is elected.
+func TestGateways(t *testing.T) {
+	ip := netip.MustParseAddr("192.0.2.10")
+	for _, tc := range []struct {
+		name string
+		gw   gateways
+		want egress.Gateway
+	}{
+		{"held here", gateways{self: "n1", elected: holders{"192.0.2.10/32": "n1"}}, egress.Gateway{Self: true, Node: "n1", Addr: netip.MustParseAddr("10.0.0.9")}},
+		{"held elsewhere", gateways{self: "n1", elected: holders{"192.0.2.10/32": "n2"}}, egress.Gateway{Node: "n2", Addr: netip.MustParseAddr("10.0.0.9")}},
+		{"no holder", gateways{self: "n1", elected: holders{}}, egress.Gateway{}},
+		{"no election", gateways{self: "n1"}, egress.Gateway{Node: "n1"}},
+	} {
+		if got := tc.gw.Gateway(ip); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

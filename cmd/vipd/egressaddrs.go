@@ -19,7 +19,6 @@ import (
 	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/internal/atomicfile"
 	"github.com/vipd/vipd/pools"
-	"github.com/vipd/vipd/vip"
 )
 
 // EgressAddrsFile is the last set of runtime egress addresses in
@@ -51,7 +50,7 @@ type egressAddrs struct {
 	// are the addresses the vip core holds.
 	lease   *leaseElector
 	exclude map[netip.Addr]bool
-	l2      *vip.L2 // the verification of the addresses held elsewhere (issue 27)
+	verify  kindVerifier // the verification of the addresses held elsewhere (nil: none)
 
 	mu    sync.Mutex
 	addrs map[netip.Addr]bool // desired now
@@ -64,19 +63,19 @@ type egressAddrs struct {
 // lists restrict each address further.
 type egressMembers interface {
 	PoolMembers() []cluster.PoolMember
-	Status() any
 }
 
 func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs, error) {
-	l2, ok := d.ann.(*vip.L2)
+	l2, ok := d.ann.(pools.L2)
 	if !ok {
-		return nil, fmt.Errorf("egress: the l2 announcer is a %T", d.ann)
+		return nil, fmt.Errorf("egress: the l2 announcer (%T) cannot announce addresses in batches", d.ann)
 	}
 	dc := pools.DriverConfig{Name: c.NodeName, L2: l2}
 	for _, a := range c.Addresses {
 		dc.Exclude = append(dc.Exclude, a.Addr())
 	}
-	e := &egressAddrs{self: c.NodeName, l2: l2, log: log.With("component", "egress-addresses"), addrs: map[netip.Addr]bool{}}
+	vf, _ := l2.(kindVerifier)
+	e := &egressAddrs{self: c.NodeName, verify: vf, log: log.With("component", "egress-addresses"), addrs: map[netip.Addr]bool{}}
 	if c.StateDir != "" {
 		e.state = filepath.Join(c.StateDir, EgressAddrsFile)
 	}
@@ -120,7 +119,7 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 	}
 	e.drv = drv
 	if e.lease != nil {
-		e.lease.onEgress = poolLeases(drv, l2, "egress") // the l2 verification checks the ones held elsewhere
+		e.lease.onEgress = poolLeases(drv, vf, "egress") // the l2 verification checks the ones held elsewhere
 	}
 	if saved := e.load(); len(saved) > 0 {
 		e.log.Info("egress: starting from the runtime egress addresses saved by the previous run", "addresses", len(saved))
@@ -142,11 +141,9 @@ func memberAddr(ce egressMembers) func(string) netip.Addr {
 			return a
 		}
 		cache, at = map[string]netip.Addr{}, time.Now()
-		if doc, ok := ce.Status().(cluster.StatusDoc); ok {
-			for _, m := range doc.Members {
-				if ap, err := netip.ParseAddrPort(m.Addr); err == nil {
-					cache[m.Name] = ap.Addr().Unmap()
-				}
+		for _, m := range ce.PoolMembers() {
+			if m.Addr.IsValid() {
+				cache[m.Name] = m.Addr
 			}
 		}
 		return cache[name]
@@ -170,7 +167,9 @@ func (e *egressAddrs) set(addrs []pools.Address, save bool) {
 		for _, a := range la {
 			all = append(all, netip.MustParsePrefix(a.Key).Addr())
 		}
-		e.l2.SetKindAddresses("egress", all) // a no-op without the verification
+		if e.verify != nil {
+			e.verify.SetKindAddresses("egress", all) // a no-op without the verification
+		}
 	}
 	if save {
 		e.save(addrs)

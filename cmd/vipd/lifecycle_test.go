@@ -9,11 +9,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/health"
 	"github.com/vipd/vipd/pools"
 	"github.com/vipd/vipd/vip"
@@ -90,7 +93,7 @@ func TestDaemonStopLeavesNoGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.pools = &poolsPart{feed: feed, drv: pdrv, done: make(chan struct{})}
+	d.pools = &poolsPart{feed: feed, drv: pdrv}
 	// The controllers child: stays up until stopped.
 	script := filepath.Join(dir, "controllers.sh")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
@@ -143,5 +146,33 @@ func TestDaemonStopLeavesNoGoroutine(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, ControlSocket)); !os.IsNotExist(err) {
 		t.Errorf("control socket left behind: %v", err)
+	}
+}
+
+// TestLifecycleDocumented: docs/architecture.md "One lifecycle" lists the
+// parts of a daemon with every part in the order daemon.parts starts them.
+func TestLifecycleDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## One lifecycle\n")
+	if !ok {
+		t.Fatal(`docs/architecture.md has no "## One lifecycle"`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var documented []string
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || strings.TrimSpace(cells[1]) == "start" || strings.HasPrefix(strings.TrimSpace(cells[1]), "-") {
+			continue
+		}
+		documented = append(documented, strings.TrimSpace(cells[2]))
+	}
+	d := &daemon{cfg: &config.Config{MetricsAddress: "127.0.0.1:0"}, log: slog.New(slog.DiscardHandler),
+		ann: &memAnnouncer{}, elector: &runningElector{}, driver: &vip.Driver{}, pools: &poolsPart{},
+		ctrl: &controllers{}, egress: &egress.Controller{}}
+	if got := d.parts().Names(); !slices.Equal(got, documented) {
+		t.Fatalf("daemon parts in start order\n  code %q\n  docs %q", got, documented)
 	}
 }

@@ -19,6 +19,10 @@ import (
 // this time only delays the check until the IP is needed.
 const cloudPrimeTimeout = 10 * time.Second
 
+// The cloud announcer bounds the driver's actions itself: an assign
+// includes polling the provider's action.
+var _ vip.SlowActions = (*cloud.Announcer)(nil)
+
 // newCloudAnnouncer builds the cloud-mode announcer: the configured
 // provider's backend behind cloud.Announcer. A missing or unreadable token
 // is a configuration error (exit 2); a token the API rejects, or a VIP that

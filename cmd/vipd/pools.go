@@ -28,7 +28,6 @@ import (
 type poolsPart struct {
 	feed *pools.Feed
 	drv  *pools.Driver
-	done chan struct{}
 	// want tells the lease election which l2 pool addresses to place
 	// (VIPD_ELECTION=lease; nil otherwise).
 	want func([]pools.Address)
@@ -39,6 +38,20 @@ type PoolsStatus struct {
 	Feed pools.FeedStatus `json:"feed"`
 	pools.Status
 }
+
+// The l2 announcer announces pool and egress addresses in batches.
+var _ pools.L2 = (*vip.L2)(nil)
+
+// kindVerifier is what the pool and egress addresses need of the l2
+// verification by the other nodes (issue 27): which addresses of a kind
+// exist, and which this node holds. The l2 announcer is one; without the
+// verification its calls do nothing.
+type kindVerifier interface {
+	SetKindAddresses(kind string, all []netip.Addr)
+	SetKindHeld(kind string, held []netip.Addr)
+}
+
+var _ kindVerifier = (*vip.L2)(nil)
 
 func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Registerer) (*poolsPart, error) {
 	bin, err := controllersBinary()
@@ -57,14 +70,15 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 	for _, a := range c.Addresses {
 		dc.Exclude = append(dc.Exclude, a.Addr())
 	}
-	var vl2 *vip.L2 // l2 mode: the verification checks the pool addresses too
+	var vl2 kindVerifier // l2 mode: the verification checks the pool addresses too
 	switch c.Mode {
 	case config.ModeL2:
-		l2, ok := d.ann.(*vip.L2)
+		l2, ok := d.ann.(pools.L2)
 		if !ok {
-			return nil, fmt.Errorf("pools: the l2 announcer is a %T", d.ann)
+			return nil, fmt.Errorf("pools: the l2 announcer (%T) cannot announce addresses in batches", d.ann)
 		}
-		dc.L2, vl2 = l2, l2
+		dc.L2 = l2
+		vl2, _ = l2.(kindVerifier)
 	case config.ModeBGP:
 		dc.BGP = d.ann
 	}
@@ -101,7 +115,7 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 		log.Info("pools: starting from the addresses saved by the previous run", "addresses", len(saved.Addresses), "generation", saved.Generation)
 		drv.SetDesired(saved.Addresses)
 	}
-	p := &poolsPart{feed: feed, drv: drv, done: make(chan struct{})}
+	p := &poolsPart{feed: feed, drv: drv}
 	if leased {
 		exclude := map[netip.Addr]bool{}
 		for _, a := range dc.Exclude {
@@ -128,10 +142,9 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 	return p, nil
 }
 
-// run runs the feed and the driver until ctx is done; done is closed once
-// the driver has released every pool address.
+// run runs the feed and the driver until ctx is done, and returns once
+// the driver has released every pool address and the feed child stopped.
 func (p *poolsPart) run(ctx context.Context) {
-	defer close(p.done)
 	feedDone := make(chan struct{})
 	go func() {
 		defer close(feedDone)
@@ -218,7 +231,7 @@ func leaseAddrs(as []pools.Address, exclude map[netip.Addr]bool) []lease.Address
 // poolLeases keeps this node's pool leases from the lease election's
 // decisions and hands the complete set to the pools driver after each
 // batch.
-func poolLeases(drv *pools.Driver, l2 *vip.L2, kind string) func([]cluster.LeaseDecision) {
+func poolLeases(drv *pools.Driver, l2 kindVerifier, kind string) func([]cluster.LeaseDecision) {
 	held := map[netip.Addr]time.Time{}
 	return func(ds []cluster.LeaseDecision) { // the election's goroutine only
 		for _, d := range ds {

@@ -21,6 +21,7 @@ import (
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/health"
+	"github.com/vipd/vipd/internal/lifecycle"
 	"github.com/vipd/vipd/vip"
 )
 
@@ -77,38 +78,35 @@ func runDaemon(c *config.Config) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	// The daemon, once built: a stop first hands its VIPs over.
-	var mu sync.Mutex
-	var running *daemon
-	go func() {
-		s := <-sigs
-		if len(c.Addresses) > 0 {
-			log.Info("stopping: handing over and releasing VIPs", "signal", s.String())
-		} else {
-			log.Info("stopping", "signal", s.String())
-		}
-		notify("STOPPING=1")
-		go func() {
-			s := <-sigs
-			log.Warn("second signal: exiting at once", "signal", s.String())
-			os.Exit(exitFailure)
-		}()
-		mu.Lock()
-		d := running
-		mu.Unlock()
-		if d != nil {
-			d.handOverAtStop(ctx)
-		}
-		cancel()
-	}()
-
 	if usesStateDir(c) {
 		if err := checkStateDir(c.StateDir); err != nil {
 			return err
 		}
 	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	// The daemon, once built: a stop first hands its VIPs over.
+	var mu sync.Mutex
+	var running *daemon
+	stopped := make(chan struct{}) // closed when the daemon has returned
+	watched := make(chan struct{}) // closed when the signal watch has
+	go func() {
+		defer close(watched)
+		stopOnSignal(sigs, stopped, cancel, log, len(c.Addresses) > 0, func() {
+			mu.Lock()
+			d := running
+			mu.Unlock()
+			if d != nil {
+				d.handOverAtStop(ctx)
+			}
+		})
+	}()
+	defer func() {
+		close(stopped)
+		<-watched
+	}()
+
 	d, err := newDaemon(ctx, c, log)
 	if err != nil {
 		return err
@@ -117,6 +115,37 @@ func runDaemon(c *config.Config) error {
 	running = d
 	mu.Unlock()
 	return d.run(ctx)
+}
+
+// stopOnSignal waits for SIGTERM or SIGINT, then hands the VIPs over
+// (handOver) and cancels the daemon; a second signal exits at once. It
+// returns once stopped is closed (the daemon returned), after the handover.
+func stopOnSignal(sigs <-chan os.Signal, stopped <-chan struct{}, cancel context.CancelFunc, log *slog.Logger, vips bool, handOver func()) {
+	var s os.Signal
+	select {
+	case s = <-sigs:
+	case <-stopped:
+		return
+	}
+	if vips {
+		log.Info("stopping: handing over and releasing VIPs", "signal", s.String())
+	} else {
+		log.Info("stopping", "signal", s.String())
+	}
+	notify("STOPPING=1")
+	handed := make(chan struct{})
+	go func() {
+		defer close(handed)
+		handOver()
+		cancel()
+	}()
+	select {
+	case s := <-sigs:
+		log.Warn("second signal: exiting at once", "signal", s.String())
+		os.Exit(exitFailure)
+	case <-stopped:
+		<-handed
+	}
 }
 
 // stopHandoverWait bounds the planned handover at a stop: after it the
@@ -329,7 +358,6 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 	}
 	d.checker = checker
 
-	elect := false
 	switch c.Mode {
 	case config.ModeL2:
 		iface := c.Interface
@@ -350,16 +378,15 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		// Foreign hosts claiming an address this node holds (the
 		// conflict guard), now and recently.
 		d.addStatus("conflicts", func() any { return l2.Conflicts() })
-		elect = len(c.Peers) > 0
 	case config.ModeBGP:
 		d.ann, err = newBGPAnnouncer(ctx, c, log, d.reg, d.addStatus)
 	case config.ModeCloud:
 		d.ann, err = newCloudAnnouncer(ctx, c, log, d.reg, d.addStatus)
-		elect = len(c.Peers) > 0
 	}
 	if err != nil {
 		return nil, err
 	}
+	elect := c.Elects()
 	if elect {
 		if d.elector, err = newElector(c, log, d.reg); err != nil {
 			_ = d.ann.Close()
@@ -370,9 +397,9 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		_ = d.ann.Close()
 		return nil, err
 	}
-	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2, Check: c.Mode == config.ModeL2, Jitter: nodeJitter(c.NodeName)})
+	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2, Check: c.Mode == config.ModeL2, Jitter: vip.NodeJitter(c.NodeName)})
 	d.driver, err = vip.NewDriver(core, d.ann, log, d.reg, vip.DriverOptions{
-		Mode: c.Mode, ActionTimeout: actionTimeout(c), OnTransition: d.onTransition,
+		Mode: c.Mode, OnTransition: d.onTransition, // the action timeout: the announcer's (vip.SlowActions)
 		OnPrepared: func(p vip.PrepareResult) {
 			if d.elector != nil {
 				d.elector.SetPrepared(p.VIP.String(), p.Err)
@@ -462,16 +489,6 @@ func overlapToGuard(l2 *vip.L2, core map[string]bool) func(string, lease.Overlap
 	}
 }
 
-// actionTimeout bounds one acquire: a cloud assign includes API polling.
-func actionTimeout(c *config.Config) time.Duration {
-	if c.Mode == config.ModeCloud {
-		// The assign resumes its pending action on the next attempt, so a
-		// short bound only keeps the driver responsive (a 429 wait can be long).
-		return 15 * time.Second
-	}
-	return 5 * time.Second
-}
-
 func (d *daemon) addStatus(name string, fn func() any) { d.extra[name] = fn }
 
 func (d *daemon) onTransition(t vip.Transition) {
@@ -488,151 +505,133 @@ func (d *daemon) onTransition(t vip.Transition) {
 	d.elector.SetHolding(t.VIP.String(), t.Held)
 }
 
+// stopTimeout bounds the whole stop of the daemon's parts: the
+// controllers child gets 10 s between SIGTERM and SIGKILL (a leader
+// releases its lease); the parts stopped after it (pool and VIP releases,
+// the leave, the egress drain) take a few seconds at most.
+const stopTimeout = 15 * time.Second
+
 // run runs every part until ctx is done or one of them fails for good (a
-// fatal error). Either way every part's context is cancelled, the driver
-// releases the VIPs, the node leaves the cluster, and run returns once
-// every goroutine it started has returned: a fatal error is returned, so
+// fatal error), then stops them in the reverse of the order parts lists
+// them, and returns once every part has: a fatal error is returned, so
 // vipd exits non-zero (1, restarted by systemd; 2 when vipd-controllers
 // rejected the configuration, which a restart cannot fix).
-func (d *daemon) run(parent context.Context) error {
-	// Registered first, so logged last: after the deferred waits below
+func (d *daemon) run(ctx context.Context) error {
+	// Registered first, so logged last: after every part has stopped
 	// (VIPs released, cluster left, egress state removed).
 	defer d.log.Info("vipd stopped")
 	raisePriority(d.cfg.Nice, d.log)
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	if d.cfg.MetricsAddress != "" {
-		srv, err := startStatusServer(d.cfg.MetricsAddress, d)
-		if err != nil {
-			if d.ann != nil {
-				_ = d.ann.Close()
-			}
-			return err
+	return d.parts().Run(ctx, stopTimeout)
+}
+
+// parts are the daemon's long-running parts in start order
+// (internal/lifecycle); they stop in reverse: the pool addresses
+// (released), the health checker, the VIPs (released), the election (the
+// node leaves the cluster: nobody else holds meanwhile), the egress
+// controller (drains and removes its kernel state once the node has
+// left), the controllers child, the control socket, the status server,
+// the announcer. docs/architecture.md "One lifecycle" has the table.
+func (d *daemon) parts() *lifecycle.Parts {
+	parts := lifecycle.New(d.log)
+	parts.Stopping = func(fatal error) {
+		if fatal == nil {
+			return
 		}
-		d.status = srv
-		defer srv.Close()
-	}
-	if d.elector != nil {
-		cs, err := startControlServer(d.cfg.StateDir, d, d.log)
-		if err != nil {
-			if d.ann != nil {
-				_ = d.ann.Close()
-			}
-			return err
-		}
-		defer cs.Close()
-	}
-	var wg sync.WaitGroup
-	errc := make(chan error, 4)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		trimAfter(ctx, trimDelay, d.log)
-	}()
-	if d.driver != nil {
-		d.log.Info("vipd started", "version", version, "mode", d.cfg.Mode, "profile", d.cfg.Profile, "vips", d.cfg.Addresses, "interface", d.iface,
-			"peers", d.cfg.Peers, "health_url", d.cfg.HealthURL)
-		driverDone := make(chan struct{})
-		go func() {
-			defer close(driverDone)
-			d.driver.Run(ctx, releaseTimeout)
-		}()
-		var once sync.Once
-		el := &eligibility{d: d}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.checker.Run(ctx, func(s health.Status) {
-				once.Do(func() { notify("READY=1") })
-				if s.HandOver {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						d.drainHandOver(ctx, s, el)
-					}()
-				}
-				el.sync()
-			})
-		}()
-		// Egress stops after the node left the cluster (a gateway keeps its
-		// SNAT until the directors route elsewhere): awaited below.
-		egressDone, egressLeft := make(chan struct{}), make(chan struct{})
-		if d.egress != nil {
-			go func() {
-				defer close(egressDone)
-				d.runEgress(ctx, egressLeft) // removes the egress rules when ctx is done
-			}()
-		} else {
-			close(egressDone)
-		}
-		if d.elector != nil {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := d.elector.Run(ctx, d.driver.Send); err != nil && !errors.Is(err, context.Canceled) {
-					errc <- fmt.Errorf("cluster: %w", err)
-				}
-			}()
-		}
-		if d.pools != nil {
-			go d.pools.run(ctx)
-		}
-		defer func() {
-			<-driverDone // VIPs released first, then leave: no second holder meanwhile
-			if d.pools != nil {
-				<-d.pools.done // pool addresses too
-			}
-			if d.elector != nil {
-				if err := d.elector.Close(); err != nil {
-					d.log.Warn("leaving the cluster", "err", err)
-				}
-			}
-			close(egressLeft)
-			<-egressDone
-			_ = d.ann.Close()
-		}()
-	} else if d.elector != nil {
-		// A witness: the election alone.
-		d.log.Info("vipd started as a witness", "version", version, "mode", d.cfg.Mode, "profile", d.cfg.Profile, "peers", d.cfg.Peers)
-		notify("READY=1")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := d.elector.Run(ctx, nil); err != nil && !errors.Is(err, context.Canceled) {
-				errc <- fmt.Errorf("cluster: %w", err)
-			}
-		}()
-		defer func() {
-			if err := d.elector.Close(); err != nil {
-				d.log.Warn("leaving the cluster", "err", err)
-			}
-		}()
-	} else {
-		notify("READY=1")
-	}
-	if d.ctrl != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := d.ctrl.Run(ctx); err != nil {
-				errc <- fmt.Errorf("controllers: %w", err)
-			}
-		}()
-	}
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
 		if len(d.cfg.Addresses) > 0 {
-			d.log.Error("stopping after a fatal error: releasing VIPs", "err", err)
+			d.log.Error("stopping after a fatal error: releasing VIPs", "err", fatal)
 		} else {
-			d.log.Error("stopping after a fatal error", "err", err)
+			d.log.Error("stopping after a fatal error", "err", fatal)
 		}
 		notify("STOPPING=1")
 	}
-	// Every part stops on ctx; the driver releases the VIPs (bounded by
-	// releaseTimeout) in the deferred wait above.
-	cancel()
-	wg.Wait()
-	return err
+	if d.ann != nil {
+		parts.Add(lifecycle.Part{Name: "announcer", Stop: func(context.Context) error { return d.ann.Close() }})
+	}
+	if d.cfg.MetricsAddress != "" {
+		parts.Add(lifecycle.Part{Name: "status server",
+			Start: func() (err error) { d.status, err = startStatusServer(d.cfg.MetricsAddress, d); return err },
+			Stop:  func(context.Context) error { d.status.Close(); return nil }})
+	}
+	if d.elector != nil {
+		var cs *controlServer
+		parts.Add(lifecycle.Part{Name: "control socket",
+			Start: func() (err error) { cs, err = startControlServer(d.cfg.StateDir, d, d.log); return err },
+			Stop:  func(context.Context) error { cs.Close(); return nil }})
+	}
+	parts.Add(lifecycle.Part{Name: "memory trim", Run: func(ctx context.Context) error { trimAfter(ctx, trimDelay, d.log); return nil }})
+	// The controllers child stops after the VIPs are released: its cordon
+	// watch may ask for a handover until then.
+	if d.ctrl != nil {
+		parts.Add(lifecycle.Part{Name: "controllers", Run: d.ctrl.Run})
+	}
+	// The egress controller keeps a gateway's state until the node has
+	// left the cluster (the directors route elsewhere): left is closed by
+	// the election's stop, which comes first.
+	left := make(chan struct{})
+	if d.egress != nil {
+		parts.Add(lifecycle.Part{Name: "egress", Run: func(ctx context.Context) error { d.runEgress(ctx, left); return nil }})
+	}
+	if d.elector == nil {
+		close(left)
+	} else {
+		var send func(vip.Event)
+		if d.driver != nil {
+			send = d.driver.Send
+		}
+		parts.Add(lifecycle.Part{Name: "cluster",
+			Run: func(ctx context.Context) error {
+				if err := d.elector.Run(ctx, send); err != nil && !errors.Is(err, context.Canceled) {
+					return err
+				}
+				return nil
+			},
+			Stop: func(context.Context) error {
+				defer close(left)
+				if err := d.elector.Close(); err != nil {
+					return fmt.Errorf("leaving the cluster: %w", err)
+				}
+				return nil
+			}})
+	}
+	switch {
+	case d.driver != nil:
+		parts.Add(lifecycle.Part{Name: "VIP driver",
+			Start: func() error {
+				d.log.Info("vipd started", "version", version, "mode", d.cfg.Mode, "profile", d.cfg.Profile, "vips", d.cfg.Addresses,
+					"interface", d.iface, "peers", d.cfg.Peers, "health_url", d.cfg.HealthURL)
+				return nil
+			},
+			Run: func(ctx context.Context) error { d.driver.Run(ctx, releaseTimeout); return nil }})
+		parts.Add(lifecycle.Part{Name: "health checker", Run: d.runHealth})
+	case d.elector != nil:
+		parts.Add(lifecycle.Part{Name: "witness", Start: func() error {
+			d.log.Info("vipd started as a witness", "version", version, "mode", d.cfg.Mode, "profile", d.cfg.Profile, "peers", d.cfg.Peers)
+			notify("READY=1")
+			return nil
+		}})
+	default:
+		parts.Add(lifecycle.Part{Name: "ready", Start: func() error { notify("READY=1"); return nil }})
+	}
+	if d.pools != nil {
+		parts.Add(lifecycle.Part{Name: "pools", Run: func(ctx context.Context) error { d.pools.run(ctx); return nil }})
+	}
+	return parts
+}
+
+// runHealth runs the health checker until ctx is done: it passes the
+// node's eligibility on, and runs the drain handovers the checker asks for
+// on goroutines it waits for.
+func (d *daemon) runHealth(ctx context.Context) error {
+	var once sync.Once
+	var drains sync.WaitGroup
+	defer drains.Wait()
+	el := &eligibility{d: d}
+	d.checker.Run(ctx, func(s health.Status) {
+		once.Do(func() { notify("READY=1") })
+		if s.HandOver {
+			drains.Go(func() { d.drainHandOver(ctx, s, el) })
+		}
+		el.sync()
+	})
+	return nil
 }

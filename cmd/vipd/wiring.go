@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -95,14 +93,6 @@ func claimSettle(mode string) time.Duration {
 		return 200 * time.Millisecond
 	}
 	return 0
-}
-
-// nodeJitter is this node's share of the back-off after a failure: a
-// stable function of its name, so that two lone holders that both gave a
-// VIP up do not try again in step.
-func nodeJitter(name string) time.Duration {
-	h := sha256.Sum256([]byte(name))
-	return time.Duration(binary.BigEndian.Uint16(h[:2])%500) * time.Millisecond
 }
 
 // clusterElector adapts cluster.Node to the daemon's elector.
