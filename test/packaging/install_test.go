@@ -346,7 +346,7 @@ WantedBy=multi-user.target
 func TestPackages(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.Short(t)
-	testenv.RequireCommands(t, "debootstrap", "systemd-nspawn", "nsenter", "ip", "tar", "rpm", "dpkg-deb", "ping", "go", "curl")
+	testenv.RequireCommands(t, "debootstrap", "systemd-nspawn", "nsenter", "ip", "tar", "rpm", "dpkg-deb", "ping", "go", "curl", "journalctl", "nft")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	repo := repoRoot(t)
@@ -357,6 +357,7 @@ func TestPackages(t *testing.T) {
 	t.Run("rpm", func(t *testing.T) { checkRPM(ctx, t, rpm) })
 	t.Run("deb-contents", func(t *testing.T) { checkDebContents(ctx, t, deb) })
 	t.Run("install", func(t *testing.T) { installAndRun(ctx, t, repo, deb) })
+	t.Run("reboot", func(t *testing.T) { rebootHandsOver(ctx, t, repo, deb) })
 	t.Run("upgrade", func(t *testing.T) {
 		checkUpgrades(ctx, t, repo, filepath.Join(release, "vipd_"+oldVersion+"-1_amd64.deb"),
 			filepath.Join(release, "vipd-"+oldVersion+"-1.x86_64.rpm"))
