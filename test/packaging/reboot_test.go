@@ -2,6 +2,7 @@ package packaging
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,19 +33,19 @@ WantedBy=multi-user.target
 // deb's vipd.service in a container booted with systemd, on a lab bridge
 // with two more vipd nodes (the same binary, plain lab namespaces) and a
 // client that opens a TCP+TLS connection to VIP:6443 every 10 ms. The
-// container is shut down with `systemctl poweroff` (the same stop
-// transaction as a reboot; see docs/kubeadm.md): vipd must hand the VIP
-// over make-before-break before the stand-in kubelet (and with it the
-// port) stops, with no failed attempt, and leave nothing in the
-// container's network namespace.
+// container is rebooted with `systemctl reboot` (systemd-nspawn boots it
+// again): vipd must hand the VIP over make-before-break before the
+// stand-in kubelet (and with it the port) stops, with no failed attempt,
+// leave nothing in the container's network namespace, and, booted again,
+// join without taking the VIP back.
 func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 	start := time.Now()
 	root := rootfs(ctx, t, repo)
 	l := lab.New(t, lab.Options{Nodes: 3, Client: true})
 	n1, vip := l.Nodes[0], l.VIP4(60)
 
-	// The root: the stand-in kubelet, a persistent journal (read from the
-	// host after the poweroff), the lab's gossip key, the configuration.
+	// The root: the stand-in kubelet, a persistent journal (both boots,
+	// read from the host), the lab's gossip key, the configuration.
 	bin := filepath.Join(root, "usr", "local", "bin", "fake-apiserver")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./test/packaging/fakeapiserver")
 	cmd.Dir, cmd.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
@@ -103,8 +104,8 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 			for name, p := range procs {
 				t.Logf("--- vipd %s:\n%s", name, lastLines(p.Output(), 60))
 			}
-			out, _ := exec.Command("journalctl", "-D", journalDir, "--no-pager", "-o", "short-monotonic").CombinedOutput()
-			t.Logf("--- container journal:\n%s", lastLines(string(out), 150))
+			out, _ := exec.Command("journalctl", "-D", journalDir, "--no-pager", "-o", "short-precise", "-u", "vipd.service", "-u", "kubelet.service").CombinedOutput()
+			t.Logf("--- container journal (vipd, kubelet):\n%s", lastLines(string(out), 200))
 		}
 	})
 	holder, err := mon.WaitStable(ctx, time.Second)
@@ -131,24 +132,38 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	// The shutdown. systemctl returns once the job is queued.
+	// The reboot. systemctl returns once the job is queued. The container's
+	// systemd stops every unit and exits with status 133, "reboot";
+	// systemd-nspawn passes that on, and systemd-nspawn@.service on a host
+	// (RestartForceExitStatus=133) boots the same root again: so does the
+	// test.
 	offAt := time.Now()
-	if out, err := c.exec(ctx, "systemctl", "poweroff"); err != nil {
-		t.Fatalf("systemctl poweroff: %v\n%s", err, out)
+	if out, err := c.exec(ctx, "systemctl", "reboot"); err != nil {
+		t.Fatalf("systemctl reboot: %v\n%s", err, out)
 	}
 	select {
 	case err := <-c.done:
 		c.done <- err // the container's cleanup waits for it too
-		if err != nil {
-			t.Errorf("systemd-nspawn after poweroff: %v", err)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 133 {
+			t.Fatalf("systemd-nspawn exited with %v at the reboot, want exit status 133 (reboot)", err)
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the container did not power off within 60 s")
+		t.Fatalf("the container did not shut down within 60 s of systemctl reboot")
 	}
-	offTook := time.Since(offAt)
-	time.Sleep(300 * time.Millisecond) // probes in flight, a little after
+	downAt := time.Now()
+	c = boot(ctx, t, root, n1.NS)
+	if st := c.show(ctx, t, "vipd", "ActiveState"); st != "active" {
+		t.Errorf("vipd %s after the reboot:\n%s", st, c.journal(ctx, "vipd"))
+	}
+	upAt := time.Now()
+	// The rebooted node joins without taking the VIP back (no preemption):
+	// give it a few health intervals and gossip rounds.
+	time.Sleep(2 * time.Second)
 	prober.Stop()
 	end := time.Now()
+	t.Logf("systemctl reboot: container down after %v, booted again (systemd running) after %v",
+		downAt.Sub(offAt).Round(time.Millisecond), upAt.Sub(offAt).Round(time.Millisecond))
 
 	ans := prober.Answers()
 	var failed, total int
@@ -159,7 +174,7 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 		case a.Node == "":
 			failed++
 			if failed <= 5 {
-				t.Logf("failed attempt sent %s", a.Sent.Format("15:04:05.000"))
+				t.Logf("failed attempt sent %s, failed after %v", a.Sent.Format("15:04:05.000"), a.RTT.Round(time.Millisecond))
 			}
 		case a.Node == "n1":
 			lastN1 = a.Sent
@@ -175,22 +190,25 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 	}
 	none := mon.Longest(offAt, end, func(n int) bool { return n == 0 })
 	overlap := mon.Longest(offAt, end, func(n int) bool { return n == 2 })
-	t.Logf("poweroff of the holder n1: container down after %v; %d attempts, %d failed; longest gap between answered attempts %v (%s -> %s); "+
-		"last answer by n1 %v after poweroff, first by the successor %v after; holders: none for %v, two (make-before-break) for %v; new holder %s",
-		offTook.Round(time.Millisecond), total, failed, gap.Round(time.Millisecond), before, after,
+	t.Logf("reboot of the holder n1: %d attempts, %d failed; longest gap between answered attempts %v (%s -> %s); "+
+		"last answer by n1 %v after systemctl reboot, first by the successor %v after; holders: none for %v, two (make-before-break) for %v; holder after the reboot %s",
+		total, failed, gap.Round(time.Millisecond), before, after,
 		lastN1.Sub(offAt).Round(time.Millisecond), firstOther.Sub(offAt).Round(time.Millisecond),
 		none.Round(time.Millisecond), overlap.Round(time.Millisecond), newHolder)
 	if failed > 0 {
-		t.Errorf("%d of %d connection attempts failed across the poweroff of the holder", failed, total)
+		t.Errorf("%d of %d connection attempts failed across the reboot of the holder", failed, total)
 	}
 	if newHolder != "n2" && newHolder != "n3" {
-		t.Errorf("holder %q after n1 powered off, want n2 or n3", newHolder)
+		t.Errorf("holder %q after n1 rebooted, want n2 or n3 (the rebooted node must not take the VIP back)", newHolder)
 	}
 	if none > 0 {
-		t.Errorf("no node held the VIP for %v across the poweroff (want a make-before-break handover)", none)
+		t.Errorf("no node held the VIP for %v across the reboot (want a make-before-break handover)", none)
+	}
+	if answered(answersFrom(ans, downAt), "n1") {
+		t.Errorf("n1 answered the client after its reboot began (it took the VIP back?)")
 	}
 
-	// The journal (kept on the root's disk): vipd handed over at stop, and
+	// The journal (kept on the root's disk, both boots): vipd handed over at stop, and
 	// before the stand-in kubelet was stopped.
 	out, err := exec.CommandContext(ctx, "journalctl", "-D", journalDir, "--no-pager", "-o", "cat").CombinedOutput()
 	if err != nil {
@@ -216,7 +234,10 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 		}
 	}
 
-	// Nothing left in the container's network namespace.
+	// Nothing left in the container's network namespace: the rebooted
+	// vipd, a follower, binds nothing, so whatever is there was left by
+	// the one that stopped. (l2 mode installs no nftables and no routes
+	// of its own; the VIP's local route goes with the address.)
 	if addrs, err := n1.Output(ctx, "ip", "-o", "addr", "show"); err != nil || strings.Contains(string(addrs), " "+vip.String()+"/") {
 		t.Errorf("the VIP is still in the container's namespace (%v):\n%s", err, addrs)
 	}
@@ -227,6 +248,16 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 		t.Errorf("routes for the VIP left in the container's namespace (%v):\n%s", err, routes)
 	}
 	t.Logf("reboot test total %v", time.Since(start).Round(time.Millisecond))
+}
+
+func answersFrom(ans []lab.Answer, from time.Time) []lab.Answer {
+	var r []lab.Answer
+	for _, a := range ans {
+		if !a.Sent.Before(from) {
+			r = append(r, a)
+		}
+	}
+	return r
 }
 
 func answered(ans []lab.Answer, node string) bool {
