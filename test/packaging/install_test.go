@@ -195,6 +195,16 @@ type container struct {
 
 func boot(ctx context.Context, t *testing.T, root, netns string) *container {
 	t.Helper()
+	return bootWith(ctx, t, root, netns, (*exec.Cmd).Start)
+}
+
+// bootWith boots the container, starting systemd-nspawn with start. The
+// container is halted when the OS thread that started it exits
+// (Pdeathsig): a test that also runs goroutines locked to threads it lets
+// die (lab.Host.Run) passes lab.Lab.StartCommand, whose thread lives as
+// long as the lab.
+func bootWith(ctx context.Context, t *testing.T, root, netns string, start func(*exec.Cmd) error) *container {
+	t.Helper()
 	c := &container{root: root, log: &testenv.Buffer{}, done: make(chan error, 1)}
 	c.cmd = exec.Command("systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
 		"--directory="+root, "--network-namespace-path=/run/netns/"+netns,
@@ -204,7 +214,7 @@ func boot(ctx context.Context, t *testing.T, root, netns string) *container {
 	c.cmd.Stdin = nil
 	// If the test binary dies, the container is halted too.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := c.cmd.Start(); err != nil {
+	if err := start(c.cmd); err != nil {
 		t.Fatalf("systemd-nspawn: %v", err)
 	}
 	go func() { c.done <- c.cmd.Wait() }()

@@ -2,12 +2,18 @@ package packaging
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,7 +78,7 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 
 	// n1's namespace is the container's: the monitor and the kernel checks
 	// see what vipd.service does.
-	c := boot(ctx, t, root, n1.NS)
+	c := bootWith(ctx, t, root, n1.NS, l.StartCommand)
 	if st := c.show(ctx, t, "kubelet.service", "ActiveState"); st != "active" {
 		t.Fatalf("stand-in kubelet %s:\n%s", st, c.journal(ctx, "kubelet.service"))
 	}
@@ -123,9 +129,10 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 		}
 	}
 
-	prober := l.Client.StartProber(vip.String()+":6443", 10*time.Millisecond, time.Second)
+	prober := startConnProber(l.Client, vip.String()+":6443", 10*time.Millisecond)
+	t.Cleanup(prober.stop)
 	deadline := time.Now().Add(10 * time.Second)
-	for !answered(prober.Answers(), "n1") {
+	for !answered(prober.attempts(), "n1") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the client never reached n1 through the VIP")
 		}
@@ -152,7 +159,7 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 		t.Fatalf("the container did not shut down within 60 s of systemctl reboot")
 	}
 	downAt := time.Now()
-	c = boot(ctx, t, root, n1.NS)
+	c = bootWith(ctx, t, root, n1.NS, l.StartCommand)
 	if st := c.show(ctx, t, "vipd", "ActiveState"); st != "active" {
 		t.Errorf("vipd %s after the reboot:\n%s", st, c.journal(ctx, "vipd"))
 	}
@@ -160,29 +167,37 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 	// The rebooted node joins without taking the VIP back (no preemption):
 	// give it a few health intervals and gossip rounds.
 	time.Sleep(2 * time.Second)
-	prober.Stop()
+	prober.stop()
 	end := time.Now()
 	t.Logf("systemctl reboot: container down after %v, booted again (systemd running) after %v",
 		downAt.Sub(offAt).Round(time.Millisecond), upAt.Sub(offAt).Round(time.Millisecond))
 
-	ans := prober.Answers()
-	var failed, total int
-	var lastN1, firstOther time.Time
+	ans := prober.attempts()
+	var failed, cut int
+	var lastN1, firstOther, lastOK time.Time
+	var gap time.Duration
 	for _, a := range ans {
-		total++
 		switch {
-		case a.Node == "":
+		case a.node == "" && a.cut:
+			cut++
+			t.Logf("attempt sent %s cut in flight after %v: %s", a.sent.Format("15:04:05.000"), a.rtt.Round(time.Millisecond), a.err)
+		case a.node == "":
 			failed++
 			if failed <= 5 {
-				t.Logf("failed attempt sent %s, failed after %v", a.Sent.Format("15:04:05.000"), a.RTT.Round(time.Millisecond))
+				t.Logf("attempt sent %s unanswered after %v: %s", a.sent.Format("15:04:05.000"), a.rtt.Round(time.Millisecond), a.err)
 			}
-		case a.Node == "n1":
-			lastN1 = a.Sent
+		case a.node == "n1":
+			lastN1 = a.sent
 		case firstOther.IsZero():
-			firstOther = a.Sent
+			firstOther = a.sent
+		}
+		if a.node != "" {
+			if !lastOK.IsZero() && a.sent.After(offAt) && a.sent.Sub(lastOK) > gap {
+				gap = a.sent.Sub(lastOK)
+			}
+			lastOK = a.sent
 		}
 	}
-	gap, before, after := lab.Outage(ans, offAt.Add(-time.Second), end)
 	holders := mon.Samples()
 	newHolder := ""
 	if len(holders) > 0 {
@@ -190,13 +205,21 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 	}
 	none := mon.Longest(offAt, end, func(n int) bool { return n == 0 })
 	overlap := mon.Longest(offAt, end, func(n int) bool { return n == 2 })
-	t.Logf("reboot of the holder n1: %d attempts, %d failed; longest gap between answered attempts %v (%s -> %s); "+
+	t.Logf("reboot of the holder n1: %d attempts, %d unanswered, %d cut in flight; longest gap between answered attempts %v; "+
 		"last answer by n1 %v after systemctl reboot, first by the successor %v after; holders: none for %v, two (make-before-break) for %v; holder after the reboot %s",
-		total, failed, gap.Round(time.Millisecond), before, after,
+		len(ans), failed, cut, gap.Round(time.Millisecond),
 		lastN1.Sub(offAt).Round(time.Millisecond), firstOther.Sub(offAt).Round(time.Millisecond),
 		none.Round(time.Millisecond), overlap.Round(time.Millisecond), newHolder)
+	// A failed attempt is one nobody answered (refused, or timed out before
+	// a connection was established), as in test/maintenance. A connection
+	// in flight at the move (opened to n1, rerouted to the successor by its
+	// gratuitous ARP, which resets it) is cut: counted and printed, not
+	// asserted, as there.
 	if failed > 0 {
-		t.Errorf("%d of %d connection attempts failed across the reboot of the holder", failed, total)
+		t.Errorf("%d of %d connection attempts were not answered across the reboot of the holder", failed, len(ans))
+	}
+	if gap > time.Second {
+		t.Errorf("the client went %v without an answer across the reboot (a planned handover: at most 1 s, as in test/maintenance)", gap)
 	}
 	if newHolder != "n2" && newHolder != "n3" {
 		t.Errorf("holder %q after n1 rebooted, want n2 or n3 (the rebooted node must not take the VIP back)", newHolder)
@@ -250,19 +273,111 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 	t.Logf("reboot test total %v", time.Since(start).Round(time.Millisecond))
 }
 
-func answersFrom(ans []lab.Answer, from time.Time) []lab.Answer {
-	var r []lab.Answer
+// connProber opens a fresh TCP connection to an address every period from
+// a host, then TLS and GET /probe, and records who answered (the lab's
+// fake apiservers answer their node name), as test/maintenance's prober
+// does: cut tells a failure after the connection was established.
+type connProber struct {
+	mu     sync.Mutex
+	tries  []attempt
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type attempt struct {
+	sent time.Time
+	node string // "" when it failed
+	cut  bool
+	err  string
+	rtt  time.Duration
+}
+
+func startConnProber(h *lab.Host, addr string, period time.Duration) *connProber {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &connProber{cancel: cancel}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		tk := time.NewTicker(period)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+			p.wg.Add(1)
+			go func(sent time.Time) {
+				defer p.wg.Done()
+				a := attempt{sent: sent}
+				var err error
+				a.node, a.cut, err = probeOnce(ctx, h, addr)
+				if err != nil {
+					a.node, a.err = "", err.Error()
+				}
+				a.rtt = time.Since(sent)
+				p.mu.Lock()
+				p.tries = append(p.tries, a)
+				p.mu.Unlock()
+			}(time.Now())
+		}
+	}()
+	return p
+}
+
+func probeOnce(ctx context.Context, h *lab.Host, addr string) (node string, cut bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var conn net.Conn
+	if err := h.Run(func() error {
+		var err error
+		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		return err
+	}); err != nil {
+		return "", false, err
+	}
+	defer conn.Close()
+	dl, _ := ctx.Deadline()
+	_ = conn.SetDeadline(dl)
+	tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the lab's self-signed stand-ins
+	if _, err := fmt.Fprintf(tc, "GET /probe HTTP/1.1\r\nHost: vip\r\nConnection: close\r\n\r\n"); err != nil {
+		return "", true, err
+	}
+	b, _ := io.ReadAll(io.LimitReader(tc, 4<<10))
+	head, body, _ := strings.Cut(string(b), "\r\n\r\n")
+	if !strings.HasPrefix(head, "HTTP/1.1 200") {
+		return "", true, fmt.Errorf("answer %q", strings.SplitN(head, "\r\n", 2)[0])
+	}
+	return strings.TrimSpace(body), true, nil
+}
+
+func (p *connProber) stop() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// attempts returns the attempts so far, ordered by send time.
+func (p *connProber) attempts() []attempt {
+	p.mu.Lock()
+	a := append([]attempt(nil), p.tries...)
+	p.mu.Unlock()
+	sort.Slice(a, func(i, j int) bool { return a[i].sent.Before(a[j].sent) })
+	return a
+}
+
+func answersFrom(ans []attempt, from time.Time) []attempt {
+	var r []attempt
 	for _, a := range ans {
-		if !a.Sent.Before(from) {
+		if !a.sent.Before(from) {
 			r = append(r, a)
 		}
 	}
 	return r
 }
 
-func answered(ans []lab.Answer, node string) bool {
+func answered(ans []attempt, node string) bool {
 	for _, a := range ans {
-		if a.Node == node {
+		if a.node == node {
 			return true
 		}
 	}
