@@ -311,7 +311,8 @@ func startConnProber(h *lab.Host, addr string, period time.Duration) *connProber
 				defer p.wg.Done()
 				a := attempt{sent: sent}
 				var err error
-				a.node, a.cut, err = probeOnce(ctx, h, addr)
+				// Not ctx: stop lets the attempts in flight finish.
+				a.node, a.cut, err = probeOnce(context.Background(), h, addr)
 				if err != nil {
 					a.node, a.err = "", err.Error()
 				}
@@ -351,6 +352,7 @@ func probeOnce(ctx context.Context, h *lab.Host, addr string) (node string, cut 
 	return strings.TrimSpace(body), true, nil
 }
 
+// stop ends the attempts and waits for those in flight (at most 2 s).
 func (p *connProber) stop() {
 	p.cancel()
 	p.wg.Wait()
