@@ -3,7 +3,9 @@
 // root booted with systemd under systemd-nspawn inside a network namespace
 // of the test, configured, started, stopped, reinstalled and purged. The rpm
 // is checked with rpm -qlp --scripts and installed with rpm --root. Two
-// versions are upgraded one to the other (upgrade_test.go).
+// versions are upgraded one to the other (upgrade_test.go). The holder of
+// a VIP, vipd.service in that root, is rebooted with systemctl next to two
+// lab nodes and a client (reboot_test.go).
 //
 // The Debian root is made once with debootstrap and cached as a tarball
 // under .cache/packaging/ at the repository root.
