@@ -167,6 +167,9 @@ func rebootHandsOver(ctx context.Context, t *testing.T, repo, deb string) {
 	// The rebooted node joins without taking the VIP back (no preemption):
 	// give it a few health intervals and gossip rounds.
 	time.Sleep(2 * time.Second)
+	if out, _ := c.exec(ctx, "journalctl", "-b", "--no-pager", "-o", "cat", "-u", "vipd"); !regexp.MustCompile(`msg="member joined".* member=n[23] `).MatchString(out) {
+		t.Errorf("the rebooted vipd did not rejoin n2 or n3:\n%s", lastLines(out, 40))
+	}
 	prober.stop()
 	end := time.Now()
 	t.Logf("systemctl reboot: container down after %v, booted again (systemd running) after %v",
