@@ -3,7 +3,9 @@
 // root booted with systemd under systemd-nspawn inside a network namespace
 // of the test, configured, started, stopped, reinstalled and purged. The rpm
 // is checked with rpm -qlp --scripts and installed with rpm --root. Two
-// versions are upgraded one to the other (upgrade_test.go).
+// versions are upgraded one to the other (upgrade_test.go). The holder of
+// a VIP, vipd.service in that root, is rebooted with systemctl next to two
+// lab nodes and a client (reboot_test.go).
 //
 // The Debian root is made once with debootstrap and cached as a tarball
 // under .cache/packaging/ at the repository root.
@@ -195,6 +197,16 @@ type container struct {
 
 func boot(ctx context.Context, t *testing.T, root, netns string) *container {
 	t.Helper()
+	return bootWith(ctx, t, root, netns, (*exec.Cmd).Start)
+}
+
+// bootWith boots the container, starting systemd-nspawn with start. The
+// container is halted when the OS thread that started it exits
+// (Pdeathsig): a test that also runs goroutines locked to threads it lets
+// die (lab.Host.Run) passes lab.Lab.StartCommand, whose thread lives as
+// long as the lab.
+func bootWith(ctx context.Context, t *testing.T, root, netns string, start func(*exec.Cmd) error) *container {
+	t.Helper()
 	c := &container{root: root, log: &testenv.Buffer{}, done: make(chan error, 1)}
 	c.cmd = exec.Command("systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--boot",
 		"--directory="+root, "--network-namespace-path=/run/netns/"+netns,
@@ -204,7 +216,7 @@ func boot(ctx context.Context, t *testing.T, root, netns string) *container {
 	c.cmd.Stdin = nil
 	// If the test binary dies, the container is halted too.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := c.cmd.Start(); err != nil {
+	if err := start(c.cmd); err != nil {
 		t.Fatalf("systemd-nspawn: %v", err)
 	}
 	go func() { c.done <- c.cmd.Wait() }()
@@ -346,7 +358,7 @@ WantedBy=multi-user.target
 func TestPackages(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.Short(t)
-	testenv.RequireCommands(t, "debootstrap", "systemd-nspawn", "nsenter", "ip", "tar", "rpm", "dpkg-deb", "ping", "go", "curl")
+	testenv.RequireCommands(t, "debootstrap", "systemd-nspawn", "nsenter", "ip", "tar", "rpm", "dpkg-deb", "ping", "go", "curl", "journalctl", "nft")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	repo := repoRoot(t)
@@ -357,6 +369,7 @@ func TestPackages(t *testing.T) {
 	t.Run("rpm", func(t *testing.T) { checkRPM(ctx, t, rpm) })
 	t.Run("deb-contents", func(t *testing.T) { checkDebContents(ctx, t, deb) })
 	t.Run("install", func(t *testing.T) { installAndRun(ctx, t, repo, deb) })
+	t.Run("reboot", func(t *testing.T) { rebootHandsOver(ctx, t, repo, deb) })
 	t.Run("upgrade", func(t *testing.T) {
 		checkUpgrades(ctx, t, repo, filepath.Join(release, "vipd_"+oldVersion+"-1_amd64.deb"),
 			filepath.Join(release, "vipd-"+oldVersion+"-1.x86_64.rpm"))

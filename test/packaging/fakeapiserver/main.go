@@ -1,7 +1,9 @@
 // Command fakeapiserver answers GET /livez with 200 over TLS (a fresh
 // self-signed certificate), standing in for kube-apiserver inside the
 // package-install test's container. The answer can be changed at run time
-// by writing a status code into the file named by -status-file.
+// by writing a status code into the file named by -status-file. With -name
+// every other path answers 200 with that name, as the lab's apiservers do
+// for a client probing the VIP (lab.Host.Probe).
 package main
 
 import (
@@ -25,6 +27,7 @@ import (
 func main() {
 	addr := flag.String("listen", "127.0.0.1:6443", "listen address")
 	statusFile := flag.String("status-file", "", "file holding the HTTP status to answer (default 200)")
+	name := flag.String("name", "", "answer every path but /livez with 200 and this name (the lab's probe)")
 	flag.Parse()
 
 	cert, err := selfSigned()
@@ -44,6 +47,11 @@ func main() {
 		w.WriteHeader(code)
 		_, _ = w.Write([]byte(http.StatusText(code)))
 	})
+	if *name != "" {
+		mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(*name + "\n"))
+		})
+	}
 	srv := &http.Server{
 		Addr:              *addr,
 		Handler:           mux,
