@@ -18,6 +18,7 @@ import (
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ndp"
+	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/lab"
 )
 
@@ -228,24 +229,19 @@ func (h *handoverLab) startARPWatch(ctx context.Context) {
 	h.t.Cleanup(func() { cancel(); <-done })
 }
 
-// answersFrom returns the MACs answering ARP for the IPv4 VIP (or
-// advertising the IPv6 VIP) since from, in the order they answered, one
-// entry per change of MAC.
-func (h *handoverLab) answersFrom(from time.Time, v6 bool) []string {
-	var seq []string
+// answerFrames are the ARP replies (or NAs) for the VIP seen from from on.
+func (h *handoverLab) answerFrames(from time.Time, v6 bool) []lab.Frame {
 	match := []string{"Reply " + h.vip.String() + " is-at"}
 	if v6 {
 		match = []string{"neighbor advertisement", "tgt is " + h.v6.String() + ","}
 	}
+	var out []lab.Frame
 	for _, f := range h.arpCap.Frames(match...) {
-		if f.At.Before(from) {
-			continue
-		}
-		if len(seq) == 0 || seq[len(seq)-1] != f.Src {
-			seq = append(seq, f.Src)
+		if !f.At.Before(from) {
+			out = append(out, f)
 		}
 	}
-	return seq
+	return out
 }
 
 // logTime is the time of a vipd log line (zero when it has none).
@@ -265,13 +261,17 @@ func logTime(l string) time.Time {
 // switchGap is the client-visible gap of a move: from the last probe old
 // answered to the first one want answered. A probe answered by old after
 // one answered by want means both answered: an error.
-func (h *handoverLab) switchGap(ans []lab.Answer, start time.Time, old, want string) time.Duration {
+// With an agreed make-before-break overlap (overlap > 0) old may still
+// answer for that long after want answered first.
+func (h *handoverLab) switchGap(ans []lab.Answer, start time.Time, old, want string, overlap time.Duration) time.Duration {
 	h.t.Helper()
 	var lastOld, firstNew time.Time
 	for _, a := range ans {
 		switch {
 		case a.Node == old && firstNew.IsZero():
 			lastOld = a.Sent
+		case a.Node == old && a.Sent.Sub(firstNew) <= overlap:
+			// both hold during the agreed overlap: either may answer
 		case a.Node == old:
 			h.t.Errorf("%s answered a probe sent at %v, after %s answered one", old, a.Sent.Sub(start), want)
 		case a.Node == want && firstNew.IsZero() && !a.Sent.Before(start):
@@ -310,28 +310,57 @@ func (h *handoverLab) move(ctx context.Context, old, want string, act func()) (t
 	p4.Stop()
 	p6.Stop()
 	end := time.Now()
-	g4 := h.switchGap(p4.Answers(), start, old, want)
-	g6 := h.switchGap(p6.Answers(), start, old, want)
-	// Never two holders. The monitor reads the nodes one after the other,
-	// so a move between two reads can show both in one sample: allow one
-	// sample, not more (the ARP answers below are the wire's truth).
+	// A planned move under the lease is make-before-break: the successor
+	// says so when it takes the VIP, and both may hold it for at most the
+	// agreed overlap (docs/lease.md); otherwise never two holders.
+	overlap := time.Duration(0)
+	for _, l := range strings.Split(h.vipd[want].Output(), "\n") {
+		if strings.Contains(l, "VIP held") && strings.Contains(l, "make-before-break") && logTime(l).After(start) {
+			cfg := lease.ProfileConfig("default")
+			overlap = time.Duration(float64(cfg.Overlap) / (1 - cfg.Drift))
+		}
+	}
+	g4 := h.switchGap(p4.Answers(), start, old, want, overlap)
+	g6 := h.switchGap(p6.Answers(), start, old, want, overlap)
+	// The monitor reads the nodes one after the other, so a move between
+	// two reads can show both in one sample: allow one sample more (the
+	// ARP answers below are the wire's truth).
 	for _, m := range []*lab.Monitor{h.mon, h.mon6} {
-		if d := m.Longest(start.Add(-time.Second), end, func(n int) bool { return n >= 2 }); d > 15*time.Millisecond {
-			h.t.Errorf("two nodes had a VIP bound for %v during the handover", d)
+		if d := m.Longest(start.Add(-time.Second), end, func(n int) bool { return n >= 2 }); d > overlap+15*time.Millisecond {
+			h.t.Errorf("two nodes had a VIP bound for %v during the handover (agreed overlap %v)", d, overlap)
 		}
 	}
 	if h.arpCap != nil {
 		oldMAC, newMAC := h.node(old).MAC.String(), h.node(want).MAC.String()
 		for _, v6 := range []bool{false, true} {
-			seq := h.answersFrom(start.Add(-300*time.Millisecond), v6)
+			fs := h.answerFrames(start.Add(-300*time.Millisecond), v6)
+			var seq []string
+			var firstNew, lastOld time.Time
+			for _, f := range fs {
+				if len(seq) == 0 || seq[len(seq)-1] != f.Src {
+					seq = append(seq, f.Src)
+				}
+				switch {
+				case f.Src == newMAC && firstNew.IsZero():
+					firstNew = f.At
+				case f.Src == oldMAC:
+					lastOld = f.At
+				}
+			}
 			// The old holder's solicited NAs may be missing (the bridge's
 			// multicast snooping decides who hears the solicitation); the
-			// new holder's unsolicited NA never is. Never old after new.
+			// new holder's unsolicited NA never is. Old after new only
+			// within the agreed overlap.
 			if v6 && slices.Equal(seq, []string{newMAC}) {
 				continue
 			}
-			if !slices.Equal(seq, []string{oldMAC, newMAC}) {
+			switch {
+			case overlap == 0 && !slices.Equal(seq, []string{oldMAC, newMAC}):
 				h.t.Errorf("answers for the VIP (IPv6: %v) changed MAC as %v, want %s then %s only (never both)", v6, seq, oldMAC, newMAC)
+			case overlap > 0 && (len(seq) < 2 || seq[0] != oldMAC || seq[len(seq)-1] != newMAC || slices.ContainsFunc(seq, func(m string) bool { return m != oldMAC && m != newMAC })):
+				h.t.Errorf("answers for the VIP (IPv6: %v) changed MAC as %v, want %s, then both for at most the overlap, then %s", v6, seq, oldMAC, newMAC)
+			case overlap > 0 && lastOld.Sub(firstNew) > overlap+15*time.Millisecond:
+				h.t.Errorf("the old holder answered for the VIP (IPv6: %v) %v after the new one, over the agreed overlap %v", v6, lastOld.Sub(firstNew), overlap)
 			}
 		}
 	}
