@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -53,6 +54,11 @@ type LeaseNode struct {
 	ml    *memberlist.Memberlist
 	loop  *leaseLoop
 	state stateFile
+
+	// conflictUntil (unix ns): another node gossips under this node's
+	// name; vipd_cluster_name_conflict is 1 until then (ConflictHold
+	// after the last sign of it).
+	conflictUntil atomic.Int64
 
 	syncReq  chan struct{}
 	pushReq  chan struct{} // metadata changed: push it to every member
@@ -194,8 +200,11 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	n.loop.witness = cfg.Machine.Role == lease.Witness
 	n.loop.expectPeers = len(cfg.Cluster.Peers) > 0
 	n.loop.meta = n.publishMeta
+	mConflict := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "vipd_cluster_name_conflict", Help: "1 while another node gossips under this node's name (VIPD_NODE_NAME); this node then holds nothing, and the cluster refuses the second one at join.",
+	}, func() float64 { return b2f(time.Now().UnixNano() < n.conflictUntil.Load()) })
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, leaseRemaining{n}}, n.loop.ovt.collectors()...) {
+		for _, c := range append([]prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, mConflict, leaseRemaining{n}}, n.loop.ovt.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -838,6 +847,7 @@ func (c *leaseConflicts) NotifyConflict(existing, other *memberlist.Node) {
 			addr = existing.Address()
 		}
 		c.log.Error("another node uses this node's name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "other", addr)
+		n.conflictUntil.Store(time.Now().Add(ConflictHold).UnixNano())
 		n.postVeto(conflictEvent{})
 		return
 	}

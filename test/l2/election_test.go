@@ -190,6 +190,12 @@ func TestClusterDuplicateNodeName(t *testing.T) {
 	if err := c.vipd["n1"].WaitOutput(ctx, "uses this node's name"); err != nil {
 		t.Fatalf("n1 did not notice its clone: %v", err)
 	}
+	// The alert VIPDDuplicateNodeName reads this on both.
+	for _, h := range []string{"n1", "n4"} {
+		if !metric(ctx, t, c.node(h), "vipd_cluster_name_conflict 1") {
+			t.Errorf("host %s: vipd_cluster_name_conflict is not 1", h)
+		}
+	}
 	time.Sleep(3 * time.Second)
 	for _, s := range c.mon.Samples() {
 		if slices.Contains(s.Holders, "n4") {
