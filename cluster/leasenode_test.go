@@ -322,7 +322,7 @@ func TestLeaseNodeHandOver(t *testing.T) {
 	a := startWith(t, "a", m, [][]byte{keyA})
 	a.n.mu.Lock()
 	a.n.want[lease.ControlPlane] = []lease.Address{{Key: intVIP, Kind: lease.ControlPlane}}
-	a.n.members["b"] = lease.Member{Name: "b", Alive: true, Meta: []byte(`{"v":1,"h":true}`)}
+	a.n.members["b"] = lease.Member{Name: "b", Alive: true, Meta: []byte(`{"lv":1,"h":true}`)}
 	a.n.mu.Unlock()
 	waitHeld := func() {
 		t.Helper()
@@ -427,8 +427,8 @@ func TestLeaseNodeHandOverRefusals(t *testing.T) {
 	a := startWith(t, "a", m, [][]byte{keyA})
 	a.n.mu.Lock()
 	a.n.want[lease.ControlPlane] = []lease.Address{{Key: intVIP, Kind: lease.ControlPlane}}
-	a.n.members["b"] = lease.Member{Name: "b", Alive: true, Meta: []byte(`{"v":1,"h":true}`)}
-	a.n.members["u"] = lease.Member{Name: "u", Alive: true, Meta: []byte(`{"v":1}`)}
+	a.n.members["b"] = lease.Member{Name: "b", Alive: true, Meta: []byte(`{"lv":1,"h":true}`)}
+	a.n.members["u"] = lease.Member{Name: "u", Alive: true, Meta: []byte(`{"lv":1}`)}
 	a.n.members["w"] = lease.Member{Name: "w", Alive: true}
 	a.n.mu.Unlock()
 	for _, tc := range []struct {

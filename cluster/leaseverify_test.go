@@ -19,13 +19,13 @@ func TestLeaseVerifyUnverifiedBy(t *testing.T) {
 	const vip = "10.0.0.100/32"
 	n := &LeaseNode{cfg: LeaseConfig{Cluster: Config{Name: "n1"}},
 		members: map[string]lease.Member{
-			"n2":  {Name: "n2", Alive: true, Meta: []byte(`{"v":1,"u":["10.0.0.100/32 n1"]}`)},
-			"n3":  {Name: "n3", Alive: true, Meta: []byte(`{"v":1,"u":["10.0.0.100/32"]}`)},
-			"n4":  {Name: "n4", Alive: true, Meta: []byte(`{"v":1,"u":["10.0.0.100/32 n9"]}`)},
-			"n5":  {Name: "n5", Alive: false, Meta: []byte(`{"v":1,"u":["10.0.0.100/32 n1"]}`)},
-			"w":   {Name: "w", Alive: true, Meta: []byte(`{"v":1,"r":1}`)},
+			"n2":  {Name: "n2", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n1"]}`)},
+			"n3":  {Name: "n3", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32"]}`)},
+			"n4":  {Name: "n4", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n9"]}`)},
+			"n5":  {Name: "n5", Alive: false, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n1"]}`)},
+			"w":   {Name: "w", Alive: true, Meta: []byte(`{"lv":1,"r":1}`)},
 			"old": {Name: "old", Alive: true, Meta: []byte(`{"v":["10.0.0.100/32"],"u":["10.0.0.100/32"]}`)},
-			"n6":  {Name: "n6", Alive: true, Meta: []byte(`{"v":1}`)},
+			"n6":  {Name: "n6", Alive: true, Meta: []byte(`{"lv":1}`)},
 		},
 		addrs: map[string]string{"n2": "10.1.0.2:7950", "n3": "[fd00::3]:7950", "bad": "nonsense"},
 	}

@@ -17,11 +17,15 @@ import (
 // without state to find the cluster, and for two clusters to notice each
 // other. It never decides who holds what.
 type meta struct {
-	V        int    `json:"v"`
+	// The keys avoid the previous releases' gossip metadata keys with
+	// other types ("v", "l", "u"), so that their nodes can read this
+	// metadata in a rolling upgrade (0.1.0 ignores a member whose
+	// metadata does not decode) and see Holding as its claims.
+	V        int    `json:"lv"`
 	Cluster  uint64 `json:"c,omitempty"`
 	ID       uint64 `json:"i,omitempty"`
 	Role     Role   `json:"r,omitempty"`
-	Leader   string `json:"l,omitempty"`
+	Leader   string `json:"ld,omitempty"`
 	Term     uint64 `json:"t,omitempty"`
 	Voters   int    `json:"n,omitempty"`
 	VoterSum uint64 `json:"vh,omitempty"`
@@ -29,16 +33,21 @@ type meta struct {
 	Priority int    `json:"p,omitempty"`
 	// Unreach: the addresses this node cannot reach through their
 	// holder, "key holder" (unverified.go; at most MaxReports).
-	Unreach []string `json:"u,omitempty"`
+	Unreach []string `json:"ur,omitempty"`
 	// Excl: the addresses this node is not eligible for now, unverified.
-	Excl  []string `json:"x,omitempty"`
-	Alive bool     `json:"-"`
+	Excl []string `json:"x,omitempty"`
+	// Holding: the control-plane addresses this node holds, under the
+	// key the gossip election of the previous releases reads its
+	// members' claims from: their nodes defer to it (the upgrade
+	// meeting, docs/lease.md).
+	Holding []string `json:"v,omitempty"`
+	Alive   bool     `json:"-"`
 }
 
 const metaVersion = 1
 
 func (m *Machine) metaBytes() []byte {
-	md := meta{V: metaVersion, ID: m.id, Role: m.cfg.Role, Healthy: m.health && m.cfg.Role == Voter, Priority: m.cfg.Priority, Unreach: m.reportsMeta(), Excl: m.exclMeta()}
+	md := meta{V: metaVersion, ID: m.id, Role: m.cfg.Role, Healthy: m.health && m.cfg.Role == Voter, Priority: m.cfg.Priority, Unreach: m.reportsMeta(), Excl: m.exclMeta(), Holding: m.oldClaims()}
 	if m.rn != nil && !m.left {
 		bs := m.rn.BasicStatus()
 		md.Cluster = m.cluster
@@ -61,6 +70,19 @@ func (m *Machine) metaBytes() []byte {
 	}
 	b, _ := json.Marshal(md)
 	return b
+}
+
+// oldClaims are the control-plane addresses this node holds now, sorted.
+func (m *Machine) oldClaims() []string {
+	hs := m.holds()
+	var out []string
+	for _, a := range m.want {
+		if _, ok := hs[a.Key]; ok && a.Kind == ControlPlane {
+			out = append(out, a.Key)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func parseMeta(b []byte) (meta, bool) {

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -752,5 +753,53 @@ func TestHandoverWaitsForTheSuccessor(t *testing.T) {
 				t.Fatalf("holders %v: moved to %s = %v, want %v", got, to, moved, tc.movesB)
 			}
 		})
+	}
+}
+
+// TestMetaReadableByTheGossipElection: in a rolling upgrade the nodes of
+// the previous releases decode this election's metadata into their own
+// (0.1.0 drops a member whose metadata does not decode, and so counted two
+// of three members alive) and read the holder's claim from "v".
+func TestMetaReadableByTheGossipElection(t *testing.T) {
+	n := three(t)
+	holder := n.holders("vip")
+	if len(holder) != 1 {
+		t.Fatalf("holders of vip: %v", holder)
+	}
+	// 0.1.0's Meta (cluster/election.go at 2ea267d), and the keys the
+	// later gossip Meta added with their types.
+	type gossipMeta struct {
+		Healthy  bool     `json:"h,omitempty"`
+		Eligible bool     `json:"e,omitempty"`
+		Priority int      `json:"p,omitempty"`
+		Term     uint64   `json:"t,omitempty"`
+		Holding  []string `json:"v,omitempty"`
+		Broken   []string `json:"b,omitempty"`
+		Unverif  []string `json:"u,omitempty"`
+		Counts   string   `json:"k,omitempty"`
+		Leaving  bool     `json:"l,omitempty"`
+		Dup      bool     `json:"d,omitempty"`
+		Pools    bool     `json:"o,omitempty"`
+		Beat     bool     `json:"hb,omitempty"`
+	}
+	for _, name := range n.order {
+		b := n.nodes[name].m.metaBytes()
+		var g gossipMeta
+		if err := json.Unmarshal(b, &g); err != nil {
+			t.Fatalf("%s's metadata %s does not decode as the gossip election's: %v", name, b, err)
+		}
+		if g.Eligible || len(g.Unverif) > 0 || g.Leaving {
+			t.Errorf("%s's metadata %s tells the gossip election more than a claim", name, b)
+		}
+		want := []string(nil)
+		if name == holder[0] {
+			want = []string{"vip"} // control-plane addresses only, not p1/p2
+		}
+		if !slices.Equal(g.Holding, want) {
+			t.Errorf("%s claims %v for the gossip election, want %v (metadata %s)", name, g.Holding, want, b)
+		}
+		if _, ok := parseMeta(b); !ok {
+			t.Errorf("%s's metadata %s is not this election's", name, b)
+		}
 	}
 }

@@ -211,7 +211,7 @@ func TestReportsMeta(t *testing.T) {
 	if rs := decodeReports([]string{"unnamed", " b", "k ", "k h"}); len(rs) != 2 || rs[0] != (Report{"unnamed", ""}) || rs[1] != (Report{"k", "h"}) {
 		t.Fatalf("decodeReports: %v", rs)
 	}
-	if _, _, ok := ReportsOf([]byte(`{"v":1,"u":"notalist"}`)); ok {
+	if _, _, ok := ReportsOf([]byte(`{"lv":1,"ur":"notalist"}`)); ok {
 		t.Fatal("a bad report list parsed")
 	}
 	m.Step(time.Now(), Unreachable{})
