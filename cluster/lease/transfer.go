@@ -112,6 +112,11 @@ func (m *Machine) plannedMove(key, cur, desired string) bool {
 		m.note("planned move to a member not heard from within a heartbeat: break-before-make", "address", key, "from", cur, "to", desired)
 		return false
 	}
+	if m.unverifiedExcluded(key, cur) {
+		// most others cannot reach it through cur (unverified.go): an
+		// overlap would serve nobody, and cur's answers only confuse
+		return false
+	}
 	if cur == m.cfg.Name {
 		// the leader holds it on its lease, or (a transferee, before its
 		// first renewal round) on the grant it carried over
