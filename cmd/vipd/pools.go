@@ -76,15 +76,6 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 		dc.Members = func() []pools.Member {
 			return []pools.Member{{Name: c.NodeName, Eligible: d.checker.Status().Healthy, Pools: true}}
 		}
-	} else if ce, ok := d.elector.(clusterElector); ok {
-		dc.Members = func() []pools.Member {
-			ms := ce.PoolMembers()
-			out := make([]pools.Member, len(ms))
-			for i, m := range ms {
-				out[i] = pools.Member{Name: m.Name, Suspect: m.Suspect, Eligible: m.Eligible, Pools: m.Pools}
-			}
-			return out
-		}
 	} else {
 		// No cluster (l2 without peers, bgp): this node alone, eligible
 		// while its apiserver is healthy.

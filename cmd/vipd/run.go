@@ -414,31 +414,18 @@ func (d *daemon) setupVerify() error {
 		return nil
 	}
 	opts := vip.VerifyOptions{Every: d.cfg.VerifyInterval, Port: uint16(d.cfg.VerifyPort)}
-	switch e := d.elector.(type) {
-	case clusterElector:
-		opts.Peers = gossipVerifyPeers{e.Node}
-		e.decided = func(v netip.Prefix, dec cluster.Decision) { l2.SetHolder(v, dec.Leader, dec.Holder) }
-		d.elector = e
-	case *leaseElector:
-		lv := cluster.NewLeaseVerify(e.LeaseNode)
-		opts.Peers, opts.ElectionMoves = lv, true
-		d.addStatus("unverified", func() any { return lv.Exclusions() })
-	default:
+	e, ok := d.elector.(*leaseElector)
+	if !ok {
 		return nil
 	}
+	lv := cluster.NewLeaseVerify(e.LeaseNode)
+	opts.Peers, opts.ElectionMoves = lv, true
+	d.addStatus("unverified", func() any { return lv.Exclusions() })
 	if err := l2.EnableVerify(opts, d.reg); err != nil {
 		return err
 	}
 	d.addStatus("verification", func() any { return l2.Verification() })
 	return nil
-}
-
-// gossipVerifyPeers adapts the gossip election to the verification: its
-// reports name no holder (the holder reads them itself).
-type gossipVerifyPeers struct{ *cluster.Node }
-
-func (g gossipVerifyPeers) SetUnverified(vip, _ string, unreachable bool) {
-	g.Node.SetUnverified(vip, unreachable)
 }
 
 // overlapToGuard tells the l2 conflict guard of every planned transfer's
