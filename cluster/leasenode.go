@@ -18,9 +18,26 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vipd/vipd/cluster/lease"
+	"github.com/vipd/vipd/internal/wire"
 )
 
-// LeaseConfig shapes a node of the lease election (VIPD_ELECTION=lease).
+// HandoverResult is how a handover ended (or why it was refused): the
+// control socket's answer, declared once in internal/wire for vipd and
+// vipd-controllers.
+type HandoverResult = wire.HandoverResult
+
+// HandoverWait bounds a requested handover (`vipd handover`, the control
+// socket): a leadership transfer with make-before-break takes well under
+// a second; this leaves room for a loaded cluster.
+func HandoverWait() time.Duration { return 4 * time.Second }
+
+// safetyEvery is how often Run re-reads the view without being woken
+// (membership events and the machine's own deadline wake it) and checks
+// that every configured peer is a member (else it joins them again): each
+// wake-up of an idle vipd costs CPU, so this is only a backstop.
+const safetyEvery = 5 * time.Second
+
+// LeaseConfig shapes a node of the lease election.
 type LeaseConfig struct {
 	// Cluster: name, gossip bind, peers, keys, state directory, timings
 	// (the gossip election's fields are ignored).
@@ -512,12 +529,12 @@ func (n *LeaseNode) memberChanged(m *memberlist.Node, alive bool) {
 		return
 	}
 	mb := lease.Member{Name: m.Name, Alive: alive, Meta: slices.Clone(m.Meta)}
-	if old, err := decodeMeta(m.Meta); err == nil {
+	if claims, ok := oldClaims(m.Meta); ok {
 		// A node of the previous release (the gossip election): the
 		// addresses it claims, which the leader never grants while it is
 		// alive (the upgrade meeting). The machine ignores these for
 		// members that publish its own metadata.
-		mb.Claims = old.Holding
+		mb.Claims = claims
 	}
 	n.mu.Lock()
 	n.members[m.Name] = mb

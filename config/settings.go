@@ -250,7 +250,7 @@ var table = []Setting{
 		"Scheduling priority (nice value) of every vipd thread, set at start: the lease must be renewed by a majority every few ticks (fast profile: 40 ms, lease 127 ms), and a node starved of CPU by other processes loses it. -10 lets vipd run before ordinary processes (corosync and keepalived also raise their priority); 0 leaves it as started. Needs CAP_SYS_NICE (root has it); without it vipd warns once and runs as started. Child processes (vipd-controllers feeds) inherit it.",
 		-20, 19, func(c *Config) *int { return &c.Nice }),
 	enumSetting("VIPD_PROFILE", "profile", ProfileDefault, SecCluster,
-		"Timing profile: fast tightens the failure detector and adds a holder heartbeat for LANs that can afford it (see Profiles below); explicit settings win over the profile.",
+		"Timing profile: fast tightens the lease election's timers and the failure detector for LANs that can afford it (see Profiles below); explicit settings win over the profile.",
 		[]string{ProfileDefault, ProfileFast}, func(c *Config) *string { return &c.Profile }),
 	{Env: "VIPD_VERIFY_INTERVAL", Flag: "verify-interval", Default: "1s", Section: SecCluster,
 		Doc:      "l2 mode with VIPD_PEERS: how often each node resolves the VIPs another node holds (one batched ARP probe / neighbour solicitation per VIP, as a client would) to verify that the holder's announcements arrive. When most of the other nodes cannot reach a VIP through its holder for two rounds, the holder gives it up and another node takes it (docs/troubleshooting.md). off: no verification.",

@@ -119,8 +119,8 @@ func TestPrintStatusHandover(t *testing.T) {
 		DecidedAt: at.Add(300 * time.Microsecond), BoundAt: at.Add(800 * time.Microsecond), AnnouncedAt: at.Add(1100 * time.Microsecond)}
 	s := Status{Node: "n1", Version: "v1", Mode: "l2", Started: now.Add(-time.Minute),
 		VIPs: []VIPStatus{{VIP: "10.0.0.1/32", Held: true, LastFailover: &tl}},
-		Components: map[string]any{"cluster": cluster.StatusDoc{Handover: cluster.HandoverStatus{
-			Last: map[string]cluster.HandoverResult{"fd00::1/128": {VIP: "fd00::1/128", To: "n3", Reason: "n3 did not acknowledge within 500ms", At: now.Add(-time.Second), Took: 500 * time.Millisecond}}}}}}
+		Components: map[string]any{"cluster": cluster.LeaseStatusDoc{Election: "lease",
+			LastHandover: map[string]cluster.HandoverResult{"fd00::1/128": {VIP: "fd00::1/128", To: "n3", Reason: "n3 did not acknowledge within 500ms", At: now.Add(-time.Second), Took: 500 * time.Millisecond}}}}}
 	var b bytes.Buffer
 	if err := printStatus(&b, s, now); err != nil {
 		t.Fatal(err)

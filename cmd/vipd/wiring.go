@@ -67,7 +67,7 @@ func nodeJitter(name string) time.Duration {
 
 // newLeaseElector creates this node's part of the lease election.
 func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (elector, error) {
-	timings, _ := cluster.TimingsFor(c.Profile)
+	timings := cluster.TimingsFor(c.Profile)
 	mc := lease.ProfileConfig(c.Profile)
 	mc.Priority, mc.PreemptDelay = c.Priority, c.PreemptDelay
 	if c.VerifyInterval > 0 {
