@@ -228,7 +228,7 @@ var table = []Setting{
 		"Removed with the gossip election: still accepted (env files of earlier releases carry it) but ignored with a warning. The lease election removes a dead voter after 20 s while a majority remains (docs/lease.md).",
 		10*time.Second, 30*24*time.Hour, func(c *Config) *time.Duration { return &c.MemberExpiry }),
 	pathSetting("VIPD_STATE_DIR", "state-dir", "/var/lib/vipd", SecCluster,
-		"Directory for persistent state (members ever seen).",
+		"Directory for persistent state (the lease election's state, lease.state, and the control socket).",
 		func(c *Config) *string { return &c.StateDir }),
 	{Env: "VIPD_ELECTION", Flag: "election", Default: ElectionLease, Section: SecCluster,
 		Doc:      "Which election decides the holder in l2 and cloud mode: lease, a holder lease granted by a majority of voters (raft underneath; see docs/lease.md), the only one. The gossip election of earlier releases was removed: VIPD_ELECTION=gossip is refused. A rolling upgrade from a release without the lease meets the old nodes through their claims (docs/lease.md).",
