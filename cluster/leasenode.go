@@ -315,10 +315,6 @@ func (n *LeaseNode) SetFailed(vip, reason string) {
 	n.loop.post(failedEvent{})
 }
 
-// SetPrepared answers the gossip election's handover preparation; the
-// lease election transfers without it.
-func (n *LeaseNode) SetPrepared(string, error) {}
-
 // SetAddresses replaces the addresses of one kind (pool, egress) the
 // cluster must place, with the nodes that may hold each (Restricted,
 // Nodes); the control-plane VIPs come from the configuration.

@@ -53,7 +53,6 @@ type Driver struct {
 	stopped chan struct{} // closed when Run has returned
 	timeout time.Duration
 	onTrans func(Transition)
-	onPrep  func(PrepareResult)
 
 	mu    sync.Mutex
 	state []VIPState
@@ -76,9 +75,6 @@ type DriverOptions struct {
 	// OnTransition is called (on the driver goroutine) after each transition
 	// has been carried out, e.g. to publish holding state to the cluster.
 	OnTransition func(Transition)
-	// OnPrepared is called (on the driver goroutine) with the answer to
-	// each PrepareHandover event.
-	OnPrepared func(PrepareResult)
 	// Clock is the driver's time (nil: the process's clock); tests pass
 	// a clock.Fake.
 	Clock clock.Clock
@@ -93,7 +89,7 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 		}
 	}
 	d := &Driver{
-		core: core, ann: ann, clk: clock.Or(opts.Clock), mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition, onPrep: opts.OnPrepared,
+		core: core, ann: ann, clk: clock.Or(opts.Clock), mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition,
 		events: make(chan Event, 256),
 		state:  core.State(),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -339,14 +335,6 @@ func (d *Driver) results(o Output) {
 	for _, t := range o.Transitions {
 		d.transition(t)
 	}
-	for _, p := range o.Prepared {
-		if p.Err != nil {
-			d.log.Info("not ready to take the VIP in a handover", "vip", p.VIP, "err", p.Err)
-		}
-		if d.onPrep != nil {
-			d.onPrep(p)
-		}
-	}
 	for _, t := range o.Timelines {
 		d.timeline(t)
 	}
@@ -393,10 +381,6 @@ func (d *Driver) do(ctx context.Context, a Action) error {
 	case Check:
 		if c, ok := d.ann.(Checker); ok {
 			err = c.Check(cctx, a.VIP, a.Probe)
-		}
-	case Prepare:
-		if p, ok := d.ann.(Preparer); ok {
-			err = p.Prepare(cctx, a.VIP)
 		}
 	}
 	if err != nil {

@@ -2,65 +2,14 @@ package vip
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 )
-
-func TestCorePrepareHandover(t *testing.T) {
-	tests := []struct {
-		name    string
-		healthy bool
-		stop    bool
-		held    bool
-		action  bool   // a Prepare action is asked for
-		err     string // the immediate answer's error; "" and !action: ready
-	}{
-		{"healthy: prepares", true, false, false, true, ""},
-		{"unhealthy: not ready", false, false, false, false, "apiserver unhealthy"},
-		{"stopping: not ready", true, true, false, false, "shutting down"},
-		{"already held: ready at once", true, false, true, false, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true})
-			c.Step(HealthChanged{Healthy: tt.healthy, Reason: "test"}, t0)
-			if tt.held {
-				stepDone(c, Elected{VIP: v4, Holder: true}, t0)
-			}
-			if tt.stop {
-				c.Step(Shutdown{Reason: "test"}, t0)
-			}
-			out := c.Step(PrepareHandover{VIP: v4}, t0)
-			if tt.action {
-				if len(out.Actions) != 1 || out.Actions[0].Kind != Prepare || len(out.Prepared) != 0 {
-					t.Fatalf("actions %v prepared %v", acts(out), out.Prepared)
-				}
-				if o := c.Step(Done{Action: out.Actions[0]}, t0); len(o.Prepared) != 1 || o.Prepared[0].Err != nil {
-					t.Fatalf("after Done: %+v", o.Prepared)
-				}
-				o := c.Step(Failed{Action: out.Actions[0], Err: ErrLinkDown}, t0)
-				if len(o.Prepared) != 1 || !errors.Is(o.Prepared[0].Err, ErrLinkDown) || len(o.Actions) != 0 || len(o.Transitions) != 0 {
-					t.Fatalf("after Failed: %+v %v %v", o.Prepared, acts(o), o.Transitions)
-				}
-				return
-			}
-			if len(out.Actions) != 0 || len(out.Prepared) != 1 {
-				t.Fatalf("actions %v prepared %v", acts(out), out.Prepared)
-			}
-			err := out.Prepared[0].Err
-			if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
-				t.Fatalf("err %v, want %q", err, tt.err)
-			}
-		})
-	}
-}
 
 func TestCoreHandoverAcquire(t *testing.T) {
 	c := New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true})

@@ -26,12 +26,11 @@ type fakeElector struct {
 	to      string
 }
 
-func (e *fakeElector) SetHealthy(bool)           {}
-func (e *fakeElector) SetHolding(string, bool)   {}
-func (e *fakeElector) SetFailed(string, string)  {}
-func (e *fakeElector) SetPrepared(string, error) {}
-func (e *fakeElector) Status() any               { return nil }
-func (e *fakeElector) Close() error              { return nil }
+func (e *fakeElector) SetHealthy(bool)          {}
+func (e *fakeElector) SetHolding(string, bool)  {}
+func (e *fakeElector) SetFailed(string, string) {}
+func (e *fakeElector) Status() any              { return nil }
+func (e *fakeElector) Close() error             { return nil }
 func (e *fakeElector) Run(ctx context.Context, _ func(vip.Event)) error {
 	<-ctx.Done()
 	return ctx.Err()

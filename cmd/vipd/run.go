@@ -283,8 +283,6 @@ type elector interface {
 	// Run feeds election decisions into send until ctx is done, then
 	// leaves the cluster.
 	Run(ctx context.Context, send func(vip.Event)) error
-	// SetPrepared answers a PrepareHandover the election asked for.
-	SetPrepared(vip string, err error)
 	// HandOver hands VIPs this node holds to another node (all held
 	// when vips is empty; the best successor when to is "") and waits
 	// for the results.
@@ -373,11 +371,6 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2, Check: c.Mode == config.ModeL2, Jitter: nodeJitter(c.NodeName)})
 	d.driver, err = vip.NewDriver(core, d.ann, log, d.reg, vip.DriverOptions{
 		Mode: c.Mode, ActionTimeout: actionTimeout(c), OnTransition: d.onTransition,
-		OnPrepared: func(p vip.PrepareResult) {
-			if d.elector != nil {
-				d.elector.SetPrepared(p.VIP.String(), p.Err)
-			}
-		},
 	})
 	if err != nil {
 		_ = d.ann.Close()
