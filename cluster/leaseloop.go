@@ -74,7 +74,7 @@ const idleWake = time.Second
 
 // failedPause is how long this node counts as unhealthy after the core
 // could not hold an address (interface down, acquire failed): the lease
-// goes to another node meanwhile, as the gossip election's step-aside did.
+// goes to another node meanwhile.
 const failedPause = 2 * time.Second
 
 const (

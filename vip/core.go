@@ -163,8 +163,8 @@ type Elected struct {
 	// election): with Holder set, this node may hold the VIP until then
 	// and no longer. The core releases it at Until by itself, whether or
 	// not another Elected arrives (the election's goroutine may be stuck;
-	// the lease ends anyway). Zero: no end (the gossip election, which
-	// revokes with Holder false). Until must come from the same monotonic
+	// the lease ends anyway). Zero: no end (tests; an election
+	// that revokes with Holder false). Until must come from the same monotonic
 	// clock as the driver's now (time.Now in one process).
 	Until time.Time
 }

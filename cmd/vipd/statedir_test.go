@@ -58,7 +58,7 @@ func TestCheckStateDirReadOnlyMount(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "mount", "umount")
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "members.json"), []byte("{}\n"), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, cluster.LeaseStateFile), []byte("{}\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "--bind", dir, dir).CombinedOutput(); err != nil {
