@@ -113,11 +113,6 @@ type Timeline struct {
 	// Handover: a planned handover; else a failover.
 	Handover   bool   `json:"handover"`
 	PrevHolder string `json:"prev_holder"`
-	// FaultAt: this node saw the previous holder lose the VIP (a
-	// handover: the release arrived). PrevHeardAt: the previous holder was
-	// last heard alive.
-	FaultAt     time.Time `json:"fault_at"`
-	PrevHeardAt time.Time `json:"prev_heard_at"`
 	DecidedAt   time.Time `json:"decided_at"`
 	BoundAt     time.Time `json:"bound_at"`
 	AnnouncedAt time.Time `json:"announced_at,omitempty"`
@@ -154,11 +149,8 @@ type Elected struct {
 	// Handover: the previous holder released the VIP for this node (a
 	// planned handover): acquire without the conflict probe.
 	Handover bool
-	// The failover timeline (cluster.Decision): the previous holder, when
-	// this node saw it lose the VIP and when it was last heard.
-	PrevHolder  string
-	FaultAt     time.Time
-	PrevHeardAt time.Time
+	// PrevHolder is the previous holder, for the failover timeline.
+	PrevHolder string
 	// Until is the end of the lease a majority granted (the lease
 	// election): with Holder set, this node may hold the VIP until then
 	// and no longer. The core releases it at Until by itself, whether or
@@ -338,7 +330,7 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 			s.handover = e.Handover
 			s.tl = nil
 			if e.PrevHolder != "" {
-				s.tl = &Timeline{VIP: e.VIP, Handover: e.Handover, PrevHolder: e.PrevHolder, FaultAt: e.FaultAt, PrevHeardAt: e.PrevHeardAt, DecidedAt: now}
+				s.tl = &Timeline{VIP: e.VIP, Handover: e.Handover, PrevHolder: e.PrevHolder, DecidedAt: now}
 			}
 		}
 		c.converge(e.VIP, now, &out, c.cause(e.VIP, now, e.Reason))

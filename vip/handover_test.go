@@ -14,8 +14,7 @@ import (
 func TestCoreHandoverAcquire(t *testing.T) {
 	c := New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true})
 	c.Step(HealthChanged{Healthy: true}, t0)
-	fault := t0.Add(-5 * time.Millisecond)
-	out := c.Step(Elected{VIP: v4, Holder: true, Handover: true, PrevHolder: "n1", FaultAt: fault, PrevHeardAt: fault}, t0)
+	out := c.Step(Elected{VIP: v4, Holder: true, Handover: true, PrevHolder: "n1"}, t0)
 	if len(out.Actions) != 1 || out.Actions[0].Kind != Acquire || !out.Actions[0].Handover {
 		t.Fatalf("want one acquire without probe: %+v", out.Actions)
 	}
@@ -30,7 +29,7 @@ func TestCoreHandoverAcquire(t *testing.T) {
 		t.Fatalf("no timeline after the first announcement")
 	}
 	tl := o.Timelines[0]
-	want := Timeline{VIP: v4, Handover: true, PrevHolder: "n1", FaultAt: fault, PrevHeardAt: fault, DecidedAt: t0, BoundAt: bound, AnnouncedAt: ann}
+	want := Timeline{VIP: v4, Handover: true, PrevHolder: "n1", DecidedAt: t0, BoundAt: bound, AnnouncedAt: ann}
 	if tl != want || c.State()[0].LastFailover != want || tl.Kind() != "handover" {
 		t.Fatalf("timeline %+v, want %+v", tl, want)
 	}
@@ -39,7 +38,7 @@ func TestCoreHandoverAcquire(t *testing.T) {
 		t.Fatal("a second timeline")
 	}
 	c.Step(Elected{VIP: v4, Holder: false}, t0.Add(10*time.Second))
-	out = c.Step(Elected{VIP: v4, Holder: true, PrevHolder: "n2", FaultAt: t0.Add(19 * time.Second)}, t0.Add(20*time.Second))
+	out = c.Step(Elected{VIP: v4, Holder: true, PrevHolder: "n2"}, t0.Add(20*time.Second))
 	if len(out.Actions) != 1 || out.Actions[0].Handover {
 		t.Fatalf("a failover acquire must probe: %+v", out.Actions)
 	}
@@ -54,7 +53,7 @@ func TestCoreTimelineWithoutAnnouncements(t *testing.T) {
 	// cloud: bound is the end.
 	c := New([]netip.Prefix{v4}, Options{Elect: true})
 	c.Step(HealthChanged{Healthy: true}, t0)
-	out := c.Step(Elected{VIP: v4, Holder: true, PrevHolder: "n1", FaultAt: t0}, t0)
+	out := c.Step(Elected{VIP: v4, Holder: true, PrevHolder: "n1"}, t0)
 	o := c.Step(Done{Action: out.Actions[0]}, t0.Add(300*time.Millisecond))
 	if len(o.Timelines) != 1 || o.Timelines[0].Kind() != "failover" || !o.Timelines[0].AnnouncedAt.IsZero() {
 		t.Fatalf("timelines %+v", o.Timelines)

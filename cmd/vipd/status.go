@@ -329,15 +329,9 @@ func describeTimeline(t vip.Timeline, now time.Time) string {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s from %s, %s", t.VIP, t.PrevHolder, ago(now, t.DecidedAt))
-	if !t.FaultAt.IsZero() {
-		fmt.Fprintf(&b, "; detection %s", ms(t.DecidedAt.Sub(t.FaultAt)))
-	}
 	fmt.Fprintf(&b, ", decision to bound %s", ms(t.BoundAt.Sub(t.DecidedAt)))
 	if !t.AnnouncedAt.IsZero() {
 		fmt.Fprintf(&b, ", bound to first announcement %s", ms(t.AnnouncedAt.Sub(t.BoundAt)))
-	}
-	if !t.PrevHeardAt.IsZero() {
-		fmt.Fprintf(&b, "; %s last heard %s before the decision", t.PrevHolder, ms(t.DecidedAt.Sub(t.PrevHeardAt)))
 	}
 	return b.String()
 }
