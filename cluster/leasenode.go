@@ -212,7 +212,10 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	n.loop.expectPeers = len(cfg.Cluster.Peers) > 0
 	n.loop.meta = n.publishMeta
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, leaseRemaining{n}}, n.loop.ovt.collectors()...) {
+		nameConflict := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "vipd_cluster_name_conflict", Help: "1 while another node gossiped under this node's name (VIPD_NODE_NAME) within the last 30 s; this node then holds nothing as the only voter of a cluster of its own.",
+		}, func() float64 { return b2f(n.nameConflict(n.cfg.Clock.Now())) })
+		for _, c := range append([]prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, nameConflict, leaseRemaining{n}}, n.loop.ovt.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -243,6 +246,15 @@ func (n *LeaseNode) postVeto(ev lease.Event) {
 	if ok {
 		n.loop.post(ev)
 	}
+}
+
+// nameConflict reports whether another node gossiped under this node's
+// name within ConflictHold before now (vipd_cluster_name_conflict).
+func (n *LeaseNode) nameConflict(now time.Time) bool {
+	n.mu.Lock()
+	last := n.vetoPosted[fmt.Sprintf("%T", conflictEvent{})]
+	n.mu.Unlock()
+	return !last.IsZero() && now.Sub(last) < ConflictHold
 }
 
 // leftBefore reports whether a machine restored from its state belongs to
