@@ -30,7 +30,7 @@ type poolsPart struct {
 	drv  *pools.Driver
 	done chan struct{}
 	// want tells the lease election which l2 pool addresses to place
-	// (VIPD_ELECTION=lease; nil otherwise).
+	// (l2 in a cluster; nil otherwise).
 	want func([]pools.Address)
 }
 
