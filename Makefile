@@ -147,11 +147,9 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-## simulate: the strict simulator of the consensus lease machine over 2,000 schedules per profile (make test runs 20 of each), then the old election's simulator over 200 seeds with and without member heartbeats
+## simulate: the strict simulator of the consensus lease machine over 2,000 schedules per profile (make test runs 20 of each)
 simulate:
-	$(GO) run ./cluster/sim/cmd/vipd-sim -lease -seeds $${LEASE_SEEDS:-2000}
-	$(GO) run ./cluster/sim/cmd/vipd-sim -beats -seeds $${SEEDS:-200}
-	$(GO) run ./cluster/sim/cmd/vipd-sim -seeds $${SEEDS:-200}
+	$(GO) run ./cluster/lease/sim/cmd/vipd-sim -seeds $${LEASE_SEEDS:-2000}
 
 ## demo: a 3-node network-namespace lab showing the VIP and a failover
 demo: deps build

@@ -74,8 +74,17 @@ const idleWake = time.Second
 
 // failedPause is how long this node counts as unhealthy after the core
 // could not hold an address (interface down, acquire failed): the lease
-// goes to another node meanwhile, as the gossip election's step-aside did.
+// goes to another node meanwhile.
 const failedPause = 2 * time.Second
+
+const (
+	// KeyVeto is how long after a gossip key mismatch a node that knows no
+	// other member refuses to hold alone.
+	KeyVeto = time.Minute
+	// ConflictHold is how long after the last sign of another node with
+	// this node's name this node stays ineligible.
+	ConflictHold = 30 * time.Second
+)
 
 // leaseLoop drives a lease machine: one goroutine (run) owns the machine,
 // steps it with every event and at its deadline, persists before sending,

@@ -13,15 +13,31 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vipd/vipd/cluster/lease"
+	"github.com/vipd/vipd/internal/wire"
 )
 
-// LeaseConfig shapes a node of the lease election (VIPD_ELECTION=lease).
+// HandoverResult is how a handover ended (or why it was refused): the
+// control socket's answer, declared once in internal/wire for vipd and
+// vipd-controllers.
+type HandoverResult = wire.HandoverResult
+
+// HandoverWait bounds a requested handover (`vipd handover`, the control
+// socket): a leadership transfer with make-before-break takes well under
+// a second; this leaves room for a loaded cluster.
+func HandoverWait() time.Duration { return 4 * time.Second }
+
+// safetyEvery is how often Run re-reads the view without being woken
+// (membership events and the machine's own deadline wake it) and checks
+// that every configured peer is a member (else it joins them again): each
+// wake-up of an idle vipd costs CPU, so this is only a backstop.
+const safetyEvery = 5 * time.Second
+
+// LeaseConfig shapes a node of the lease election.
 type LeaseConfig struct {
 	// Cluster: name, gossip bind, peers, keys, state directory, timings
 	// (the gossip election's fields are ignored).
@@ -54,11 +70,6 @@ type LeaseNode struct {
 	ml    *memberlist.Memberlist
 	loop  *leaseLoop
 	state stateFile
-
-	// conflictUntil (unix ns): another node gossips under this node's
-	// name; vipd_cluster_name_conflict is 1 until then (ConflictHold
-	// after the last sign of it).
-	conflictUntil atomic.Int64
 
 	syncReq  chan struct{}
 	pushReq  chan struct{} // metadata changed: push it to every member
@@ -200,11 +211,11 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	n.loop.witness = cfg.Machine.Role == lease.Witness
 	n.loop.expectPeers = len(cfg.Cluster.Peers) > 0
 	n.loop.meta = n.publishMeta
-	mConflict := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "vipd_cluster_name_conflict", Help: "1 while another node gossips under this node's name (VIPD_NODE_NAME); this node then holds nothing, and the cluster refuses the second one at join.",
-	}, func() float64 { return b2f(time.Now().UnixNano() < n.conflictUntil.Load()) })
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, mConflict, leaseRemaining{n}}, n.loop.ovt.collectors()...) {
+		nameConflict := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "vipd_cluster_name_conflict", Help: "1 while another node gossiped under this node's name (VIPD_NODE_NAME) within the last 30 s; this node then holds nothing as the only voter of a cluster of its own.",
+		}, func() float64 { return b2f(n.nameConflict(n.cfg.Clock.Now())) })
+		for _, c := range append([]prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, nameConflict, leaseRemaining{n}}, n.loop.ovt.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -235,6 +246,15 @@ func (n *LeaseNode) postVeto(ev lease.Event) {
 	if ok {
 		n.loop.post(ev)
 	}
+}
+
+// nameConflict reports whether another node gossiped under this node's
+// name within ConflictHold before now (vipd_cluster_name_conflict).
+func (n *LeaseNode) nameConflict(now time.Time) bool {
+	n.mu.Lock()
+	last := n.vetoPosted[fmt.Sprintf("%T", conflictEvent{})]
+	n.mu.Unlock()
+	return !last.IsZero() && now.Sub(last) < ConflictHold
 }
 
 // leftBefore reports whether a machine restored from its state belongs to
@@ -306,10 +326,6 @@ func (n *LeaseNode) SetFailed(vip, reason string) {
 	n.mu.Unlock()
 	n.loop.post(failedEvent{})
 }
-
-// SetPrepared answers the gossip election's handover preparation; the
-// lease election transfers without it.
-func (n *LeaseNode) SetPrepared(string, error) {}
 
 // SetAddresses replaces the addresses of one kind (pool, egress) the
 // cluster must place, with the nodes that may hold each (Restricted,
@@ -521,12 +537,12 @@ func (n *LeaseNode) memberChanged(m *memberlist.Node, alive bool) {
 		return
 	}
 	mb := lease.Member{Name: m.Name, Alive: alive, Meta: slices.Clone(m.Meta)}
-	if old, err := decodeMeta(m.Meta); err == nil {
+	if claims, ok := oldClaims(m.Meta); ok {
 		// A node of the previous release (the gossip election): the
 		// addresses it claims, which the leader never grants while it is
 		// alive (the upgrade meeting). The machine ignores these for
 		// members that publish its own metadata.
-		mb.Claims = old.Holding
+		mb.Claims = claims
 	}
 	n.mu.Lock()
 	n.members[m.Name] = mb
@@ -847,7 +863,6 @@ func (c *leaseConflicts) NotifyConflict(existing, other *memberlist.Node) {
 			addr = existing.Address()
 		}
 		c.log.Error("another node uses this node's name: set a unique VIPD_NODE_NAME on every node", "name", existing.Name, "other", addr)
-		n.conflictUntil.Store(time.Now().Add(ConflictHold).UnixNano())
 		n.postVeto(conflictEvent{})
 		return
 	}

@@ -462,3 +462,42 @@ func TestLeaseNodeHandOverRefusals(t *testing.T) {
 		t.Fatalf("a refused handover reached the machine: %v", m.asked)
 	}
 }
+
+// Another node gossiping under this node's name (a cloned VM) shows as
+// vipd_cluster_name_conflict 1 (alert VIPDDuplicateNodeName) for
+// ConflictHold after the last clash, then 0 again; a clash between two
+// other nodes does not count.
+func TestLeaseNodeNameConflictMetric(t *testing.T) {
+	a := startNode(t, "a", [][]byte{keyA})
+	gauge := func() float64 {
+		t.Helper()
+		mfs, err := a.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "vipd_cluster_name_conflict" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("vipd_cluster_name_conflict not registered")
+		return 0
+	}
+	if v := gauge(); v != 0 {
+		t.Fatalf("before any clash: %v", v)
+	}
+	other := &memberlist.Node{Name: "b", Addr: net.ParseIP("127.0.0.9"), Port: 7950}
+	(*leaseConflicts)(a.n).NotifyConflict(other, &memberlist.Node{Name: "b", Addr: net.ParseIP("127.0.0.10"), Port: 7950})
+	if v := gauge(); v != 0 {
+		t.Fatalf("a clash between two other nodes: %v", v)
+	}
+	clone := &memberlist.Node{Name: "a", Addr: net.ParseIP("127.0.0.9"), Port: 7950}
+	(*leaseConflicts)(a.n).NotifyConflict(clone, clone)
+	if v := gauge(); v != 1 {
+		t.Fatalf("after a clash with this node's name: %v", v)
+	}
+	now := time.Now()
+	if !a.n.nameConflict(now.Add(ConflictHold-time.Second)) || a.n.nameConflict(now.Add(ConflictHold+time.Second)) {
+		t.Fatal("the clash must count for ConflictHold and no longer")
+	}
+}

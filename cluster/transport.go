@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,12 +62,8 @@ func newTransport(bind netip.AddrPort, log *slog.Logger) (*transport, error) {
 			return nil, fmt.Errorf("gossip TCP listener: %w", err)
 		}
 		port := uint16(tcp.Addr().(*net.TCPAddr).Port)
-		// SO_REUSEPORT: the heartbeat's socket shares the port (beatsock.go).
-		lc := net.ListenConfig{Control: reusePort}
-		var pc net.PacketConn
-		pc, err = lc.ListenPacket(context.Background(), "udp", netip.AddrPortFrom(bind.Addr(), port).String())
+		udp, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(bind.Addr(), port)))
 		if err == nil {
-			udp = pc.(*net.UDPConn)
 			break
 		}
 		tcp.Close()

@@ -198,3 +198,14 @@ func (d msgDelegate) NotifyMsg(b []byte)                { d <- append([]byte(nil
 func (d msgDelegate) GetBroadcasts(int, int) [][]byte   { return nil }
 func (d msgDelegate) LocalState(bool) []byte            { return nil }
 func (d msgDelegate) MergeRemoteState(b []byte, _ bool) {}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -23,10 +22,9 @@ import (
 
 // Elections (VIPD_ELECTION) and roles (VIPD_ROLE).
 const (
-	ElectionGossip = "gossip"
-	ElectionLease  = "lease"
-	RoleVoter      = "voter"
-	RoleWitness    = "witness"
+	ElectionLease = "lease"
+	RoleVoter     = "voter"
+	RoleWitness   = "witness"
 )
 
 // Witness reports whether this node only votes (VIPD_ROLE=witness).
@@ -89,7 +87,7 @@ type Config struct {
 	// does not change.
 	Profile  string
 	Explicit []string
-	// Election is VIPD_ELECTION (gossip or lease); Role is VIPD_ROLE
+	// Election is VIPD_ELECTION (lease: the only one left); Role is VIPD_ROLE
 	// (voter or witness).
 	Election string
 	Role     string
@@ -235,23 +233,20 @@ func Load(src Source) (*Config, error) {
 	return c, nil
 }
 
-// gossipOnly are the settings only the gossip election reads.
+// gossipOnly are the settings only the removed gossip election read.
 var gossipOnly = map[string]string{
 	"VIPD_QUORUM":        "the lease election counts the agreed voters; for two control-plane nodes run a third voter, VIPD_ROLE=witness (docs/l2.md)",
 	"VIPD_MEMBER_EXPIRY": "the lease election removes a dead voter after 20 s while a majority remains (docs/lease.md)",
 }
 
-// Ignored lists, one line each, the settings given explicitly that the
-// chosen election does not read: an env file written for the gossip
-// election keeps working under the lease (the default), with a warning.
+// Ignored lists, one line each, the settings given explicitly that only
+// the removed gossip election read: an env file written for it keeps
+// working under the lease, with a warning.
 func (c *Config) Ignored() []string {
-	if c.Election != ElectionLease {
-		return nil
-	}
 	var out []string
 	for _, env := range c.Explicit {
 		if why, ok := gossipOnly[env]; ok {
-			out = append(out, env+" is ignored with VIPD_ELECTION=lease: "+why)
+			out = append(out, env+" is ignored (the gossip election that read it was removed): "+why)
 		}
 	}
 	return out
@@ -316,10 +311,6 @@ func (c *Config) checkWitness() error {
 	if c.Mode == ModeBGP {
 		return &Error{Name: "VIPD_ROLE", Value: RoleWitness, Accepted: "voter in bgp mode (every healthy node announces: nothing to vote on); witness in l2 or cloud mode"}
 	}
-	if c.Election == ElectionGossip && slices.Contains(c.Explicit, "VIPD_ELECTION") {
-		return &Error{Name: "VIPD_ELECTION", Value: c.Election, Accepted: "lease with VIPD_ROLE=witness (the gossip election has no witnesses)"}
-	}
-	c.Election = ElectionLease
 	if len(c.Peers) == 0 {
 		return &Error{Name: "VIPD_PEERS", Value: "", Accepted: "the gossip addresses of the voters (host[:port], comma-separated): required with VIPD_ROLE=witness, which only votes"}
 	}

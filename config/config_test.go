@@ -141,7 +141,8 @@ func TestInvalid(t *testing.T) {
 		{"VIPD_CONTROLLERS", "floatingippool,dns", "dns", "floatingippool, nodednsrecordset"},
 		{"VIPD_CLOUD_BIND_INTERFACE", "a/b", "a/b", "interface name"},
 		{"VIPD_ROLE", "observer", "observer", "one of voter, witness"},
-		{"VIPD_ELECTION", "raft", "raft", "one of gossip, lease"},
+		{"VIPD_ELECTION", "raft", "raft", "lease"},
+		{"VIPD_ELECTION", "gossip", "gossip", "lease (the gossip election was removed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.env+"="+tt.value, func(t *testing.T) {
@@ -185,7 +186,6 @@ func TestCombinations(t *testing.T) {
 		{"witness needs peers", []string{"VIPD_ADDRESS", "", "VIPD_ROLE", "witness", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_PEERS"},
 		{"witness needs the gossip key", []string{"VIPD_ROLE", "witness", "VIPD_PEERS", "10.0.0.2"}, "VIPD_GOSSIP_KEY_FILE"},
 		{"witness not in bgp mode", []string{"VIPD_MODE", "bgp", "VIPD_ROLE", "witness", "VIPD_PEERS", "10.0.0.2"}, "VIPD_ROLE"},
-		{"witness not with the gossip election", []string{"VIPD_ROLE", "witness", "VIPD_ELECTION", "gossip", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_ELECTION"},
 		{"witness holds no pool addresses", []string{"VIPD_ROLE", "witness", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, "VIPD_POOLS"},
 		{"lease election with pools in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_POOLS", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, ""},
 		{"lease election with egress policies in a cluster", []string{"VIPD_ELECTION", "lease", "VIPD_EGRESS_POLICIES", "on", "VIPD_KUBECONFIG", "/k", "VIPD_PEERS", "10.0.0.2", "VIPD_GOSSIP_KEY_FILE", "/k"}, ""},
@@ -330,18 +330,17 @@ func TestWitnessImpliesLease(t *testing.T) {
 	}
 }
 
-// Settings only the gossip election reads are accepted under the lease (an
-// env file written for the gossip election keeps working) with one line
-// each naming the setting and what replaces it; nothing under the gossip
-// election or when they are not set.
+// Settings only the removed gossip election read are still accepted (an
+// env file written for it keeps working) with one line each naming the
+// setting and what replaces it; nothing when they are not set.
 func TestIgnoredUnderTheLease(t *testing.T) {
 	for _, tc := range []struct {
 		kv   []string
 		want []string
 	}{
 		{nil, nil},
-		{[]string{"VIPD_QUORUM", "off", "VIPD_MEMBER_EXPIRY", "1h"}, []string{"VIPD_QUORUM is ignored with VIPD_ELECTION=lease: ", "VIPD_MEMBER_EXPIRY is ignored with VIPD_ELECTION=lease: "}},
-		{[]string{"VIPD_QUORUM", "off", "VIPD_ELECTION", "gossip"}, nil},
+		{[]string{"VIPD_QUORUM", "off", "VIPD_MEMBER_EXPIRY", "1h"}, []string{"VIPD_QUORUM is ignored (the gossip election that read it was removed): ", "VIPD_MEMBER_EXPIRY is ignored (the gossip election that read it was removed): "}},
+		{[]string{"VIPD_QUORUM", "3", "VIPD_ELECTION", "lease"}, []string{"VIPD_QUORUM is ignored "}},
 	} {
 		c, err := load(t, tc.kv...)
 		if err != nil {

@@ -37,15 +37,14 @@ var fastSettings = []ProfileSetting{
 // are those of cluster.TimingsFor; TestProfileTimingsDocumented (cmd/vipd)
 // keeps them in step.
 var profileTimings = []ProfileTiming{
-	{Name: "gossip probe interval", Default: "5s", Fast: "200ms", Doc: "memberlist probes one member this often (in the default profile the member heartbeat detects; memberlist keeps the membership)"},
+	{Name: "gossip probe interval", Default: "5s", Fast: "200ms", Doc: "memberlist probes one member this often (it keeps the membership; the lease election detects a lost holder by its lease)"},
 	{Name: "gossip probe timeout", Default: "500ms", Fast: "100ms", Doc: "a probe not answered within this asks other members to try"},
 	{Name: "gossip suspicion multiplier", Default: "2", Fast: "2", Doc: "a silent member is suspect for this many probe intervals (x log10 of the cluster size, at least 1) before it is declared dead"},
-	{Name: "gossip interval", Default: "5s", Fast: "20ms", Doc: "how often metadata changes (claims, releases, health) are gossiped (they also ride on every probe and its answer; a planned handover sends its messages directly; in the default profile every change is also pushed to every member at once, and a member whose heartbeats carry metadata not seen yet, or whose relays carry newer metadata of a member not heard directly, is asked for its state)"},
+	{Name: "gossip interval", Default: "5s", Fast: "20ms", Doc: "how often metadata changes (health, verification reports) are gossiped (they also ride on every probe and its answer; the lease election sends its own messages directly)"},
 	{Name: "gossip full sync interval", Default: "30s", Fast: "10s", Doc: "each member exchanges its whole view with a random member this often (over TCP), repairing anything gossip missed"},
-	{Name: "holder heartbeat interval", Default: "off", Fast: "40ms", Doc: "a node that holds a VIP sends an authenticated heartbeat to every member this often, over the gossip transport (encrypted with the gossip key)"},
-	{Name: "holder heartbeat misses", Default: "off", Fast: "4", Doc: "a holder whose heartbeats stop for this many intervals is taken as gone: the others elect a new holder at once instead of waiting for the gossip failure detector; after irregular heartbeats (a loaded host) the deadline stretches to twice the largest recent gap, at most 4 times, and shrinks back over a few seconds"},
-	{Name: "member heartbeat interval", Default: "250ms", Fast: "off", Doc: "every member sends an authenticated heartbeat (HMAC-SHA256 under a key derived from the gossip key) to every member this often, to the gossip port (UDP), on a grid aligned to the clock; a member reads the heartbeats queued for it once per interval instead of waking for each"},
-	{Name: "member heartbeat misses", Default: "3", Fast: "off", Doc: "a member with no sign of life for this many intervals counts as gone for the election and for quorum: a lost holder is replaced, and a holder that hears too few members lets go, without waiting for the gossip failure detector; a sign of life is its heartbeat, or another member's heartbeat saying it heard it (so a lost link between two members that both reach a third kills neither); the deadline never stretches"},
+	{Name: "lease tick", Default: "50ms", Fast: "10ms", Doc: "the lease election's clock step: its timers count ticks (cluster/lease)"},
+	{Name: "lease heartbeat interval", Default: "200ms", Fast: "40ms", Doc: "the leader renews its lease with a majority of the voters this often"},
+	{Name: "lease election timeout", Default: "800ms", Fast: "150ms", Doc: "a voter that hears no leader for this long (randomised up to twice as long) starts an election; the holder lets go of an address before a new leader can grant it"},
 	{Name: "l2 conflict probe wait", Default: "50ms", Fast: "25ms", Doc: "before binding, a new holder waits this long for another host to answer its ARP probe or neighbour solicitation for the VIP (l2)"},
 }
 
@@ -95,7 +94,7 @@ func (c *Config) ProfileLines() []string {
 
 func profileMarkdown(b *strings.Builder) {
 	b.WriteString("\n## Profiles (`VIPD_PROFILE`)\n\n")
-	b.WriteString("`VIPD_PROFILE=fast` is for LANs that can afford more packets (a holder heartbeat every 40 ms, quicker gossip) and want a quicker failover: it changes the settings below that are not given explicitly (a flag or a variable that is set always wins) and the internal timings of the second table. `vipd check-config` prints what the profile set. `default` keeps every default of the tables above.\n\n")
+	b.WriteString("`VIPD_PROFILE=fast` is for LANs that can afford more packets (the lease renewed every 40 ms, quicker gossip) and want a quicker failover: it changes the settings below that are not given explicitly (a flag or a variable that is set always wins) and the internal timings of the second table. `vipd check-config` prints what the profile set. `default` keeps every default of the tables above.\n\n")
 	b.WriteString("| setting | default profile | fast profile |\n|---|---|---|\n")
 	for _, s := range fastSettings {
 		def := ""

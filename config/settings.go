@@ -207,7 +207,7 @@ var table = []Setting{
 			return c.PreemptDelay.String()
 		}},
 	{Env: "VIPD_QUORUM", Flag: "quorum", Default: "auto", Section: SecCluster,
-		Doc:      "Gossip election only (VIPD_ELECTION=gossip; ignored with a warning under the lease, where a witness gives two-node clusters their third vote): auto: a majority of known members must be alive; off: no quorum (two-node setups, split-brain risk); N: at least N alive.",
+		Doc:      "Removed with the gossip election: still accepted (env files of earlier releases carry it) but ignored with a warning. The lease election counts the agreed voters; a witness (VIPD_ROLE=witness) gives two-node clusters their third vote.",
 		Accepted: "auto, off, or a number 1-100",
 		parse: func(c *Config, v string) error {
 			switch v {
@@ -225,22 +225,32 @@ var table = []Setting{
 			return nil
 		}, format: func(c *Config) string { return c.Quorum.String() }},
 	durationSetting("VIPD_MEMBER_EXPIRY", "member-expiry", "10m", SecCluster,
-		"Gossip election only (VIPD_ELECTION=gossip; ignored with a warning under the lease, which removes a dead voter after 20 s while a majority remains): how long a member may be dead before the members that still have quorum stop counting it (a member that leaves gracefully is not counted from then on).",
+		"Removed with the gossip election: still accepted (env files of earlier releases carry it) but ignored with a warning. The lease election removes a dead voter after 20 s while a majority remains (docs/lease.md).",
 		10*time.Second, 30*24*time.Hour, func(c *Config) *time.Duration { return &c.MemberExpiry }),
 	pathSetting("VIPD_STATE_DIR", "state-dir", "/var/lib/vipd", SecCluster,
-		"Directory for persistent state (members ever seen).",
+		"Directory for persistent state (the lease election's state, lease.state, and the control socket).",
 		func(c *Config) *string { return &c.StateDir }),
-	enumSetting("VIPD_ELECTION", "election", ElectionLease, SecCluster,
-		"Which election decides the holder in l2 and cloud mode: lease (a holder lease granted by a majority of voters, raft underneath; see docs/lease.md) or gossip (the rules election of earlier releases, kept for one release). Every node of a cluster must use the same one; a rolling upgrade from a release without this setting meets the old nodes through their claims (docs/lease.md).",
-		[]string{ElectionGossip, ElectionLease}, func(c *Config) *string { return &c.Election }),
+	{Env: "VIPD_ELECTION", Flag: "election", Default: ElectionLease, Section: SecCluster,
+		Doc:      "Which election decides the holder in l2 and cloud mode: lease, a holder lease granted by a majority of voters (raft underneath; see docs/lease.md), the only one. The gossip election of earlier releases was removed: VIPD_ELECTION=gossip is refused. A rolling upgrade from a release without the lease meets the old nodes through their claims (docs/lease.md).",
+		Accepted: "lease",
+		parse: func(c *Config, v string) error {
+			switch v {
+			case ElectionLease:
+				c.Election = v
+				return nil
+			case "gossip":
+				return &Error{Name: "VIPD_ELECTION", Value: v, Accepted: "lease (the gossip election was removed; remove the setting or set VIPD_ELECTION=lease, see docs/lease.md)"}
+			}
+			return errInvalid
+		}, format: func(c *Config) string { return c.Election }},
 	enumSetting("VIPD_ROLE", "role", RoleVoter, SecCluster,
-		"voter: votes and may hold addresses; witness: votes and never holds (the third vote of a two-node cluster: needs no apiserver and no VIP interface, runs on any small machine; implies VIPD_ELECTION=lease).",
+		"voter: votes and may hold addresses; witness: votes and never holds (the third vote of a two-node cluster: needs no apiserver and no VIP interface, runs on any small machine).",
 		[]string{RoleVoter, RoleWitness}, func(c *Config) *string { return &c.Role }),
 	intSetting("VIPD_NICE", "nice", "-10", SecCluster,
 		"Scheduling priority (nice value) of every vipd thread, set at start: the lease must be renewed by a majority every few ticks (fast profile: 40 ms, lease 127 ms), and a node starved of CPU by other processes loses it. -10 lets vipd run before ordinary processes (corosync and keepalived also raise their priority); 0 leaves it as started. Needs CAP_SYS_NICE (root has it); without it vipd warns once and runs as started. Child processes (vipd-controllers feeds) inherit it.",
 		-20, 19, func(c *Config) *int { return &c.Nice }),
 	enumSetting("VIPD_PROFILE", "profile", ProfileDefault, SecCluster,
-		"Timing profile: fast tightens the failure detector and adds a holder heartbeat for LANs that can afford it (see Profiles below); explicit settings win over the profile.",
+		"Timing profile: fast tightens the lease election's timers and the failure detector for LANs that can afford it (see Profiles below); explicit settings win over the profile.",
 		[]string{ProfileDefault, ProfileFast}, func(c *Config) *string { return &c.Profile }),
 	{Env: "VIPD_VERIFY_INTERVAL", Flag: "verify-interval", Default: "1s", Section: SecCluster,
 		Doc:      "l2 mode with VIPD_PEERS: how often each node resolves the VIPs another node holds (one batched ARP probe / neighbour solicitation per VIP, as a client would) to verify that the holder's announcements arrive. When most of the other nodes cannot reach a VIP through its holder for two rounds, the holder gives it up and another node takes it (docs/troubleshooting.md). off: no verification.",

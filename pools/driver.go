@@ -42,7 +42,7 @@ type DriverConfig struct {
 	// control-plane VIPs of VIPD_ADDRESS).
 	Exclude []netip.Addr
 	// Leased: l2 addresses are held as the lease election says (SetLeases),
-	// not by rendezvous over Members (VIPD_ELECTION=lease).
+	// not by rendezvous over Members (l2 in a cluster).
 	Leased bool
 	// Clock is the driver's time (nil: the process's clock); tests pass
 	// a clock.Fake.

@@ -52,9 +52,10 @@ type Config struct {
 	Name string
 	// Probe: probe for another holder before binding an l2 address.
 	Probe bool
-	// Leased: the lease election (VIPD_ELECTION=lease) places l2
-	// addresses: this node holds one only while a Leases event says so,
-	// until that lease's end, instead of by rendezvous over the view.
+	// Leased: the lease election places l2 addresses (l2 in a cluster):
+	// this node holds one only while a Leases event says so, until that
+	// lease's end, instead of by rendezvous over Members (this node alone
+	// without a cluster, and in bgp mode).
 	Leased bool
 }
 

@@ -46,14 +46,6 @@ type LoneAcquirer interface {
 	AcquireLone(ctx context.Context, vip netip.Prefix) error
 }
 
-// Preparer is implemented by announcers that can get ready to take a VIP
-// at once (a planned handover offered to this node): the interface is up,
-// the sockets for the first announcement are open. Announcers without it
-// are always ready.
-type Preparer interface {
-	Prepare(ctx context.Context, vip netip.Prefix) error
-}
-
 // DefaultActionTimeout bounds one action of an announcer that does not
 // say otherwise (SlowActions).
 const DefaultActionTimeout = 5 * time.Second

@@ -53,9 +53,6 @@ const (
 	// Check asks whether a held VIP still works (Checker); Probe also
 	// looks for another holder on the segment.
 	Check
-	// Prepare gets ready to take a VIP at once in a planned handover
-	// (Preparer): the interface is up, the announcement sockets are open.
-	Prepare
 )
 
 func (k ActionKind) String() string {
@@ -68,8 +65,6 @@ func (k ActionKind) String() string {
 		return "announce"
 	case Check:
 		return "check"
-	case Prepare:
-		return "prepare"
 	}
 	return fmt.Sprintf("action(%d)", int(k))
 }
@@ -107,30 +102,17 @@ type Output struct {
 	Transitions []Transition
 	// Next is when the core next wants a Tick; zero means no timer needed.
 	Next time.Time
-	// Prepared answers Prepare events: nil Err when ready.
-	Prepared []PrepareResult
 	// Timelines of failovers and handovers completed in this step (the
 	// first announcement made, or the VIP bound in modes without one).
 	Timelines []Timeline
-}
-
-// PrepareResult answers a Prepare event.
-type PrepareResult struct {
-	VIP netip.Prefix
-	Err error
 }
 
 // Timeline is how one failover or planned handover to this node went.
 type Timeline struct {
 	VIP netip.Prefix `json:"vip"`
 	// Handover: a planned handover; else a failover.
-	Handover   bool   `json:"handover"`
-	PrevHolder string `json:"prev_holder"`
-	// FaultAt: this node saw the previous holder lose the VIP (a
-	// handover: the release arrived). PrevHeardAt: the previous holder was
-	// last heard alive.
-	FaultAt     time.Time `json:"fault_at"`
-	PrevHeardAt time.Time `json:"prev_heard_at"`
+	Handover    bool      `json:"handover"`
+	PrevHolder  string    `json:"prev_holder"`
 	DecidedAt   time.Time `json:"decided_at"`
 	BoundAt     time.Time `json:"bound_at"`
 	AnnouncedAt time.Time `json:"announced_at,omitempty"`
@@ -167,24 +149,17 @@ type Elected struct {
 	// Handover: the previous holder released the VIP for this node (a
 	// planned handover): acquire without the conflict probe.
 	Handover bool
-	// The failover timeline (cluster.Decision): the previous holder, when
-	// this node saw it lose the VIP and when it was last heard.
-	PrevHolder  string
-	FaultAt     time.Time
-	PrevHeardAt time.Time
+	// PrevHolder is the previous holder, for the failover timeline.
+	PrevHolder string
 	// Until is the end of the lease a majority granted (the lease
 	// election): with Holder set, this node may hold the VIP until then
 	// and no longer. The core releases it at Until by itself, whether or
 	// not another Elected arrives (the election's goroutine may be stuck;
-	// the lease ends anyway). Zero: no end (the gossip election, which
-	// revokes with Holder false). Until must come from the same monotonic
+	// the lease ends anyway). Zero: no end (tests; an election
+	// that revokes with Holder false). Until must come from the same monotonic
 	// clock as the driver's now (time.Now in one process).
 	Until time.Time
 }
-
-// PrepareHandover asks the core to get ready to take VIP at once (a planned
-// handover offered to this node); answered in Output.Prepared.
-type PrepareHandover struct{ VIP netip.Prefix }
 
 // Observed reports what the outside world says: whether the VIP is present
 // on this node now (kernel address, advertised route, cloud assignment).
@@ -222,16 +197,15 @@ type CheckNow struct{}
 // than one new interval from now is checked then instead.
 type CheckInterval struct{ Every time.Duration }
 
-func (HealthChanged) isEvent()   {}
-func (Elected) isEvent()         {}
-func (Observed) isEvent()        {}
-func (Failed) isEvent()          {}
-func (Done) isEvent()            {}
-func (Tick) isEvent()            {}
-func (Shutdown) isEvent()        {}
-func (PrepareHandover) isEvent() {}
-func (CheckNow) isEvent()        {}
-func (CheckInterval) isEvent()   {}
+func (HealthChanged) isEvent() {}
+func (Elected) isEvent()       {}
+func (Observed) isEvent()      {}
+func (Failed) isEvent()        {}
+func (Done) isEvent()          {}
+func (Tick) isEvent()          {}
+func (Shutdown) isEvent()      {}
+func (CheckNow) isEvent()      {}
+func (CheckInterval) isEvent() {}
 
 // vipState is the core's view of one VIP.
 type vipState struct {
@@ -356,22 +330,10 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 			s.handover = e.Handover
 			s.tl = nil
 			if e.PrevHolder != "" {
-				s.tl = &Timeline{VIP: e.VIP, Handover: e.Handover, PrevHolder: e.PrevHolder, FaultAt: e.FaultAt, PrevHeardAt: e.PrevHeardAt, DecidedAt: now}
+				s.tl = &Timeline{VIP: e.VIP, Handover: e.Handover, PrevHolder: e.PrevHolder, DecidedAt: now}
 			}
 		}
 		c.converge(e.VIP, now, &out, c.cause(e.VIP, now, e.Reason))
-	case PrepareHandover:
-		s, ok := c.vips[e.VIP]
-		switch {
-		case !ok:
-			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP, Err: fmt.Errorf("%s is not configured", e.VIP)})
-		case c.stopping || !c.healthy:
-			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP, Err: errors.New(c.cause(e.VIP, now, ""))})
-		case s.held:
-			out.Prepared = append(out.Prepared, PrepareResult{VIP: e.VIP})
-		default:
-			out.Actions = append(out.Actions, Action{Kind: Prepare, VIP: e.VIP, Cause: "handover offered"})
-		}
 	case Observed:
 		c.observe(e, now, &out)
 	case Failed:
@@ -471,9 +433,6 @@ func (c *Core) done(e Done, now time.Time, out *Output) {
 		return
 	}
 	switch {
-	case e.Action.Kind == Prepare:
-		out.Prepared = append(out.Prepared, PrepareResult{VIP: e.Action.VIP})
-		return
 	case e.Action.Kind == Announce && s.held && s.tl != nil && !s.tl.BoundAt.IsZero():
 		s.tl.AnnouncedAt = now
 		c.completeTimeline(s, out)
@@ -558,8 +517,6 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 		return
 	}
 	switch e.Action.Kind {
-	case Prepare:
-		out.Prepared = append(out.Prepared, PrepareResult{VIP: e.Action.VIP, Err: e.Err})
 	case Acquire:
 		if !s.acquiring {
 			return // released meanwhile

@@ -53,7 +53,6 @@ type Driver struct {
 	stopped chan struct{} // closed when Run has returned
 	timeout time.Duration
 	onTrans func(Transition)
-	onPrep  func(PrepareResult)
 
 	mu    sync.Mutex
 	state []VIPState
@@ -64,7 +63,7 @@ type Driver struct {
 	held  *prometheus.GaugeVec
 	trans *prometheus.CounterVec
 	// Failover timeline histograms, by VIP and kind (failover, handover).
-	detect, toBound, toAnnounce, silence *prometheus.HistogramVec
+	toBound, toAnnounce *prometheus.HistogramVec
 }
 
 // DriverOptions shape a Driver.
@@ -76,9 +75,6 @@ type DriverOptions struct {
 	// OnTransition is called (on the driver goroutine) after each transition
 	// has been carried out, e.g. to publish holding state to the cluster.
 	OnTransition func(Transition)
-	// OnPrepared is called (on the driver goroutine) with the answer to
-	// each PrepareHandover event.
-	OnPrepared func(PrepareResult)
 	// Clock is the driver's time (nil: the process's clock); tests pass
 	// a clock.Fake.
 	Clock clock.Clock
@@ -93,7 +89,7 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 		}
 	}
 	d := &Driver{
-		core: core, ann: ann, clk: clock.Or(opts.Clock), mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition, onPrep: opts.OnPrepared,
+		core: core, ann: ann, clk: clock.Or(opts.Clock), mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition,
 		events: make(chan Event, 256),
 		state:  core.State(),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -107,16 +103,14 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help,
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"vip", "kind"})
 	}
-	d.detect = hist("vipd_failover_detection_seconds", "On the new holder: from seeing the previous holder lose the VIP (suspect, released, ineligible, gone; a handover: the release message) to the decision to take it.")
 	d.toBound = hist("vipd_failover_decision_to_bound_seconds", "On the new holder: from the decision to take the VIP to the VIP bound (l2: after the conflict probe; cloud: assigned).")
 	d.toAnnounce = hist("vipd_failover_bound_to_announce_seconds", "On the new holder: from the VIP bound to the first gratuitous ARP / unsolicited NA sent (l2).")
-	d.silence = hist("vipd_failover_old_holder_silence_seconds", "On the new holder, at the decision: time since the previous holder was last heard alive.")
 	d.stopped = make(chan struct{})
 	for _, s := range d.state {
 		d.held.WithLabelValues(s.VIP.String(), d.mode).Set(0)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{d.held, d.trans, d.detect, d.toBound, d.toAnnounce, d.silence} {
+		for _, c := range []prometheus.Collector{d.held, d.trans, d.toBound, d.toAnnounce} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -339,14 +333,6 @@ func (d *Driver) results(o Output) {
 	for _, t := range o.Transitions {
 		d.transition(t)
 	}
-	for _, p := range o.Prepared {
-		if p.Err != nil {
-			d.log.Info("not ready to take the VIP in a handover", "vip", p.VIP, "err", p.Err)
-		}
-		if d.onPrep != nil {
-			d.onPrep(p)
-		}
-	}
 	for _, t := range o.Timelines {
 		d.timeline(t)
 	}
@@ -355,14 +341,6 @@ func (d *Driver) results(o Output) {
 func (d *Driver) timeline(t Timeline) {
 	v, k := t.VIP.String(), t.Kind()
 	args := []any{"vip", t.VIP, "kind", k, "from", t.PrevHolder}
-	if !t.FaultAt.IsZero() {
-		d.detect.WithLabelValues(v, k).Observe(t.DecidedAt.Sub(t.FaultAt).Seconds())
-		args = append(args, "detection", t.DecidedAt.Sub(t.FaultAt))
-	}
-	if !t.PrevHeardAt.IsZero() {
-		d.silence.WithLabelValues(v, k).Observe(t.DecidedAt.Sub(t.PrevHeardAt).Seconds())
-		args = append(args, "prev_holder_silent", t.DecidedAt.Sub(t.PrevHeardAt))
-	}
 	d.toBound.WithLabelValues(v, k).Observe(t.BoundAt.Sub(t.DecidedAt).Seconds())
 	args = append(args, "decision_to_bound", t.BoundAt.Sub(t.DecidedAt))
 	if !t.AnnouncedAt.IsZero() {
@@ -393,10 +371,6 @@ func (d *Driver) do(ctx context.Context, a Action) error {
 	case Check:
 		if c, ok := d.ann.(Checker); ok {
 			err = c.Check(cctx, a.VIP, a.Probe)
-		}
-	case Prepare:
-		if p, ok := d.ann.(Preparer); ok {
-			err = p.Prepare(cctx, a.VIP)
 		}
 	}
 	if err != nil {

@@ -2,71 +2,19 @@ package vip
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 )
 
-func TestCorePrepareHandover(t *testing.T) {
-	tests := []struct {
-		name    string
-		healthy bool
-		stop    bool
-		held    bool
-		action  bool   // a Prepare action is asked for
-		err     string // the immediate answer's error; "" and !action: ready
-	}{
-		{"healthy: prepares", true, false, false, true, ""},
-		{"unhealthy: not ready", false, false, false, false, "apiserver unhealthy"},
-		{"stopping: not ready", true, true, false, false, "shutting down"},
-		{"already held: ready at once", true, false, true, false, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true})
-			c.Step(HealthChanged{Healthy: tt.healthy, Reason: "test"}, t0)
-			if tt.held {
-				stepDone(c, Elected{VIP: v4, Holder: true}, t0)
-			}
-			if tt.stop {
-				c.Step(Shutdown{Reason: "test"}, t0)
-			}
-			out := c.Step(PrepareHandover{VIP: v4}, t0)
-			if tt.action {
-				if len(out.Actions) != 1 || out.Actions[0].Kind != Prepare || len(out.Prepared) != 0 {
-					t.Fatalf("actions %v prepared %v", acts(out), out.Prepared)
-				}
-				if o := c.Step(Done{Action: out.Actions[0]}, t0); len(o.Prepared) != 1 || o.Prepared[0].Err != nil {
-					t.Fatalf("after Done: %+v", o.Prepared)
-				}
-				o := c.Step(Failed{Action: out.Actions[0], Err: ErrLinkDown}, t0)
-				if len(o.Prepared) != 1 || !errors.Is(o.Prepared[0].Err, ErrLinkDown) || len(o.Actions) != 0 || len(o.Transitions) != 0 {
-					t.Fatalf("after Failed: %+v %v %v", o.Prepared, acts(o), o.Transitions)
-				}
-				return
-			}
-			if len(out.Actions) != 0 || len(out.Prepared) != 1 {
-				t.Fatalf("actions %v prepared %v", acts(out), out.Prepared)
-			}
-			err := out.Prepared[0].Err
-			if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
-				t.Fatalf("err %v, want %q", err, tt.err)
-			}
-		})
-	}
-}
-
 func TestCoreHandoverAcquire(t *testing.T) {
 	c := New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true})
 	c.Step(HealthChanged{Healthy: true}, t0)
-	fault := t0.Add(-5 * time.Millisecond)
-	out := c.Step(Elected{VIP: v4, Holder: true, Handover: true, PrevHolder: "n1", FaultAt: fault, PrevHeardAt: fault}, t0)
+	out := c.Step(Elected{VIP: v4, Holder: true, Handover: true, PrevHolder: "n1"}, t0)
 	if len(out.Actions) != 1 || out.Actions[0].Kind != Acquire || !out.Actions[0].Handover {
 		t.Fatalf("want one acquire without probe: %+v", out.Actions)
 	}
@@ -81,7 +29,7 @@ func TestCoreHandoverAcquire(t *testing.T) {
 		t.Fatalf("no timeline after the first announcement")
 	}
 	tl := o.Timelines[0]
-	want := Timeline{VIP: v4, Handover: true, PrevHolder: "n1", FaultAt: fault, PrevHeardAt: fault, DecidedAt: t0, BoundAt: bound, AnnouncedAt: ann}
+	want := Timeline{VIP: v4, Handover: true, PrevHolder: "n1", DecidedAt: t0, BoundAt: bound, AnnouncedAt: ann}
 	if tl != want || c.State()[0].LastFailover != want || tl.Kind() != "handover" {
 		t.Fatalf("timeline %+v, want %+v", tl, want)
 	}
@@ -90,7 +38,7 @@ func TestCoreHandoverAcquire(t *testing.T) {
 		t.Fatal("a second timeline")
 	}
 	c.Step(Elected{VIP: v4, Holder: false}, t0.Add(10*time.Second))
-	out = c.Step(Elected{VIP: v4, Holder: true, PrevHolder: "n2", FaultAt: t0.Add(19 * time.Second)}, t0.Add(20*time.Second))
+	out = c.Step(Elected{VIP: v4, Holder: true, PrevHolder: "n2"}, t0.Add(20*time.Second))
 	if len(out.Actions) != 1 || out.Actions[0].Handover {
 		t.Fatalf("a failover acquire must probe: %+v", out.Actions)
 	}
@@ -105,7 +53,7 @@ func TestCoreTimelineWithoutAnnouncements(t *testing.T) {
 	// cloud: bound is the end.
 	c := New([]netip.Prefix{v4}, Options{Elect: true})
 	c.Step(HealthChanged{Healthy: true}, t0)
-	out := c.Step(Elected{VIP: v4, Holder: true, PrevHolder: "n1", FaultAt: t0}, t0)
+	out := c.Step(Elected{VIP: v4, Holder: true, PrevHolder: "n1"}, t0)
 	o := c.Step(Done{Action: out.Actions[0]}, t0.Add(300*time.Millisecond))
 	if len(o.Timelines) != 1 || o.Timelines[0].Kind() != "failover" || !o.Timelines[0].AnnouncedAt.IsZero() {
 		t.Fatalf("timelines %+v", o.Timelines)

@@ -90,30 +90,7 @@ type L2 struct {
 	vmu    sync.Mutex
 	verify *verification
 	poke   chan struct{}
-
-	mu    sync.Mutex
-	ready map[netip.Addr]*readySocket // opened by Prepare for the first announcement
 }
-
-// readySocket is an announcement socket opened ahead of a handover.
-type readySocket struct {
-	arp   *arp.Client
-	ndp   *ndp.Conn
-	until time.Time
-}
-
-func (r *readySocket) close() {
-	if r.arp != nil {
-		_ = r.arp.Close()
-	}
-	if r.ndp != nil {
-		_ = r.ndp.Close()
-	}
-}
-
-// readyFor is how long a socket opened by Prepare is kept for the
-// acquire that should follow.
-const readyFor = 3 * time.Second
 
 // L2Options shape an L2 announcer.
 type L2Options struct {
@@ -316,61 +293,6 @@ func (l *L2) AcquireHandover(ctx context.Context, vip netip.Prefix) error {
 	return l.acquire(ctx, vip, false)
 }
 
-// Prepare gets ready to take the VIP at once (vip.Preparer): the interface
-// is up and the socket for the first gratuitous ARP / unsolicited NA is
-// open, so that the successor of a planned handover binds and announces
-// within a millisecond of the release.
-func (l *L2) Prepare(_ context.Context, vip netip.Prefix) error {
-	_, ifi, err := l.upLink()
-	if err != nil {
-		return err
-	}
-	r := &readySocket{until: time.Now().Add(readyFor)}
-	if vip.Addr().Is4() {
-		if r.arp, err = arp.Dial(ifi); err != nil {
-			return fmt.Errorf("ARP socket on %s: %w", ifi.Name, err)
-		}
-	} else if r.ndp, _, err = ndp.Listen(ndpInterface(ifi), ndp.LinkLocal); err != nil {
-		return fmt.Errorf("NDP socket on %s: %w", ifi.Name, err)
-	}
-	l.mu.Lock()
-	if l.ready == nil {
-		l.ready = map[netip.Addr]*readySocket{}
-	}
-	if old := l.ready[vip.Addr()]; old != nil {
-		old.close()
-	}
-	l.ready[vip.Addr()] = r
-	l.mu.Unlock()
-	return nil
-}
-
-// takeReady returns the socket Prepare opened for vip, if still fresh; the
-// caller closes it.
-func (l *L2) takeReady(vip netip.Addr) *readySocket {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r := l.ready[vip]
-	delete(l.ready, vip)
-	if r != nil && time.Now().After(r.until) {
-		r.close()
-		return nil
-	}
-	return r
-}
-
-// sweepReady closes the sockets of handovers that never came.
-func (l *L2) sweepReady() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for v, r := range l.ready {
-		if time.Now().After(r.until) {
-			r.close()
-			delete(l.ready, v)
-		}
-	}
-}
-
 func (l *L2) acquire(ctx context.Context, vip netip.Prefix, probe bool) error {
 	link, ifi, err := l.upLink()
 	if err != nil {
@@ -530,7 +452,6 @@ func describe(as []netlink.Addr) string {
 // another label or prefix length. On a renamed interface it still reports
 // the addresses there, so that they are released.
 func (l *L2) Present(_ context.Context, vip netip.Prefix) (bool, error) {
-	l.sweepReady()
 	link, err := l.lookup()
 	if link == nil {
 		if errors.Is(err, ErrLinkDown) {
@@ -602,14 +523,9 @@ func (l *L2) Announce(_ context.Context, vip netip.Prefix) error {
 }
 
 func (l *L2) garp(ifi *net.Interface, vip netip.Addr) error {
-	var c *arp.Client
-	if r := l.takeReady(vip); r != nil && r.arp != nil {
-		c = r.arp
-	} else {
-		var err error
-		if c, err = arp.Dial(ifi); err != nil {
-			return fmt.Errorf("gratuitous ARP on %s: %w", ifi.Name, err)
-		}
+	c, err := arp.Dial(ifi)
+	if err != nil {
+		return fmt.Errorf("gratuitous ARP on %s: %w", ifi.Name, err)
 	}
 	defer c.Close()
 	for _, op := range []arp.Operation{arp.OperationRequest, arp.OperationReply} {
@@ -630,14 +546,9 @@ func (l *L2) garp(ifi *net.Interface, vip netip.Addr) error {
 }
 
 func (l *L2) unsolicitedNA(ifi *net.Interface, vip netip.Addr) error {
-	var c *ndp.Conn
-	if r := l.takeReady(vip); r != nil && r.ndp != nil {
-		c = r.ndp
-	} else {
-		var err error
-		if c, _, err = ndp.Listen(ndpInterface(ifi), ndp.LinkLocal); err != nil {
-			return fmt.Errorf("neighbour advertisement on %s: %w", ifi.Name, err)
-		}
+	c, _, err := ndp.Listen(ndpInterface(ifi), ndp.LinkLocal)
+	if err != nil {
+		return fmt.Errorf("neighbour advertisement on %s: %w", ifi.Name, err)
 	}
 	defer c.Close()
 	na := &ndp.NeighborAdvertisement{
@@ -877,15 +788,7 @@ func isTimeout(err error) bool {
 }
 
 // Close releases nothing: sockets are opened per operation.
-func (l *L2) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for v, r := range l.ready {
-		r.close()
-		delete(l.ready, v)
-	}
-	return nil
-}
+func (l *L2) Close() error { return nil }
 
 var _ Checker = (*L2)(nil)
 

@@ -48,7 +48,7 @@ func TestCoreLeaseEnd(t *testing.T) {
 			{0, Elected{VIP: v4, Holder: true, Until: at(time.Second)}, nil},
 			{2 * time.Second, up, nil},
 		}},
-		{"zero Until: no end (gossip election)", []step{
+		{"zero Until: no end", []step{
 			{0, up, nil},
 			{0, Elected{VIP: v4, Holder: true}, []string{"acquire 10.0.0.100/32"}},
 			{time.Hour, Tick{}, nil},

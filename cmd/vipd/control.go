@@ -37,8 +37,7 @@ type forgetRequest struct {
 type forgetter interface{ Forget(name string) error }
 
 // postForget asks the running daemon to forget a member. It returns
-// errNoDaemon when nothing listens on the socket and errNotLease when
-// the daemon runs the gossip election.
+// errNoDaemon when nothing listens on the socket.
 func postForget(ctx context.Context, sock, name string) error {
 	client := &http.Client{
 		Timeout: 5 * time.Second,
@@ -61,16 +60,11 @@ func postForget(ctx context.Context, sock, name string) error {
 	switch resp.StatusCode {
 	case http.StatusOK:
 		return nil
-	case http.StatusNotImplemented:
-		return errNotLease
 	}
 	return fmt.Errorf("forget %s: %s", name, strings.TrimSpace(string(b)))
 }
 
-var (
-	errNoDaemon = errors.New("vipd is not running on this node")
-	errNotLease = errors.New("the running vipd uses the gossip election")
-)
+var errNoDaemon = errors.New("vipd is not running on this node")
 
 // controlServer serves the control socket.
 type controlServer struct {
@@ -121,7 +115,7 @@ func startControlServer(dir string, d *daemon, log *slog.Logger) (*controlServer
 		}
 		f, ok := d.elector.(forgetter)
 		if !ok {
-			http.Error(w, "the gossip election forgets through VIPD_STATE_DIR/"+cluster.MembersFile, http.StatusNotImplemented)
+			http.Error(w, "this vipd runs no election (no VIPD_PEERS, or bgp mode): nothing to forget", http.StatusNotImplemented)
 			return
 		}
 		log.Info("forget requested", "member", req.Name)

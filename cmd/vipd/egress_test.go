@@ -10,18 +10,17 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/internal/wire"
 	"github.com/vipd/vipd/pools"
 )
 
 // TestCheckConfigEgress: VIPD_EGRESS errors are one line naming the
-// setting and the form; egress IPs count against the gossip metadata limit.
+// setting and the form; a cluster has no limit on the number of VIPs and
+// egress IPs (the lease election does not carry them in the metadata).
 func TestCheckConfigEgress(t *testing.T) {
-	// As many VIPs as fit: one egress IP more is too many.
 	var vips []string
-	for i := 1; cluster.MetaFits(append(vips, fmt.Sprintf("192.168.100.%d/32", 100+i))) == nil; i++ {
+	for i := 1; i <= 24; i++ {
 		vips = append(vips, fmt.Sprintf("192.168.100.%d/32", 100+i))
 	}
 	for _, tc := range []struct {
@@ -35,9 +34,8 @@ func TestCheckConfigEgress(t *testing.T) {
 			"VIPD_EGRESS=10.0.0.200 from 10.244.0.0/16 to 0.0.0.0/0\n", ""},
 		{"bad rule", []string{"VIPD_ADDRESS=10.0.0.9/32", "VIPD_EGRESS=10.0.0.200 via 10.244.0.0/16"}, exitConfig, "",
 			`invalid VIPD_EGRESS="10.0.0.200 via 10.244.0.0/16": want rules "EGRESS_IP from CIDR[,CIDR...] to CIDR[,CIDR...]"`},
-		{"17 VIP limit counts the egress IPs", []string{"VIPD_ADDRESS=" + strings.Join(vips, ","), "VIPD_PEERS=10.0.0.50", "VIPD_GOSSIP_INSECURE=true",
-			"VIPD_ELECTION=gossip", "VIPD_EGRESS=192.168.100.200 from 10.244.0.0/16 to 0.0.0.0/0"}, exitConfig, "",
-			"VIPs: the gossip metadata"},
+		{"no VIP limit in a cluster", []string{"VIPD_ADDRESS=" + strings.Join(vips, ","), "VIPD_PEERS=10.0.0.50", "VIPD_GOSSIP_INSECURE=true",
+			"VIPD_EGRESS=192.168.100.200 from 10.244.0.0/16 to 0.0.0.0/0"}, 0, "VIPD_EGRESS=192.168.100.200 from 10.244.0.0/16 to 0.0.0.0/0\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("VIPD_NODE_NAME", "n")

@@ -11,9 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"time"
 
-	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
@@ -45,24 +43,14 @@ type egressAddrs struct {
 	state    string                       // file of the last addresses ("": not kept)
 	nodeAddr func(name string) netip.Addr // a member's node (gossip) address
 
-	// lease: the lease election places the addresses (VIPD_ELECTION=lease;
-	// nil: the pools machine's rendezvous over the gossip view); exclude
-	// are the addresses the vip core holds.
+	// lease: the lease election places the addresses (nil: no cluster,
+	// this node alone); exclude are the addresses the vip core holds.
 	lease   *leaseElector
 	exclude map[netip.Addr]bool
 	verify  kindVerifier // the verification of the addresses held elsewhere (nil: none)
 
 	mu    sync.Mutex
 	addrs map[netip.Addr]bool // desired now
-}
-
-// egressMembers is the cluster view the egress addresses are elected in:
-// the alive members, eligible as in the election. Every member counts as
-// running egress (VIPD_EGRESS_POLICIES=on on every node that matches a
-// policy's nodeSelector is the documented requirement); the feed's node
-// lists restrict each address further.
-type egressMembers interface {
-	PoolMembers() []cluster.PoolMember
 }
 
 func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs, error) {
@@ -95,16 +83,6 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 			e.exclude[a] = true
 		}
 		e.nodeAddr = func(name string) netip.Addr { return netip.Addr{} } // Gateway asks the lease
-	} else if ce, ok := d.elector.(egressMembers); ok {
-		dc.Members = func() []pools.Member {
-			ms := ce.PoolMembers()
-			out := make([]pools.Member, len(ms))
-			for i, m := range ms {
-				out[i] = pools.Member{Name: m.Name, Suspect: m.Suspect, Eligible: m.Eligible, Pools: true}
-			}
-			return out
-		}
-		e.nodeAddr = memberAddr(ce)
 	} else {
 		dc.Members = func() []pools.Member {
 			healthy := d.checker != nil && d.checker.Status().Healthy
@@ -126,28 +104,6 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 		e.set(saved, false)
 	}
 	return e, nil
-}
-
-// memberAddr returns a lookup of members' node addresses from the cluster
-// view, cached for a second (the egress controller asks every 50 ms).
-func memberAddr(ce egressMembers) func(string) netip.Addr {
-	var mu sync.Mutex
-	var at time.Time
-	cache := map[string]netip.Addr{}
-	return func(name string) netip.Addr {
-		mu.Lock()
-		defer mu.Unlock()
-		if a, ok := cache[name]; ok && time.Since(at) < time.Second {
-			return a
-		}
-		cache, at = map[string]netip.Addr{}, time.Now()
-		for _, m := range ce.PoolMembers() {
-			if m.Addr.IsValid() {
-				cache[m.Name] = m.Addr
-			}
-		}
-		return cache[name]
-	}
 }
 
 // set hands the driver the addresses (from the feed, or saved).

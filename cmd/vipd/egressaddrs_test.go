@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/pools"
 )
 
@@ -99,26 +98,5 @@ func TestEgressAddressMovesWithTheSelector(t *testing.T) {
 	step(now.Add(time.Second), addr())
 	if len(holders) != 0 {
 		t.Fatalf("with no eligible node: holders %v", holders)
-	}
-}
-
-// poolView is a cluster view for memberAddr.
-type poolView struct{ members []cluster.PoolMember }
-
-func (v *poolView) PoolMembers() []cluster.PoolMember { return v.members }
-
-// TestMemberAddr: a gateway member's address comes from the cluster
-// view's members (not from its /status document), without a port.
-func TestMemberAddr(t *testing.T) {
-	v := &poolView{members: []cluster.PoolMember{
-		{Name: "n1", Addr: netip.MustParseAddr("10.0.0.1")},
-		{Name: "n2", Addr: netip.MustParseAddr("fd00::2")},
-		{Name: "n3"}, // address unknown
-	}}
-	addr := memberAddr(v)
-	for name, want := range map[string]netip.Addr{"n1": netip.MustParseAddr("10.0.0.1"), "n2": netip.MustParseAddr("fd00::2"), "n3": {}, "gone": {}} {
-		if got := addr(name); got != want {
-			t.Errorf("memberAddr(%s) = %v, want %v", name, got, want)
-		}
 	}
 }

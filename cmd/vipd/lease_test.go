@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -53,34 +51,26 @@ func TestForgetThroughTheLeaseElection(t *testing.T) {
 	}
 }
 
-// The gossip election's daemon answers 501: forget edits members.json.
-func TestForgetGossipFallsBackToTheFile(t *testing.T) {
+// A daemon that runs no election (no VIPD_PEERS) answers 501: forget
+// fails with its one line and edits nothing.
+func TestForgetWithoutElection(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := cluster.SaveKnown(dir, cluster.Known{Members: map[string]cluster.KnownMember{"cp-old": {}}}); err != nil {
-		t.Fatal(err)
-	}
 	cs, err := startControlServer(dir, &daemon{elector: &fakeElector{}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cs.Close()
 	var out, errOut bytes.Buffer
-	if code := execute([]string{"forget", "--state-dir", dir, "cp-old"}, &out, &errOut); code != 0 {
+	if code := execute([]string{"forget", "--state-dir", dir, "cp-old"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "runs no election") ||
+		strings.Count(strings.TrimSpace(errOut.String()), "\n") != 0 {
 		t.Fatalf("exit %d, %q", code, errOut.String())
-	}
-	k, _, err := cluster.LoadKnown(dir)
-	if err != nil || len(k.Members) != 0 {
-		t.Fatalf("members %v %v", k.Members, err)
 	}
 }
 
-// A node of the lease election whose daemon is stopped cannot forget by
-// itself: one line says where to run it.
+// A node whose daemon is stopped cannot forget by itself: one line says
+// where to run it.
 func TestForgetLeaseWithoutDaemon(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, cluster.LeaseStateFile), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	var out, errOut bytes.Buffer
 	code := execute([]string{"forget", "--state-dir", dir, "cp-old"}, &out, &errOut)
 	if code == 0 || !strings.Contains(errOut.String(), "run vipd forget cp-old on a node where vipd runs") || strings.Count(strings.TrimSpace(errOut.String()), "\n") != 0 {

@@ -85,8 +85,8 @@ for the full list, and vipd(8).
 
 Files:
   /etc/vipd/vipd.env          settings for the systemd unit (vipd.service)
-  /var/lib/vipd/members.json  cluster members ever seen (VIPD_STATE_DIR); see "vipd forget"
-  /var/lib/vipd/vipd.sock     control socket of "vipd handover" (root only)
+  /var/lib/vipd/lease.state   the lease election's state (VIPD_STATE_DIR); see "vipd forget"
+  /var/lib/vipd/vipd.sock     control socket of "vipd handover" and "vipd forget" (root only)
   127.0.0.1:9469              /metrics, /status, /healthz (VIPD_METRICS_ADDRESS)
 
 Exit status:

@@ -29,7 +29,7 @@ type poolsPart struct {
 	feed *pools.Feed
 	drv  *pools.Driver
 	// want tells the lease election which l2 pool addresses to place
-	// (VIPD_ELECTION=lease; nil otherwise).
+	// (l2 in a cluster; nil otherwise).
 	want func([]pools.Address)
 }
 
@@ -89,15 +89,6 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 		dc.Leased = true
 		dc.Members = func() []pools.Member {
 			return []pools.Member{{Name: c.NodeName, Eligible: d.checker.Status().Healthy, Pools: true}}
-		}
-	} else if ce, ok := d.elector.(clusterElector); ok {
-		dc.Members = func() []pools.Member {
-			ms := ce.PoolMembers()
-			out := make([]pools.Member, len(ms))
-			for i, m := range ms {
-				out[i] = pools.Member{Name: m.Name, Suspect: m.Suspect, Eligible: m.Eligible, Pools: m.Pools}
-			}
-			return out
 		}
 	} else {
 		// No cluster (l2 without peers, bgp): this node alone, eligible

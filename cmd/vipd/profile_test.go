@@ -4,8 +4,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vipd/vipd/cluster"
+	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/config"
 )
 
@@ -17,29 +19,17 @@ func TestProfileTimingsDocumented(t *testing.T) {
 		doc[pt.Name] = [2]string{pt.Default, pt.Fast}
 	}
 	for i, profile := range []string{config.ProfileDefault, config.ProfileFast} {
-		tm, hb := cluster.TimingsFor(profile)
-		off := func(s string) string {
-			if hb.Interval == 0 || hb.Members {
-				return "off"
-			}
-			return s
-		}
-		offM := func(s string) string {
-			if hb.Interval == 0 || !hb.Members {
-				return "off"
-			}
-			return s
-		}
+		tm := cluster.TimingsFor(profile)
+		lc := lease.ProfileConfig(profile)
 		want := map[string]string{
 			"gossip probe interval":       tm.ProbeInterval.String(),
 			"gossip probe timeout":        tm.ProbeTimeout.String(),
 			"gossip suspicion multiplier": itoa(tm.SuspicionMult),
 			"gossip interval":             tm.GossipInterval.String(),
 			"gossip full sync interval":   tm.PushPullInterval.String(),
-			"holder heartbeat interval":   off(hb.Interval.String()),
-			"holder heartbeat misses":     off(itoa(hb.Misses)),
-			"member heartbeat interval":   offM(hb.Interval.String()),
-			"member heartbeat misses":     offM(itoa(hb.Misses)),
+			"lease tick":                  lc.Tick.String(),
+			"lease heartbeat interval":    (time.Duration(lc.HeartbeatTicks) * lc.Tick).String(),
+			"lease election timeout":      (time.Duration(lc.ElectionTicks) * lc.Tick).String(),
 			"l2 conflict probe wait":      probeWait(profile).String(),
 		}
 		if len(want) != len(doc) {
@@ -66,7 +56,7 @@ func TestCheckConfigProfile(t *testing.T) {
 	t.Setenv("VIPD_PROFILE", "fast")
 	code, out, errs := run(t, nil, "check-config")
 	if code != 0 || !strings.Contains(out, "VIPD_PROFILE=fast\n") || !strings.Contains(out, "VIPD_HEALTH_INTERVAL=200ms\n") ||
-		!strings.Contains(out, "# VIPD_PROFILE=fast: holder heartbeat interval 40ms") {
+		!strings.Contains(out, "# VIPD_PROFILE=fast: lease heartbeat interval 40ms") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
 	code, out, errs = run(t, nil, "check-config", "--health-interval", "300ms")

@@ -312,8 +312,6 @@ type elector interface {
 	// Run feeds election decisions into send until ctx is done, then
 	// leaves the cluster.
 	Run(ctx context.Context, send func(vip.Event)) error
-	// SetPrepared answers a PrepareHandover the election asked for.
-	SetPrepared(vip string, err error)
 	// HandOver hands VIPs this node holds to another node (all held
 	// when vips is empty; the best successor when to is "") and waits
 	// for the results.
@@ -400,11 +398,6 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 	core := vip.New(c.Addresses, vip.Options{Elect: elect, Announce: c.Mode == config.ModeL2, Check: c.Mode == config.ModeL2, Jitter: vip.NodeJitter(c.NodeName)})
 	d.driver, err = vip.NewDriver(core, d.ann, log, d.reg, vip.DriverOptions{
 		Mode: c.Mode, OnTransition: d.onTransition, // the action timeout: the announcer's (vip.SlowActions)
-		OnPrepared: func(p vip.PrepareResult) {
-			if d.elector != nil {
-				d.elector.SetPrepared(p.VIP.String(), p.Err)
-			}
-		},
 	})
 	if err != nil {
 		_ = d.ann.Close()
@@ -441,31 +434,18 @@ func (d *daemon) setupVerify() error {
 		return nil
 	}
 	opts := vip.VerifyOptions{Every: d.cfg.VerifyInterval, Port: uint16(d.cfg.VerifyPort)}
-	switch e := d.elector.(type) {
-	case clusterElector:
-		opts.Peers = gossipVerifyPeers{e.Node}
-		e.decided = func(v netip.Prefix, dec cluster.Decision) { l2.SetHolder(v, dec.Leader, dec.Holder) }
-		d.elector = e
-	case *leaseElector:
-		lv := cluster.NewLeaseVerify(e.LeaseNode)
-		opts.Peers, opts.ElectionMoves = lv, true
-		d.addStatus("unverified", func() any { return lv.Exclusions() })
-	default:
+	e, ok := d.elector.(*leaseElector)
+	if !ok {
 		return nil
 	}
+	lv := cluster.NewLeaseVerify(e.LeaseNode)
+	opts.Peers, opts.ElectionMoves = lv, true
+	d.addStatus("unverified", func() any { return lv.Exclusions() })
 	if err := l2.EnableVerify(opts, d.reg); err != nil {
 		return err
 	}
 	d.addStatus("verification", func() any { return l2.Verification() })
 	return nil
-}
-
-// gossipVerifyPeers adapts the gossip election to the verification: its
-// reports name no holder (the holder reads them itself).
-type gossipVerifyPeers struct{ *cluster.Node }
-
-func (g gossipVerifyPeers) SetUnverified(vip, _ string, unreachable bool) {
-	g.Node.SetUnverified(vip, unreachable)
 }
 
 // overlapToGuard tells the l2 conflict guard of every planned transfer's

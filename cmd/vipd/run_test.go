@@ -56,11 +56,10 @@ type failingElector struct {
 	closed chan struct{}
 }
 
-func (e *failingElector) SetHealthy(bool)           {}
-func (e *failingElector) SetHolding(string, bool)   {}
-func (e *failingElector) SetFailed(string, string)  {}
-func (e *failingElector) Status() any               { return nil }
-func (e *failingElector) SetPrepared(string, error) {}
+func (e *failingElector) SetHealthy(bool)          {}
+func (e *failingElector) SetHolding(string, bool)  {}
+func (e *failingElector) SetFailed(string, string) {}
+func (e *failingElector) Status() any              { return nil }
 func (e *failingElector) HandOver(context.Context, []string, string, bool) ([]cluster.HandoverResult, error) {
 	return nil, nil
 }

@@ -11,24 +11,25 @@ import (
 	"github.com/vipd/vipd/internal/atomicfile"
 )
 
-// usesGossip reports whether this configuration runs the gossip election:
-// l2 or cloud mode with VIPs and peers.
+// usesGossip reports whether this configuration joins a cluster over
+// gossip (memberlist, the lease election): l2 or cloud mode with VIPs and
+// peers.
 func usesGossip(c *config.Config) bool {
 	return (len(c.Addresses) > 0 || c.Pools) && len(c.Peers) > 0 && (c.Mode == config.ModeL2 || c.Mode == config.ModeCloud)
 }
 
 // usesStateDir reports whether this configuration keeps state in
-// VIPD_STATE_DIR: the gossip election persists the members it has seen
-// there.
+// VIPD_STATE_DIR: the lease election persists its state there
+// (cluster.LeaseStateFile).
 func usesStateDir(c *config.Config) bool { return usesGossip(c) || c.Pools || c.Witness() }
 
 // checkStateDir makes sure the state directory can be written the way
 // vipd writes it (internal/atomicfile: a temporary file renamed over the
-// old one), before anything is bound: a node that cannot persist its members would forget
-// them at the next restart. It creates the directory if needed, writes
-// and renames a probe file and removes it, and checks that an existing
-// members file can be opened for writing (a read-only mount, an immutable
-// file). The error is one line naming VIPD_STATE_DIR.
+// old one), before anything is bound: a node that cannot persist its
+// lease state would lose its votes at the next restart. It creates the
+// directory if needed, writes and renames a probe file and removes it, and
+// checks that an existing lease state file can be opened for writing (a
+// read-only mount, an immutable file). The error is one line naming VIPD_STATE_DIR.
 func checkStateDir(dir string) error {
 	fail := func(err error) error {
 		var pe *os.PathError
@@ -39,7 +40,7 @@ func checkStateDir(dir string) error {
 		case errors.As(err, &le):
 			err = fmt.Errorf("%s %s: %w", le.Op, le.New, le.Err)
 		}
-		return fmt.Errorf("VIPD_STATE_DIR %s is not writable (%v): vipd keeps the cluster members it has seen there; make it a writable directory (vipd.service has StateDirectory=vipd) or set VIPD_STATE_DIR", dir, err)
+		return fmt.Errorf("VIPD_STATE_DIR %s is not writable (%v): vipd keeps the lease election's state there; make it a writable directory (vipd.service has StateDirectory=vipd) or set VIPD_STATE_DIR", dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fail(err)
@@ -51,9 +52,9 @@ func checkStateDir(dir string) error {
 	if err := os.Remove(final); err != nil {
 		return fail(err)
 	}
-	members := filepath.Join(dir, cluster.MembersFile)
-	if _, err := os.Lstat(members); err == nil {
-		f, err := os.OpenFile(members, os.O_WRONLY|os.O_APPEND, 0)
+	state := filepath.Join(dir, cluster.LeaseStateFile)
+	if _, err := os.Lstat(state); err == nil {
+		f, err := os.OpenFile(state, os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
 			return fail(err)
 		}

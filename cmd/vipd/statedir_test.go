@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/internal/testenv"
 )
 
@@ -16,8 +17,8 @@ func TestCheckStateDir(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	membersDir := filepath.Join(base, "members-is-a-dir")
-	if err := os.MkdirAll(filepath.Join(membersDir, "members.json"), 0o700); err != nil {
+	stateDir := filepath.Join(base, "lease-state-is-a-dir")
+	if err := os.MkdirAll(filepath.Join(stateDir, cluster.LeaseStateFile), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -28,7 +29,7 @@ func TestCheckStateDir(t *testing.T) {
 		{"created", filepath.Join(base, "new", "state"), true},
 		{"a regular file", file, false},
 		{"below a regular file", filepath.Join(file, "state"), false},
-		{"members.json cannot be written", membersDir, false},
+		{"lease.state cannot be written", stateDir, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkStateDir(tc.dir)
@@ -57,7 +58,7 @@ func TestCheckStateDirReadOnlyMount(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireCommands(t, "mount", "umount")
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "members.json"), []byte("{}\n"), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, cluster.LeaseStateFile), []byte("{}\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "--bind", dir, dir).CombinedOutput(); err != nil {

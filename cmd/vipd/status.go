@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -317,51 +318,9 @@ func printCluster(w io.Writer, v any, now time.Time) error {
 	if json.Unmarshal(b, &probe) == nil && probe.Election == "lease" {
 		return printLease(w, b, now)
 	}
-	var c cluster.StatusDoc
-	if err := json.Unmarshal(b, &c); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\ncluster:\tquorum %v (%s)\n", c.Quorum.OK, c.Quorum.Reason)
-	fmt.Fprintf(w, "known members:\t%s\n", strings.Join(c.Known, ", "))
-	if c.NameConflict != "" {
-		fmt.Fprintf(w, "NAME CONFLICT:\tanother node (%s) uses this node's name: holding nothing; set a unique VIPD_NODE_NAME\n", c.NameConflict)
-	}
-	for _, v := range slices.Sorted(maps.Keys(c.Broken)) {
-		fmt.Fprintf(w, "CANNOT HOLD %s:\t%s\n", v, c.Broken[v])
-	}
-	for _, v := range slices.Sorted(maps.Keys(c.Handover.Running)) {
-		fmt.Fprintf(w, "HANDOVER %s:\tunder way to %s\n", v, c.Handover.Running[v])
-	}
-	for _, v := range slices.Sorted(maps.Keys(c.Handover.Last)) {
-		r := c.Handover.Last[v]
-		state := "done"
-		if !r.OK {
-			state = "failed"
-		}
-		what := "last handover"
-		if r.Preempt {
-			what = "last handover (preemption)"
-		}
-		fmt.Fprintf(w, "%s %s:\t%s to %s %s (%v): %s\n", what, v, state, r.To, ago(now, r.At), r.Took.Round(time.Millisecond), r.Reason)
-	}
-	fmt.Fprintln(w, "\nMEMBER\tADDRESS\tSTATE\tHEALTHY\tELIGIBLE\tPRIORITY\tTERM\tHOLDING")
-	for _, m := range c.Members {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%v\t%d\t%d\t%s\n", m.Name, m.Addr, m.State, m.Healthy, m.Eligible, m.Priority, m.Term, strings.Join(m.Holding, ","))
-	}
-	vips := make([]string, 0, len(c.Elections))
-	for v := range c.Elections {
-		vips = append(vips, v)
-	}
-	sort.Strings(vips)
-	fmt.Fprintln(w, "\nELECTION\tLEADER\tREASON")
-	for _, v := range vips {
-		d := c.Elections[v]
-		leader := d.Leader
-		if leader == "" {
-			leader = "-"
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\n", v, leader, d.Reason)
-	}
+	// A daemon of an earlier release (the gossip election): its JSON
+	// (vipd status --json) has the details.
+	fmt.Fprintf(w, "\ncluster:\t%s election (a vipd of an earlier release): see vipd status --json\n", cmp.Or(probe.Election, "gossip"))
 	return nil
 }
 
@@ -370,15 +329,9 @@ func describeTimeline(t vip.Timeline, now time.Time) string {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s from %s, %s", t.VIP, t.PrevHolder, ago(now, t.DecidedAt))
-	if !t.FaultAt.IsZero() {
-		fmt.Fprintf(&b, "; detection %s", ms(t.DecidedAt.Sub(t.FaultAt)))
-	}
 	fmt.Fprintf(&b, ", decision to bound %s", ms(t.BoundAt.Sub(t.DecidedAt)))
 	if !t.AnnouncedAt.IsZero() {
 		fmt.Fprintf(&b, ", bound to first announcement %s", ms(t.AnnouncedAt.Sub(t.BoundAt)))
-	}
-	if !t.PrevHeardAt.IsZero() {
-		fmt.Fprintf(&b, "; %s last heard %s before the decision", t.PrevHolder, ms(t.DecidedAt.Sub(t.PrevHeardAt)))
 	}
 	return b.String()
 }

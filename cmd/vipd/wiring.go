@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -42,18 +40,6 @@ func checkModeSettings(c *config.Config) error {
 		return &config.Error{Name: "DIGITALOCEAN_ACCESS_TOKEN", Value: "",
 			Accepted: "a provider token for VIPD_CONTROLLERS: DIGITALOCEAN_ACCESS_TOKEN or VIPD_DO_TOKEN_FILE, and/or CLOUDFLARE_API_TOKEN"}
 	}
-	if c.Mode != config.ModeBGP && len(c.Peers) > 0 && c.Election != config.ElectionLease {
-		vips := make([]string, len(c.Addresses))
-		for i, a := range c.Addresses {
-			vips[i] = a.String()
-		}
-		if err := cluster.MetaFits(vips); err != nil {
-			if n := len(c.EgressIPs()); n > 0 {
-				err = fmt.Errorf("%w (counting the %d egress IP(s) of VIPD_EGRESS)", err, n)
-			}
-			return usageError{err}
-		}
-	}
 	if c.Mode == config.ModeBGP && (len(c.Addresses) > 0 || c.Pools) {
 		if err := checkBGPSettings(c); err != nil {
 			return err
@@ -62,72 +48,15 @@ func checkModeSettings(c *config.Config) error {
 	return nil
 }
 
-// newElector creates the election (cluster package): the lease election
-// with VIPD_ELECTION=lease (or a witness), else the gossip election.
+// newElector creates this node's part of the election (cluster package):
+// the lease election, the only one.
 func newElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (elector, error) {
-	if c.Election == config.ElectionLease {
-		return newLeaseElector(c, log, reg)
-	}
-	vips := make([]string, len(c.Addresses))
-	for i, a := range c.Addresses {
-		vips[i] = a.String()
-	}
-	timings, heartbeat := cluster.TimingsFor(c.Profile)
-	n, err := cluster.New(cluster.Config{
-		Name: c.NodeName, Bind: c.GossipBind, Peers: c.Peers, KeyFile: c.GossipKeyFile, Keys: c.GossipKeys, Insecure: c.GossipInsecure, Priority: c.Priority,
-		MemberExpiry: c.MemberExpiry, PreemptDelay: c.PreemptDelay,
-		Quorum: cluster.QuorumRule{Off: c.Quorum.Off, Fixed: c.Quorum.Fixed}, StateDir: c.StateDir, VIPs: vips,
-		ClaimSettle: claimSettle(c.Mode), Pools: c.Pools,
-		Timings: timings, Heartbeat: heartbeat,
-	}, log, reg)
-	if err != nil {
-		return nil, err
-	}
-	return clusterElector{Node: n}, nil
-}
-
-// claimSettle is how long a claim is gossiped before acting on it: in cloud
-// mode an acquire is a slow API action that two nodes must not both start.
-func claimSettle(mode string) time.Duration {
-	if mode == config.ModeCloud {
-		return 200 * time.Millisecond
-	}
-	return 0
-}
-
-// clusterElector adapts cluster.Node to the daemon's elector.
-type clusterElector struct {
-	*cluster.Node
-	// decided, when set, also gets every decision (the l2 verification
-	// learns who holds each VIP).
-	decided func(vip netip.Prefix, d cluster.Decision)
-}
-
-func (e clusterElector) Run(ctx context.Context, send func(vip.Event)) error {
-	e.OnPrepare(func(v string) {
-		p, err := netip.ParsePrefix(v)
-		if err != nil {
-			e.SetPrepared(v, err)
-			return
-		}
-		send(vip.PrepareHandover{VIP: p})
-	})
-	return e.Node.Run(ctx, func(v string, d cluster.Decision) {
-		p, err := netip.ParsePrefix(v)
-		if err != nil {
-			return
-		}
-		send(vip.Elected{VIP: p, Holder: d.Holder, Reason: d.Reason, Lone: d.Lone,
-			Handover: d.Handover, PrevHolder: d.PrevHolder, FaultAt: d.FaultAt, PrevHeardAt: d.PrevHeardAt})
-		if e.decided != nil {
-			e.decided(p, d)
-		}
-	})
+	return newLeaseElector(c, log, reg)
 }
 
 // newLeaseElector creates this node's part of the lease election.
 func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (elector, error) {
-	timings, _ := cluster.TimingsFor(c.Profile)
+	timings := cluster.TimingsFor(c.Profile)
 	mc := lease.ProfileConfig(c.Profile)
 	mc.Priority, mc.PreemptDelay = c.Priority, c.PreemptDelay
 	if c.VerifyInterval > 0 {
@@ -145,8 +74,8 @@ func newLeaseElector(c *config.Config, log *slog.Logger, reg prometheus.Register
 		// Every VIPD_ADDRESS address, a static VIPD_EGRESS one included,
 		// follows the control-plane rule: held together, the incumbent
 		// keeps them (one gateway for all static egress IPs, which a
-		// joining node does not take: egress connections survive it, as
-		// with the gossip election). EgressPolicy addresses are spread.
+		// joining node does not take: egress connections survive it).
+		// EgressPolicy addresses are spread.
 		for _, a := range c.Addresses {
 			addrs = append(addrs, lease.Address{Key: a.String(), Kind: lease.ControlPlane})
 			core[a.String()] = true
@@ -243,8 +172,4 @@ func leaseHolder(d cluster.LeaseDecision, self string) string {
 		return vip.UnknownHolder
 	}
 	return ""
-}
-
-func (e clusterElector) HandOver(ctx context.Context, vips []string, to string, stopping bool) ([]cluster.HandoverResult, error) {
-	return e.Node.HandOver(ctx, cluster.HandoverRequested{VIPs: vips, To: to, Stopping: stopping})
 }

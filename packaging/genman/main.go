@@ -110,7 +110,7 @@ func write(w io.Writer, version, date string) error {
 	p(`.SH FILES`)
 	for _, f := range [][2]string{
 		{"/etc/vipd/vipd.env", "Settings read by vipd.service. A configuration file of the package, kept on upgrade."},
-		{"/var/lib/vipd", "State directory: the cluster members ever seen (members.json). Removed on purge."},
+		{"/var/lib/vipd", "State directory: the lease election's state (lease.state) and the control socket. Removed on purge."},
 		{"/lib/systemd/system/vipd.service", "The systemd unit. Override settings with \\fBsystemctl edit vipd\\fR."},
 	} {
 		p(`.TP`)

@@ -24,7 +24,7 @@ func TestSchedules(t *testing.T) {
 			planned += r.Planned
 			fallbacks += r.Fallbacks
 			if r.Failed() {
-				t.Fatalf("profile %s seed %d: violations %v liveness %v\nreplay: go run ./cluster/sim/cmd/vipd-sim -lease -profile %s -replay %d\ntrace:\n%s",
+				t.Fatalf("profile %s seed %d: violations %v liveness %v\nreplay: go run ./cluster/lease/sim/cmd/vipd-sim -profile %s -replay %d\ntrace:\n%s",
 					profile, seed, r.Violations, r.Liveness, profile, seed, r.Trace)
 			}
 		}

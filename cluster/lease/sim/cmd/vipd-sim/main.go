@@ -1,8 +1,7 @@
-// Command vipd-sim runs the deterministic cluster simulator over many seeds
-// (make simulate) and reports violations, schedules and simulated hours
-// explored per minute. With -lease it runs the strict simulator of the
-// consensus lease machine (cluster/lease/sim) instead: N schedules per
-// profile, never two holders of an address in one cluster.
+// Command vipd-sim runs the strict simulator of the consensus lease machine
+// (cluster/lease/sim) over many schedules (make simulate): N schedules per
+// profile, never two holders of an address in one cluster; it reports
+// violations, failover times and schedules per minute.
 package main
 
 import (
@@ -16,46 +15,20 @@ import (
 
 	"github.com/vipd/vipd/cluster/lease"
 	"github.com/vipd/vipd/cluster/lease/sim"
-	oldsim "github.com/vipd/vipd/cluster/sim"
 )
 
 func main() {
-	seeds := flag.Int("seeds", 200, "number of seeds")
+	seeds := flag.Int("seeds", 200, "schedules per profile")
 	first := flag.Int64("seed", 1, "first seed")
-	dur := flag.Duration("duration", 5*time.Minute, "simulated fault time per seed")
-	beats := flag.Bool("beats", false, "run with member beats (sim.Options.Beats)")
-	leaseMode := flag.Bool("lease", false, "run the strict simulator of the consensus lease machine (cluster/lease/sim)")
-	profiles := flag.String("profile", "default,fast", "with -lease: comma-separated profiles")
-	replay := flag.Int64("replay", 0, "with -lease: run this one seed of -profile and print its whole trace")
-	faults := flag.Duration("faults", 30*time.Second, "with -lease: simulated fault time per schedule")
-	jobs := flag.Int("j", runtime.GOMAXPROCS(0), "with -lease: schedules run in parallel")
+	// -lease was needed while the old election's simulator was the default:
+	// accepted so that scripts that pass it keep working.
+	_ = flag.Bool("lease", true, "ignored: the lease simulator is the only one")
+	profiles := flag.String("profile", "default,fast", "comma-separated profiles")
+	replay := flag.Int64("replay", 0, "run this one seed of -profile and print its whole trace")
+	faults := flag.Duration("faults", 30*time.Second, "simulated fault time per schedule")
+	jobs := flag.Int("j", runtime.GOMAXPROCS(0), "schedules run in parallel")
 	flag.Parse()
-	if *leaseMode {
-		os.Exit(runLease(strings.Split(*profiles, ","), *first, *seeds, *replay, *faults, *jobs))
-	}
-	start := time.Now()
-	var simulated time.Duration
-	failed := 0
-	test := "'TestSimulate$'"
-	if *beats {
-		test = "'TestSimulateBeats$'"
-	}
-	for seed := *first; seed < *first+int64(*seeds); seed++ {
-		nodes := 3 + int(seed%3)
-		r := oldsim.Run(oldsim.Options{Seed: seed, Nodes: nodes, Duration: *dur, Beats: *beats})
-		simulated += r.Simulated
-		if len(r.Violations) > 0 {
-			failed++
-			fmt.Printf("seed %d (%d nodes): %s\n  replay: go test ./cluster/sim -run %s -sim.seed=%d -sim.seeds=1 -sim.trace -v\n",
-				seed, nodes, strings.Join(r.Violations, "\n  "), test, seed)
-		}
-	}
-	wall := time.Since(start)
-	fmt.Printf("%d schedules, %d failed, %.1f simulated hours in %v: %.1f schedules and %.1f simulated hours per minute\n",
-		*seeds, failed, simulated.Hours(), wall.Round(time.Second), float64(*seeds)/wall.Minutes(), simulated.Hours()/wall.Minutes())
-	if failed > 0 {
-		os.Exit(1)
-	}
+	os.Exit(runLease(strings.Split(*profiles, ","), *first, *seeds, *replay, *faults, *jobs))
 }
 
 func runLease(profiles []string, first int64, seeds int, replay int64, faults time.Duration, jobs int) int {
@@ -109,7 +82,7 @@ func runLease(profiles []string, first int64, seeds int, replay int64, faults ti
 			if r.Failed() {
 				failed++
 				code = 1
-				fmt.Printf("profile %s seed %d: violations %v liveness %v\n  replay: go run ./cluster/sim/cmd/vipd-sim -lease -profile %s -replay %d\n",
+				fmt.Printf("profile %s seed %d: violations %v liveness %v\n  replay: go run ./cluster/lease/sim/cmd/vipd-sim -profile %s -replay %d\n",
 					p, seed, r.Violations, r.Liveness, p, seed)
 			}
 		}
