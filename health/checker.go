@@ -68,9 +68,9 @@ var reasons = []string{
 // exist yet are waited for (see the package comment).
 type Config struct {
 	URL string // VIPD_HEALTH_URL
-	// ReadyzURL is probed after every good probe of URL, and after the
-	// first 5xx that follows one, to see the apiserver's graceful
-	// shutdown early (VIPD_HEALTH_READYZ_URL); empty: not probed.
+	// ReadyzURL is probed after every good probe of URL to see the
+	// apiserver's graceful shutdown early (VIPD_HEALTH_READYZ_URL);
+	// empty: not probed.
 	ReadyzURL     string
 	Interval      time.Duration // VIPD_HEALTH_INTERVAL
 	Timeout       time.Duration // VIPD_HEALTH_TIMEOUT
@@ -503,17 +503,15 @@ func (c *Checker) Run(ctx context.Context, report func(Status)) {
 		c.logger.Warn("health: probes tick on a Go timer", "err", err)
 	})
 	due := time.Now()
-	prevOK := false
 	for {
 		r := c.Probe(ctx)
 		rz := ReadyzUnknown
-		// /readyz after every good probe, and once after the first 5xx
-		// that follows one: an apiserver stopping without a shutdown
-		// delay fails /livez while /readyz still tells why (Drain).
-		if c.cfg.ReadyzURL != "" && (r.OK || (prevOK && r.Reason == ReasonHTTP5xx)) {
+		// /readyz after every good probe only: after a 5xx it would cost
+		// the loop a request to a failing server (etcd down: a timeout)
+		// before the fail threshold can count the next probe.
+		if r.OK && c.cfg.ReadyzURL != "" {
 			rz = c.ProbeReadyz(ctx)
 		}
-		prevOK = r.OK
 		if ctx.Err() != nil {
 			return
 		}

@@ -119,8 +119,8 @@ func (d *Drain) Observe(livez Result, readyz Readyz, now time.Time) DrainDecisio
 		d.start(DrainRefused, now)
 	case readyz == ReadyzShutdown && d.lastOK:
 		// /livez fails (a 5xx while the apiserver stops without a
-		// shutdown delay) and /readyz, asked once at that transition,
-		// says it is shutting down: a planned stop, not a failure.
+		// shutdown delay) and /readyz says it is shutting down (a caller
+		// that asked it then): a planned stop, not a failure.
 		d.start(DrainShutdown, now)
 	}
 	if !livez.OK && d.draining {

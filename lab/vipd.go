@@ -33,6 +33,13 @@ func (h *Host) StartVipd(bin string, env ...string) (*Proc, error) {
 		"VIPD_SA_TOKEN_PATH=" + filepath.Join(state, "no-token"),
 		// Never the host's kubelet certificate or cluster CA.
 		"VIPD_HEALTH_CLIENT_CERT=", "VIPD_HEALTH_CLIENT_KEY=", "VIPD_HEALTH_CA_FILE=",
+		// A lab runs many vipds on one machine (a package's parallel
+		// subtests: 18 at once) beside the test process, which serves
+		// every node's apiserver stand-in and runs the clients; at the
+		// product's -10 their start-up would starve those, and a test
+		// would measure its own starvation as an outage. Tests of the
+		// priority itself (test/fast, the bench) set VIPD_NICE=-10.
+		"VIPD_NICE=0",
 	}
 	// Gossip is authenticated by default: nodes started with peers share
 	// the lab's key unless the test names its own key file.

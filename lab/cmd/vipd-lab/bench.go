@@ -340,7 +340,7 @@ func firstNodeBindOnce(ctx context.Context, i int) (d time.Duration, err error) 
 	if err != nil {
 		return 0, err
 	}
-	p, err := n.StartVipd(c.bin, "VIPD_ADDRESS="+c.vip.String()+"/32", "VIPD_LOG_LEVEL=info")
+	p, err := n.StartVipd(c.bin, "VIPD_ADDRESS="+c.vip.String()+"/32", "VIPD_LOG_LEVEL=info", "VIPD_NICE=-10")
 	if err != nil {
 		return 0, err
 	}

@@ -94,7 +94,8 @@ func (c *cluster) start(names ...string) error {
 	}
 	for _, name := range names {
 		n := c.node(name)
-		env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + c.Peers(n), "VIPD_LOG_LEVEL=info"}, c.env...)
+		// The product's scheduling priority (the lab's default is 0).
+		env := append([]string{"VIPD_ADDRESS=" + c.vip.String() + "/32", "VIPD_PEERS=" + c.Peers(n), "VIPD_LOG_LEVEL=info", "VIPD_NICE=-10"}, c.env...)
 		if old := c.vipd[name]; old != nil {
 			c.logs[name] += old.Output()
 		}
