@@ -506,9 +506,6 @@ func (c *Checker) Run(ctx context.Context, report func(Status)) {
 	for {
 		r := c.Probe(ctx)
 		rz := ReadyzUnknown
-		// /readyz after every good probe only: after a 5xx it would cost
-		// the loop a request to a failing server (etcd down: a timeout)
-		// before the fail threshold can count the next probe.
 		if r.OK && c.cfg.ReadyzURL != "" {
 			rz = c.ProbeReadyz(ctx)
 		}

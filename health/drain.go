@@ -65,9 +65,7 @@ func JudgeReadyz(code int, body []byte) Readyz {
 // does no I/O and reads no clock: probe results come in with their time.
 //
 // An episode starts when /readyz reports the shutdown (while /livez is
-// still served, or in the first failed /livez probe after a good one: a
-// 5xx while a server without a shutdown delay stops) or when /livez is
-// refused right after a good probe. While
+// still served) or when /livez is refused right after a good probe. While
 // it lasts the node asks for a handover after every probe until one
 // finished with nothing left held here (HandedOver(true)); from then on
 // the node reports itself ineligible (Eligible) so that the VIP is not
@@ -117,11 +115,6 @@ func (d *Drain) Observe(livez Result, readyz Readyz, now time.Time) DrainDecisio
 	case livez.OK:
 	case livez.Reason == ReasonRefused && d.lastOK:
 		d.start(DrainRefused, now)
-	case readyz == ReadyzShutdown && d.lastOK:
-		// /livez fails (a 5xx while the apiserver stops without a
-		// shutdown delay) and /readyz says it is shutting down (a caller
-		// that asked it then): a planned stop, not a failure.
-		d.start(DrainShutdown, now)
 	}
 	if !livez.OK && d.draining {
 		d.gone = true

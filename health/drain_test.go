@@ -88,17 +88,6 @@ func TestDrain(t *testing.T) {
 			{livez: refus, draining: true, reason: DrainRefused, sinceStep: 1},
 			{livez: ok, readyz: ReadyzServing, eligible: true},
 		}},
-		{"stop without a delay: a 5xx whose readyz reports the shutdown hands over", []step{
-			{livez: ok, readyz: ReadyzServing, eligible: true},
-			{livez: h5xx, readyz: ReadyzShutdown, draining: true, handOver: true, reason: DrainShutdown, sinceStep: 1, handedOK: yes()},
-			{livez: refus, draining: true, reason: DrainShutdown, sinceStep: 1},
-			{livez: ok, readyz: ReadyzServing, eligible: true},
-		}},
-		{"a 5xx whose readyz reports other failures is left to the fail threshold", []step{
-			{livez: ok, readyz: ReadyzServing, eligible: true},
-			{livez: h5xx, readyz: ReadyzServing, eligible: true},
-			{livez: h5xx, readyz: ReadyzShutdown, eligible: true}, // not right after a good probe
-		}},
 		{"refused before the first good probe is no episode (not started yet)", []step{
 			{livez: refus, eligible: true},
 			{livez: refus, eligible: true},
