@@ -239,13 +239,14 @@ func (c *cluster) waitConverged(ctx context.Context, timeout time.Duration) erro
 	}
 	deadline := time.Now().Add(timeout)
 	for {
-		ok := true
+		ok, last := true, ""
 		for _, n := range c.Nodes {
 			if p := c.vipd[n.Name]; p == nil || p.Exited() {
 				continue
 			}
-			if alive, err := c.aliveMembers(ctx, n); err != nil || alive < len(c.Nodes) {
-				ok = false
+			alive, err := c.aliveMembers(ctx, n)
+			if err != nil || alive < len(c.Nodes) {
+				ok, last = false, fmt.Sprintf("%s sees %d of %d formed and alive (err %v)", n.Name, alive, len(c.Nodes), err)
 				break
 			}
 		}
@@ -253,7 +254,7 @@ func (c *cluster) waitConverged(ctx context.Context, timeout time.Duration) erro
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the nodes did not all see each other alive within %v", timeout)
+			return fmt.Errorf("the nodes did not all see each other alive within %v: %s", timeout, last)
 		}
 		select {
 		case <-ctx.Done():
@@ -263,29 +264,47 @@ func (c *cluster) waitConverged(ctx context.Context, timeout time.Duration) erro
 	}
 }
 
-// aliveMembers reads how many alive members n's vipd sees.
+// aliveMembers reads how many members n's vipd sees alive, counting them
+// only once the lease election has formed around them: every member a
+// voter (or witness) and a majority reachable (/status, cluster section).
 func (c *cluster) aliveMembers(ctx context.Context, n *lab.Host) (int, error) {
 	out, err := n.Output(ctx, "curl", "-sf", "--max-time", "1", "http://127.0.0.1:9469/status")
 	if err != nil {
 		return 0, err
 	}
+	return formedAlive(out)
+}
+
+// formedAlive reads a vipd /status document: how many nodes it sees alive
+// (itself included), counted only while the lease election has a majority
+// and at most as many as are voters or witnesses.
+func formedAlive(status []byte) (int, error) {
 	var st struct {
+		Node       string `json:"node"`
 		Components struct {
 			Cluster struct {
-				Members []struct {
-					State string `json:"state"`
+				Quorum    bool     `json:"quorum_ok"`
+				Voters    []string `json:"voters"`
+				Witnesses []string `json:"witnesses"`
+				Members   []struct {
+					Name  string `json:"name"`
+					Alive bool   `json:"alive"`
 				} `json:"members"`
 			} `json:"cluster"`
 		} `json:"components"`
 	}
-	if err := json.Unmarshal(out, &st); err != nil {
+	if err := json.Unmarshal(status, &st); err != nil {
 		return 0, err
 	}
-	alive := 0
-	for _, m := range st.Components.Cluster.Members {
-		if m.State == "alive" {
+	cl := st.Components.Cluster
+	if !cl.Quorum {
+		return 0, nil
+	}
+	alive := 1 // this node; the members listed are the others
+	for _, m := range cl.Members {
+		if m.Alive && m.Name != st.Node {
 			alive++
 		}
 	}
-	return alive, nil
+	return min(alive, len(cl.Voters)+len(cl.Witnesses)), nil
 }
