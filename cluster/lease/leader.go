@@ -420,7 +420,7 @@ func (m *Machine) place() {
 		if r, ok := l.releasing[a.Key]; ok && cur == "" && r.ovTo != "" && desired != "" && m.eligible(r.ovTo) {
 			desired = r.ovTo // the successor the old holder agreed to
 		}
-		if desired == cur || m.ovSuccessor(a.Key, cur) || m.ovWait(a.Key, cur, desired) {
+		if desired == cur || m.ovSuccessor(a.Key, cur) || m.ovWait(a.Key, cur, desired) || m.unheardHolder(cur) {
 			continue
 		}
 		planned := m.plannedMove(a.Key, cur, desired)
@@ -599,8 +599,8 @@ func (l *leaderState) handoff(m *Machine) *handoff {
 	h := &handoff{Holders: map[string]string{}}
 	var end time.Time
 	for k, n := range l.assign {
-		if n != m.cfg.Name {
-			h.Holders[k] = n
+		if n != m.cfg.Name || m.hold.keys[k] {
+			h.Holders[k] = n // this node too, for what it holds on as a grantee
 		}
 	}
 	// an address on its way from A to B is still A's until A let go
@@ -615,6 +615,11 @@ func (l *leaderState) handoff(m *Machine) *handoff {
 	for _, r := range l.releasing {
 		if r.until.After(end) {
 			end = r.until
+		}
+	}
+	for _, e := range m.hold.holds {
+		if e.After(end) {
+			end = e
 		}
 	}
 	if end.After(m.now) {
@@ -634,6 +639,9 @@ func (m *Machine) checkTransfer() {
 		l.transferTo = ""
 		l.lastTransfer = m.now
 		m.reads = map[string]time.Time{}
+		// it holds its own on its lease again, from its next round (the
+		// keys it held on as a grantee must not outlive a later move)
+		m.hold.reset(0)
 		// voters must hear that the transfer is off before a renewal counts:
 		// the next renewal's heartbeat carries the header without it
 		for n := range l.peers {
@@ -697,12 +705,11 @@ func (m *Machine) maybeTransfer() {
 	if !ok || pr.IsLearner || pr.State == tracker.StateSnapshot {
 		return
 	}
+	// The lease ends before the transferee may win; what this node holds
+	// itself it holds on as a grantee, to the lease's end (transfer.go).
+	m.keepOwnAcrossTransfer()
 	l.transferTo = target
 	l.transferAt = m.now
-	// Break before make: release before the transferee may win. Hook for a
-	// later agreed make-before-break: keep holding here for a bounded
-	// overlap that the transferee acknowledges in its forced vote, and let
-	// the simulator's invariant accept exactly that overlap.
 	m.leaseEnd = m.now
 	m.reads = map[string]time.Time{}
 	for n := range l.peers {

@@ -718,6 +718,11 @@ func (m *Machine) roleChange() {
 				}
 			}
 		}
+		for _, e := range m.hold.holds {
+			if e.After(end) {
+				end = e // what it holds on across a transfer (transfer.go)
+			}
+		}
 		if end.After(m.fenceUntil) {
 			m.fenceUntil = end
 		}
