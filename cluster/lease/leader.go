@@ -60,6 +60,7 @@ type peerState struct {
 	keys       map[string]bool
 	ackedGen   uint64 // gen of the latest ack (by Seq)
 	ackSeq     uint64
+	ackAt      time.Time // when the ack ackSeq arrived (this leader's clock)
 	boot       int64
 	grantedGen uint64
 	grantEnd   time.Time // leader's clock: every grant it gave ends before this
@@ -567,7 +568,7 @@ func (m *Machine) onAck(from string, a *ack) {
 		p.boot, p.ackSeq, p.ackedGen = a.Boot, 0, a.Gen
 	}
 	if a.Seq > p.ackSeq {
-		p.ackSeq, p.ackedGen = a.Seq, a.Gen
+		p.ackSeq, p.ackedGen, p.ackAt = a.Seq, a.Gen, m.now
 		p.ovHeld = map[string]bool{}
 		for _, k := range a.OvHeld {
 			p.ovHeld[k] = true
@@ -576,14 +577,9 @@ func (m *Machine) onAck(from string, a *ack) {
 	if a.Gen != p.gen || len(p.keys) == 0 || !m.leaseValid() {
 		return
 	}
-	d := min(m.cfg.GrantFor, time.Duration(float64(m.leaseEnd.Sub(m.now))*(1-m.cfg.Drift)/(1+m.cfg.Drift)))
-	if d <= 0 {
+	g := m.grantOn(p, a.Seq, m.now)
+	if g == nil {
 		return
-	}
-	g := &grant{Term: l.term, Seq: a.Seq, Gen: a.Gen, D: int64(d)}
-	end := m.now.Add(time.Duration(float64(d) * (1 + m.cfg.Drift) / (1 - m.cfg.Drift)))
-	if end.After(p.grantEnd) {
-		p.grantEnd = end
 	}
 	if p.grantedGen != p.gen || p.grantEnd.Sub(m.now) < 2*time.Duration(m.cfg.HeartbeatTicks)*m.cfg.Tick {
 		m.env(from).h.Grant = g
@@ -592,6 +588,23 @@ func (m *Machine) onAck(from string, a *ack) {
 		p.pending = g
 	}
 	p.grantedGen = p.gen
+}
+
+// grantOn is a grant to p for its ack seq of the current assignment,
+// which arrived at at: p holds until its send time + D on its own clock,
+// before this leader's lease ends in true time (the ack was sent before
+// at). p.grantEnd bounds it on this leader's clock. nil: the lease left
+// nothing to grant.
+func (m *Machine) grantOn(p *peerState, seq uint64, at time.Time) *grant {
+	d := min(m.cfg.GrantFor, time.Duration(float64(m.leaseEnd.Sub(at))*(1-m.cfg.Drift)/(1+m.cfg.Drift)))
+	if d <= 0 {
+		return nil
+	}
+	end := at.Add(time.Duration(float64(d) * (1 + m.cfg.Drift) / (1 - m.cfg.Drift)))
+	if end.After(p.grantEnd) {
+		p.grantEnd = end
+	}
+	return &grant{Term: m.lead.term, Seq: seq, Gen: p.gen, D: int64(d)}
 }
 
 // handoff: what the transferee must respect.
@@ -708,6 +721,7 @@ func (m *Machine) maybeTransfer() {
 	// The lease ends before the transferee may win; what this node holds
 	// itself it holds on as a grantee, to the lease's end (transfer.go).
 	m.keepOwnAcrossTransfer()
+	m.finalGrants()
 	l.transferTo = target
 	l.transferAt = m.now
 	m.leaseEnd = m.now
