@@ -522,7 +522,7 @@ func (m *Machine) leaderDecide() {
 		}
 		p.markSent()
 		if p.pending != nil {
-			e.h.Grant = p.pending
+			e.h.Grant = m.freshen(p, p.pending)
 			p.pending = nil
 		}
 	}
@@ -605,6 +605,22 @@ func (m *Machine) grantOn(p *peerState, seq uint64, at time.Time) *grant {
 		p.grantEnd = end
 	}
 	return &grant{Term: m.lead.term, Seq: seq, Gen: p.gen, D: int64(d)}
+}
+
+// freshen: a grant held back for the next heartbeat is reckoned anew
+// against the lease as it stands when it is sent (the ack it answers
+// may have arrived before the round that extended the lease completed):
+// the same rule and the same ack, only a later lease. Without it a
+// holder's grant ran up to two heartbeats behind the lease, and that much
+// longer was it without a holder when the leader was lost.
+func (m *Machine) freshen(p *peerState, g *grant) *grant {
+	if !m.leaseValid() || g.Seq != p.ackSeq || g.Gen != p.gen || p.ackedGen != p.gen {
+		return g
+	}
+	if f := m.grantOn(p, p.ackSeq, p.ackAt); f != nil && f.D > g.D {
+		return f
+	}
+	return g
 }
 
 // handoff: what the transferee must respect.
