@@ -737,7 +737,6 @@ func (m *Machine) maybeTransfer() {
 	// The lease ends before the transferee may win; what this node holds
 	// itself it holds on as a grantee, to the lease's end (transfer.go).
 	m.keepOwnAcrossTransfer()
-	m.finalGrants()
 	l.transferTo = target
 	l.transferAt = m.now
 	m.leaseEnd = m.now

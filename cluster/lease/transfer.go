@@ -378,29 +378,6 @@ func (m *Machine) keepOwnAcrossTransfer() {
 	}
 }
 
-// finalGrants runs when this node, the leader, starts a leadership
-// transfer: every holder's grant is renewed once more on its latest ack
-// of its current assignment, to the lease as it stands now (the grant it
-// holds was reckoned against the lease of a round or two before), so it
-// runs until the transferee's own first grant. The same bound as every
-// grant (grantOn): it ends before this lease in true time, and the
-// handoff covers it.
-func (m *Machine) finalGrants() {
-	if !m.leaseValid() {
-		return
-	}
-	for _, name := range sortedKeys(m.lead.peers) {
-		p := m.lead.peers[name]
-		if len(p.keys) == 0 || p.ackSeq == 0 || p.ackedGen != p.gen || p.grantedGen != p.gen {
-			continue
-		}
-		if g := m.grantOn(p, p.ackSeq, p.ackAt); g != nil {
-			m.env(name).h.Grant = g
-			p.pending = nil
-		}
-	}
-}
-
 // unheardHolder: cur holds on a grant a transfer handed over and has not
 // answered this leader yet. Its key stays with it until its first ack
 // says whether it is still eligible, or the grant ran out: a new leader

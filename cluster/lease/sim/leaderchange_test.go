@@ -30,7 +30,7 @@ func TestLeaderChangeKeepsPoolHoldsSim(t *testing.T) {
 		cfg := lease.ProfileConfig(profile)
 		for _, size := range []int{3, 5} {
 			for _, act := range []string{"handover", "graceful stop", "crash", "partition"} {
-				for seed := int64(1); seed <= 5; seed++ {
+				for seed := int64(1); seed <= 10; seed++ {
 					t.Run(fmt.Sprintf("%s/%d nodes/%s/seed %d", profile, size, act, seed), func(t *testing.T) {
 						s := New(cfg, seed)
 						s.Want(manyAddrs())
