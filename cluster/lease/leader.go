@@ -60,6 +60,7 @@ type peerState struct {
 	keys       map[string]bool
 	ackedGen   uint64 // gen of the latest ack (by Seq)
 	ackSeq     uint64
+	ackAt      time.Time // when the ack ackSeq arrived (this leader's clock)
 	boot       int64
 	grantedGen uint64
 	grantEnd   time.Time // leader's clock: every grant it gave ends before this
@@ -420,7 +421,7 @@ func (m *Machine) place() {
 		if r, ok := l.releasing[a.Key]; ok && cur == "" && r.ovTo != "" && desired != "" && m.eligible(r.ovTo) {
 			desired = r.ovTo // the successor the old holder agreed to
 		}
-		if desired == cur || m.ovSuccessor(a.Key, cur) || m.ovWait(a.Key, cur, desired) {
+		if desired == cur || m.ovSuccessor(a.Key, cur) || m.ovWait(a.Key, cur, desired) || m.unheardHolder(cur) {
 			continue
 		}
 		planned := m.plannedMove(a.Key, cur, desired)
@@ -521,7 +522,7 @@ func (m *Machine) leaderDecide() {
 		}
 		p.markSent()
 		if p.pending != nil {
-			e.h.Grant = p.pending
+			e.h.Grant = m.freshen(p, p.pending)
 			p.pending = nil
 		}
 	}
@@ -567,7 +568,7 @@ func (m *Machine) onAck(from string, a *ack) {
 		p.boot, p.ackSeq, p.ackedGen = a.Boot, 0, a.Gen
 	}
 	if a.Seq > p.ackSeq {
-		p.ackSeq, p.ackedGen = a.Seq, a.Gen
+		p.ackSeq, p.ackedGen, p.ackAt = a.Seq, a.Gen, m.now
 		p.ovHeld = map[string]bool{}
 		for _, k := range a.OvHeld {
 			p.ovHeld[k] = true
@@ -576,14 +577,9 @@ func (m *Machine) onAck(from string, a *ack) {
 	if a.Gen != p.gen || len(p.keys) == 0 || !m.leaseValid() {
 		return
 	}
-	d := min(m.cfg.GrantFor, time.Duration(float64(m.leaseEnd.Sub(m.now))*(1-m.cfg.Drift)/(1+m.cfg.Drift)))
-	if d <= 0 {
+	g := m.grantOn(p, a.Seq, m.now)
+	if g == nil {
 		return
-	}
-	g := &grant{Term: l.term, Seq: a.Seq, Gen: a.Gen, D: int64(d)}
-	end := m.now.Add(time.Duration(float64(d) * (1 + m.cfg.Drift) / (1 - m.cfg.Drift)))
-	if end.After(p.grantEnd) {
-		p.grantEnd = end
 	}
 	if p.grantedGen != p.gen || p.grantEnd.Sub(m.now) < 2*time.Duration(m.cfg.HeartbeatTicks)*m.cfg.Tick {
 		m.env(from).h.Grant = g
@@ -594,13 +590,46 @@ func (m *Machine) onAck(from string, a *ack) {
 	p.grantedGen = p.gen
 }
 
+// grantOn is a grant to p for its ack seq of the current assignment,
+// which arrived at at: p holds until its send time + D on its own clock,
+// before this leader's lease ends in true time (the ack was sent before
+// at). p.grantEnd bounds it on this leader's clock. nil: the lease left
+// nothing to grant.
+func (m *Machine) grantOn(p *peerState, seq uint64, at time.Time) *grant {
+	d := min(m.cfg.GrantFor, time.Duration(float64(m.leaseEnd.Sub(at))*(1-m.cfg.Drift)/(1+m.cfg.Drift)))
+	if d <= 0 {
+		return nil
+	}
+	end := at.Add(time.Duration(float64(d) * (1 + m.cfg.Drift) / (1 - m.cfg.Drift)))
+	if end.After(p.grantEnd) {
+		p.grantEnd = end
+	}
+	return &grant{Term: m.lead.term, Seq: seq, Gen: p.gen, D: int64(d)}
+}
+
+// freshen: a grant held back for the next heartbeat is reckoned anew
+// against the lease as it stands when it is sent (the ack it answers
+// may have arrived before the round that extended the lease completed):
+// the same rule and the same ack, only a later lease. Without it a
+// holder's grant ran up to two heartbeats behind the lease, and that much
+// longer was it without a holder when the leader was lost.
+func (m *Machine) freshen(p *peerState, g *grant) *grant {
+	if !m.leaseValid() || g.Seq != p.ackSeq || g.Gen != p.gen || p.ackedGen != p.gen {
+		return g
+	}
+	if f := m.grantOn(p, p.ackSeq, p.ackAt); f != nil && f.D > g.D {
+		return f
+	}
+	return g
+}
+
 // handoff: what the transferee must respect.
 func (l *leaderState) handoff(m *Machine) *handoff {
 	h := &handoff{Holders: map[string]string{}}
 	var end time.Time
 	for k, n := range l.assign {
-		if n != m.cfg.Name {
-			h.Holders[k] = n
+		if n != m.cfg.Name || m.hold.keys[k] {
+			h.Holders[k] = n // this node too, for what it holds on as a grantee
 		}
 	}
 	// an address on its way from A to B is still A's until A let go
@@ -615,6 +644,11 @@ func (l *leaderState) handoff(m *Machine) *handoff {
 	for _, r := range l.releasing {
 		if r.until.After(end) {
 			end = r.until
+		}
+	}
+	for _, e := range m.hold.holds {
+		if e.After(end) {
+			end = e
 		}
 	}
 	if end.After(m.now) {
@@ -634,6 +668,9 @@ func (m *Machine) checkTransfer() {
 		l.transferTo = ""
 		l.lastTransfer = m.now
 		m.reads = map[string]time.Time{}
+		// it holds its own on its lease again, from its next round (the
+		// keys it held on as a grantee must not outlive a later move)
+		m.hold.reset(0)
 		// voters must hear that the transfer is off before a renewal counts:
 		// the next renewal's heartbeat carries the header without it
 		for n := range l.peers {
@@ -697,12 +734,11 @@ func (m *Machine) maybeTransfer() {
 	if !ok || pr.IsLearner || pr.State == tracker.StateSnapshot {
 		return
 	}
+	// The lease ends before the transferee may win; what this node holds
+	// itself it holds on as a grantee, to the lease's end (transfer.go).
+	m.keepOwnAcrossTransfer()
 	l.transferTo = target
 	l.transferAt = m.now
-	// Break before make: release before the transferee may win. Hook for a
-	// later agreed make-before-break: keep holding here for a bounded
-	// overlap that the transferee acknowledges in its forced vote, and let
-	// the simulator's invariant accept exactly that overlap.
 	m.leaseEnd = m.now
 	m.reads = map[string]time.Time{}
 	for n := range l.peers {

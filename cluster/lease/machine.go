@@ -49,7 +49,8 @@ import (
 //     after New; a node that was leader drops votes until its lease and
 //     every grant it gave have ended; a leadership transfer (MsgTimeoutNow
 //     makes the transferee campaign past every lease) starts only after the
-//     leader released everything it holds and stopped granting, the
+//     leader ended its lease (what it holds itself it holds on as a grantee
+//     to that lease's end, named in the handoff) and stopped granting, the
 //     leader announces it in the header of every envelope (voters accept
 //     the forced vote only while their leader announces that transfer, so a
 //     late MsgTimeoutNow of an aborted transfer cannot win), and the
@@ -716,6 +717,11 @@ func (m *Machine) roleChange() {
 				if p.grantEnd.After(end) {
 					end = p.grantEnd
 				}
+			}
+		}
+		for _, e := range m.hold.holds {
+			if e.After(end) {
+				end = e // what it holds on across a transfer (transfer.go)
 			}
 		}
 		if end.After(m.fenceUntil) {

@@ -20,7 +20,17 @@ type tnet struct {
 	order []string
 	q     []pkt
 	drop  func(p pkt) bool
-	after func() // called after every millisecond of run
+	after func()                        // called after every millisecond of run
+	want  []Address                     // what every node wants (nil: vip, p1, p2)
+	seen  func(name string, out Output) // called with every Output
+}
+
+// wanted is what every node is told to place.
+func (n *tnet) wanted() []Address {
+	if n.want != nil {
+		return n.want
+	}
+	return []Address{{Key: "vip", Kind: ControlPlane}, {Key: "p1", Kind: Pool}, {Key: "p2", Kind: Pool}}
 }
 
 type tnode struct {
@@ -53,7 +63,7 @@ func (n *tnet) add(name string, expect bool, role Role) *tnode {
 	n.nodes[name] = tn
 	n.order = append(n.order, name)
 	n.step(name, Health{Healthy: true})
-	n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane}, {Key: "p1", Kind: Pool}, {Key: "p2", Kind: Pool}}})
+	n.step(name, Want{Addresses: n.wanted()})
 	return tn
 }
 
@@ -69,7 +79,7 @@ func (n *tnet) restart(name string, keep bool) {
 	}
 	tn.m = m
 	n.step(name, Health{Healthy: true})
-	n.step(name, Want{Addresses: []Address{{Key: "vip", Kind: ControlPlane}, {Key: "p1", Kind: Pool}, {Key: "p2", Kind: Pool}}})
+	n.step(name, Want{Addresses: n.wanted()})
 }
 
 func (n *tnet) step(name string, ev Event) Output {
@@ -80,6 +90,9 @@ func (n *tnet) step(name string, ev Event) Output {
 	out := tn.m.Step(n.now, ev)
 	if out.Persist != nil {
 		tn.persisted = out.Persist
+	}
+	if n.seen != nil {
+		n.seen(name, out)
 	}
 	tn.holds = out.Holds
 	tn.ovs = out.Overlaps

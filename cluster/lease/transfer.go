@@ -353,6 +353,46 @@ func (m *Machine) carryHolds(h map[string]time.Time) {
 	}
 }
 
+// keepOwnAcrossTransfer runs when this node, the leader, starts a
+// leadership transfer: its lease ends before the transferee may win, and
+// the keys it holds itself (the control-plane addresses have moved to the
+// transferee first) it holds on as a grantee of its own term until that
+// lease's end, as it would have on the lease. The handoff names this node
+// their holder and covers that end, so the transferee assigns them to it
+// and renews them like any other running grant: an old leader that stays
+// healthy keeps its pool and egress addresses through the transfer, with
+// no release and no gap. Never past the lease it had: the transferee
+// respects it as it respects every grant this leader gave, and any other
+// candidate needs a voter that acknowledged that lease (its promise).
+// A leaving or unhealthy leader does not keep them (they are moving).
+func (m *Machine) keepOwnAcrossTransfer() {
+	m.hold.reset(m.lead.term)
+	if !m.leaseValid() || m.cfg.Role != Voter || !m.health || m.leaving {
+		return
+	}
+	for _, a := range m.want {
+		if m.lead.assign[a.Key] == m.cfg.Name {
+			m.hold.keys[a.Key] = true
+			m.hold.holds[a.Key] = m.leaseEnd
+		}
+	}
+}
+
+// unheardHolder: cur holds on a grant a transfer handed over and has not
+// answered this leader yet. Its key stays with it until its first ack
+// says whether it is still eligible, or the grant ran out: a new leader
+// that has heard nobody yet must not strip the handoff's holders of their
+// keys (they released at its first assignment and took them back a
+// round later). Keeping an assignment adds no holder; a dead holder's
+// key moves when its grant ends, as it would have released then.
+func (m *Machine) unheardHolder(cur string) bool {
+	if cur == "" || cur == m.cfg.Name {
+		return false
+	}
+	p := m.lead.peers[cur]
+	return p != nil && !p.acked && p.grantEnd.After(m.now)
+}
+
 // keepGrantsAsLeader runs when this node becomes leader: the keys it
 // holds under the old leader's grants stay its own (assigned to itself)
 // and held until its lease is valid.
