@@ -40,6 +40,20 @@ const (
 	// FirstProbe is how soon after binding a lone holder first probes: two
 	// lone nodes that bound in the same probe window find each other then.
 	FirstProbe = 250 * time.Millisecond
+	// ElectedConflictRetry is how soon a holder the election vouches for
+	// (a lease a majority granted) probes again after another host
+	// answered its pre-bind probe, for its first ElectedConflictTries
+	// tries, instead of backing off from RetryMin to RetryMax. The lease
+	// excludes a second vipd holder, so the answer is most likely a stale
+	// binding: a vipd killed while holding, whose restart (systemd's
+	// RestartSec=1) drops it at start, or a kube-vip or keepalived being
+	// migrated from. The VIP is then taken within one retry of that drop
+	// rather than up to 2 s later, while the clients still point at the
+	// dropped binding. A host that keeps answering (a second cluster
+	// configured with the same VIP) is probed at the normal back-off after
+	// that: the probe stays the fence between them.
+	ElectedConflictRetry = 100 * time.Millisecond
+	ElectedConflictTries = 50
 )
 
 // ActionKind is what the driver must do.
@@ -526,7 +540,12 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 		// retry after the back-off without stepping aside (every other
 		// node would find the same host). Anything else is.
 		var conflict *ConflictError
-		c.giveUp(e.Action.VIP, now, out, "acquire failed", e.Err, !errors.As(e.Err, &conflict))
+		isConflict := errors.As(e.Err, &conflict)
+		if isConflict && c.elect && s.elected && !s.lone && s.failures < ElectedConflictTries {
+			c.retryAfter(e.Action.VIP, now, out, "acquire failed", e.Err, ElectedConflictRetry)
+			return
+		}
+		c.giveUp(e.Action.VIP, now, out, "acquire failed", e.Err, !isConflict)
 	case Check:
 		if !s.held {
 			return
@@ -559,13 +578,25 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 // release.
 func (c *Core) giveUp(v netip.Prefix, now time.Time, out *Output, what string, err error, stepAside bool) {
 	s := c.vips[v]
-	s.held, s.acquiring = false, false
-	s.failures++
-	backoff := RetryMin << (s.failures - 1)
+	backoff := RetryMin << min(s.failures, 8)
 	if backoff > RetryMax || backoff <= 0 {
 		backoff = RetryMax
 	}
-	backoff += c.jitter
+	c.release(v, now, out, what, err, stepAside, backoff+c.jitter)
+}
+
+// retryAfter releases v after a conflicted acquire and tries again after
+// d: the election vouches for this node (ElectedConflictRetry).
+func (c *Core) retryAfter(v netip.Prefix, now time.Time, out *Output, what string, err error, d time.Duration) {
+	c.release(v, now, out, what, err, false, d)
+}
+
+// release is giveUp's and retryAfter's common part: whatever may be left of
+// v is released, the next try comes after backoff.
+func (c *Core) release(v netip.Prefix, now time.Time, out *Output, what string, err error, stepAside bool, backoff time.Duration) {
+	s := c.vips[v]
+	s.held, s.acquiring = false, false
+	s.failures++
 	s.retryAt = now.Add(backoff)
 	s.nextAnn, s.nextCheck, s.nextProbe = time.Time{}, time.Time{}, time.Time{}
 	out.Actions = append(out.Actions, Action{Kind: Release, VIP: v, Cause: what})

@@ -456,3 +456,53 @@ func TestCoreCheckNow(t *testing.T) {
 		t.Fatalf("after the failed check: %v %+v", acts(o), o.Transitions)
 	}
 }
+
+// TestCoreElectedConflictRetry: a holder the election vouches for probes
+// again ElectedConflictRetry after its pre-bind probe was answered (a
+// killed vipd's stale binding, dropped when systemd restarts it), for
+// ElectedConflictTries tries, then backs off as before; a lone holder
+// (nobody vouches for it) backs off from the start.
+func TestCoreElectedConflictRetry(t *testing.T) {
+	conflict := &ConflictError{VIP: v4.Addr(), MAC: []byte{2, 0, 0, 0, 0, 9}}
+	tests := []struct {
+		name  string
+		lone  bool
+		tries int           // conflicted acquires before the one measured
+		want  time.Duration // from the failure to the next acquire
+	}{
+		{"elected: the first retry is quick", false, 0, ElectedConflictRetry},
+		{"elected: the last quick retry", false, ElectedConflictTries - 1, ElectedConflictRetry},
+		{"elected: then the normal back-off", false, ElectedConflictTries, RetryMax},
+		{"lone: the normal back-off at once", true, 0, RetryMin},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true})
+			now := t0
+			c.Step(HealthChanged{Healthy: true}, now)
+			out := c.Step(Elected{VIP: v4, Holder: true, Lone: tt.lone}, now)
+			for i := 0; ; i++ {
+				if len(out.Actions) != 1 || out.Actions[0].Kind != Acquire {
+					t.Fatalf("try %d: %v, want one acquire", i, acts(out))
+				}
+				failedAt := now.Add(50 * time.Millisecond)
+				out = c.Step(Failed{Action: out.Actions[0], Err: conflict}, failedAt)
+				if len(out.Transitions) != 1 || out.Transitions[0].Failed {
+					t.Fatalf("try %d: transitions %+v, want one, not failed (no step-aside)", i, out.Transitions)
+				}
+				if i < tt.tries {
+					now = out.Next
+					out = c.Step(Tick{}, now)
+					continue
+				}
+				if got := out.Next.Sub(failedAt); got != tt.want {
+					t.Fatalf("next try %v after the conflict, want %v", got, tt.want)
+				}
+				if out := c.Step(Tick{}, out.Next); fmt.Sprint(acts(out)) != "[acquire 10.0.0.100/32]" {
+					t.Fatalf("no acquire at the retry: %v", acts(out))
+				}
+				return
+			}
+		})
+	}
+}
