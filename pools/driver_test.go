@@ -115,8 +115,7 @@ func TestDriverOnAFakeClock(t *testing.T) {
 			t.Fatalf("the driver did not handle its timers: %v", err)
 		}
 	}
-	d, err := NewDriver(DriverConfig{Name: "n1", L2: l2, Clock: clk,
-		Members: func() []Member { return []Member{{Name: "n1", Eligible: true, Pools: true}} }},
+	d, err := NewDriver(DriverConfig{Name: "n1", L2: l2, Clock: clk, Healthy: func() bool { return true }},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
