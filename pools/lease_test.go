@@ -20,7 +20,9 @@ type fakeDriver struct {
 	l2  *fakeL2
 }
 
-func runFake(t *testing.T, cfg DriverConfig) *fakeDriver {
+// runFake starts a driver on a fake clock; before, if given, runs before
+// Run starts (a previous run's bindings, a saved desired set).
+func runFake(t *testing.T, cfg DriverConfig, before func(*fakeL2, *Driver)) *fakeDriver {
 	t.Helper()
 	l2 := newFakeL2()
 	clk := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
@@ -28,6 +30,9 @@ func runFake(t *testing.T, cfg DriverConfig) *fakeDriver {
 	d, err := NewDriver(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(l2, d)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -66,7 +71,7 @@ func (f *fakeDriver) bound(want ...netip.Addr) func() bool {
 // restriction) is not bound although leased.
 func TestDriverLeased(t *testing.T) {
 	a1, a2, a3 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.3")
-	f := runFake(t, DriverConfig{Name: "n1", Leased: true})
+	f := runFake(t, DriverConfig{Name: "n1", Leased: true}, nil)
 	f.d.SetDesired([]Address{
 		{Addr: a1, Pool: "a", Mode: ModeL2, All: true},
 		{Addr: a2, Pool: "a", Mode: ModeL2, All: true},
@@ -96,4 +101,29 @@ func TestDriverLeased(t *testing.T) {
 	// a1's lease withdrawn: released at once.
 	f.d.SetLeases(map[netip.Addr]time.Time{})
 	f.waitUntil("a1 released when its lease is withdrawn", f.bound())
+}
+
+// Addresses a previous run left bound: left alone during StartupWait;
+// then the one this node may hold is adopted after a probe (never
+// unbound), the one it may not hold is released.
+func TestDriverLeftovers(t *testing.T) {
+	a1, a2 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	f := runFake(t, DriverConfig{Name: "n1"}, func(l2 *fakeL2, d *Driver) {
+		l2.bound[a1], l2.bound[a2] = true, true
+		d.SetDesired([]Address{{Addr: a1, Pool: "a", Mode: ModeL2, All: true}, {Addr: a2, Pool: "a", Mode: ModeL2, Nodes: []string{"n2"}}})
+	})
+	f.waitUntil("the saved addresses reach the machine", func() bool { return f.d.Status().Desired == 2 })
+	f.step(StartupWait - 100*time.Millisecond)
+	if b := f.l2.boundList(); !slices.Equal(b, []netip.Addr{a1, a2}) {
+		t.Fatalf("bound %v during StartupWait, want the leftovers untouched", b)
+	}
+	f.step(100 * time.Millisecond)
+	f.waitUntil("a2 released, a1 kept", f.bound(a1))
+	if n := f.l2.count(f.l2.probes, a1); n != 1 {
+		t.Fatalf("a1 probed %d times before it was adopted, want 1", n)
+	}
+	if n := f.l2.count(f.l2.released, a1); n != 0 {
+		t.Fatalf("a1 released %d times: a leftover this node may hold is adopted, not rebound", n)
+	}
+	f.waitUntil("a1 held", func() bool { return f.d.Status().Held == 1 })
 }
