@@ -2,8 +2,11 @@ package pools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vipd/vipd/internal/clock"
+	"github.com/vipd/vipd/vip"
 )
 
 // L2 is what the driver needs of the l2 announcer (vip.L2's batch methods).
@@ -35,36 +39,59 @@ type DriverConfig struct {
 	L2 L2
 	// BGP advertises bgp pools' addresses (nil: this node advertises none).
 	BGP Advertiser
-	// Members returns the cluster view, this node included. Called every
-	// MembersPoll from the driver's goroutine; it must be cheap.
-	Members func() []Member
+	// Healthy reports whether this node may hold addresses (its apiserver
+	// is healthy). Called every HealthPoll from the driver's goroutine; it
+	// must be cheap. Nil: always.
+	Healthy func() bool
 	// Exclude are addresses never announced as pool addresses (the
 	// control-plane VIPs of VIPD_ADDRESS).
 	Exclude []netip.Addr
-	// Leased: l2 addresses are held as the lease election says (SetLeases),
-	// not by rendezvous over Members (l2 in a cluster).
+	// Leased: l2 addresses are held as the lease election says (SetLeases)
+	// and no longer than each lease's end (l2 in a cluster). Without it
+	// this node holds every address it may hold while healthy (l2 without
+	// peers; bgp addresses always).
 	Leased bool
 	// Clock is the driver's time (nil: the process's clock); tests pass
 	// a clock.Fake.
 	Clock clock.Clock
 }
 
-// Timings of the driver loop.
+// Timings of the pool addresses: the holder machine's (vip.Core with
+// Props.Pool), and the driver loop's.
 const (
-	MembersPoll    = 100 * time.Millisecond
+	StartupWait   = vip.StartupWait
+	ConflictGrace = vip.ConflictGrace
+	ProbeRetry    = vip.ProbeRetry
+	ConflictRetry = vip.ConflictRetry
+	FailRetry     = vip.FailRetry
+	// Burst, BurstSpacing and Refresh shape the announcements of a held
+	// l2 address, as for the control-plane VIPs.
+	Burst        = vip.BurstCount
+	BurstSpacing = vip.BurstSpacing
+	Refresh      = vip.RefreshEvery
+	// Coalesce: announcements due within this much are sent together.
+	Coalesce = 100 * time.Millisecond
+
+	HealthPoll     = 100 * time.Millisecond
 	ReconcileEvery = 5 * time.Second
 	ReleaseTimeout = time.Second
 )
 
-// Driver runs a Machine and performs its actions in batches from one
-// goroutine with one timer.
+// Driver runs the per-address holder machine (a vip.Core whose addresses
+// are the pool's, with Props.Pool) and performs its actions in batches from
+// one goroutine with one timer.
 type Driver struct {
 	cfg  DriverConfig
 	clk  clock.Clock
 	log  *slog.Logger
 	wake chan struct{}
 
-	lastBound []netip.Addr // last Observed (Run's goroutine only)
+	// Run's goroutine only.
+	core      *vip.Core
+	addrs     map[netip.Addr]Address // desired now (filtered)
+	modes     map[netip.Addr]string  // every address ever desired, with its last mode: ours to release
+	healthy   bool
+	lastBound []netip.Addr // last Observed listing
 
 	mu      sync.Mutex
 	desired []Address
@@ -84,6 +111,7 @@ type Driver struct {
 // NewDriver returns a driver; reg may be nil.
 func NewDriver(cfg DriverConfig, log *slog.Logger, reg prometheus.Registerer) (*Driver, error) {
 	d := &Driver{cfg: cfg, clk: clock.Or(cfg.Clock), log: log.With("component", "pools"), wake: make(chan struct{}, 1),
+		addrs: map[netip.Addr]Address{}, modes: map[netip.Addr]string{},
 		mAddrs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vipd_pool_addresses",
 			Help: "Pool addresses by state: desired (allocated, announceable by this node's mode), held (announced by this node), conflict (another host answers for one this node should hold)."}, []string{"state"}),
 		mConflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "vipd_pool_address_conflicts_total",
@@ -108,10 +136,7 @@ func (d *Driver) SetDesired(addrs []Address) {
 	d.mu.Lock()
 	d.desired, d.fresh = addrs, true
 	d.mu.Unlock()
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
+	d.poke()
 }
 
 // SetLeases hands the driver the l2 addresses the lease election lets
@@ -120,21 +145,64 @@ func (d *Driver) SetLeases(until map[netip.Addr]time.Time) {
 	d.mu.Lock()
 	d.leases, d.freshL = until, true
 	d.mu.Unlock()
+	d.poke()
+}
+
+func (d *Driver) poke() {
 	select {
 	case d.wake <- struct{}{}:
 	default:
 	}
 }
 
-// pickLeases feeds the last leases to the machine if they changed.
-func (d *Driver) pickLeases(ctx context.Context, m *Machine, timer clock.Timer) {
-	d.mu.Lock()
-	until, fresh := d.leases, d.freshL
-	d.freshL = false
-	d.mu.Unlock()
-	if fresh {
-		d.step(ctx, m, Leases{Until: until}, timer)
+// Run runs until ctx is done, then releases every pool address (bounded by
+// ReleaseTimeout) and returns.
+func (d *Driver) Run(ctx context.Context) {
+	d.core = vip.New(nil, vip.Options{Coalesce: Coalesce, Start: d.clk.Now()})
+	timer := d.clk.NewTimer(time.Hour)
+	defer timer.Stop()
+	poll := d.clk.NewTimer(HealthPoll)
+	defer poll.Stop()
+	reconcile := d.clk.NewTimer(ReconcileEvery)
+	defer reconcile.Stop()
+
+	d.healthy = d.health()
+	d.step(ctx, healthEvent(d.healthy), timer)
+	d.pickDesired(ctx, timer)
+	d.pickLeases(ctx, timer)
+	d.observe(ctx, timer)
+	for {
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.Background(), ReleaseTimeout)
+			d.step(rctx, vip.Shutdown{Reason: "vipd stops"}, nil)
+			cancel()
+			return
+		case <-d.wake:
+			d.pickDesired(ctx, timer)
+			d.pickLeases(ctx, timer)
+		case <-poll.C():
+			if h := d.health(); h != d.healthy {
+				d.healthy = h
+				d.step(ctx, healthEvent(h), timer)
+			}
+			poll.Reset(HealthPoll)
+		case <-reconcile.C():
+			d.observe(ctx, timer)
+			reconcile.Reset(ReconcileEvery)
+		case <-timer.C():
+			d.step(ctx, vip.Tick{}, timer)
+		}
 	}
+}
+
+func (d *Driver) health() bool { return d.cfg.Healthy == nil || d.cfg.Healthy() }
+
+func healthEvent(h bool) vip.Event {
+	if h {
+		return vip.HealthChanged{Healthy: true, Reason: "this node may hold pool addresses"}
+	}
+	return vip.HealthChanged{Reason: "this node is not eligible (apiserver unhealthy)"}
 }
 
 // filter drops the addresses this node cannot announce.
@@ -142,7 +210,11 @@ func (d *Driver) filter(addrs []Address) ([]Address, int) {
 	out := make([]Address, 0, len(addrs))
 	skipped := 0
 	for _, a := range addrs {
-		if slices.Contains(d.cfg.Exclude, a.Addr.Unmap()) ||
+		if !a.Addr.IsValid() || a.Mode != ModeL2 && a.Mode != ModeBGP {
+			continue
+		}
+		a.Addr = a.Addr.Unmap()
+		if slices.Contains(d.cfg.Exclude, a.Addr) ||
 			a.Mode == ModeL2 && d.cfg.L2 == nil || a.Mode == ModeBGP && d.cfg.BGP == nil {
 			skipped++
 			continue
@@ -152,48 +224,13 @@ func (d *Driver) filter(addrs []Address) ([]Address, int) {
 	return out, skipped
 }
 
-// Run runs until ctx is done, then releases every pool address (bounded by
-// ReleaseTimeout) and returns.
-func (d *Driver) Run(ctx context.Context) {
-	m := NewMachine(Config{Name: d.cfg.Name, Probe: true, Leased: d.cfg.Leased}, d.clk.Now())
-	timer := d.clk.NewTimer(time.Hour)
-	defer timer.Stop()
-	poll := d.clk.NewTimer(MembersPoll)
-	defer poll.Stop()
-	reconcile := d.clk.NewTimer(ReconcileEvery)
-	defer reconcile.Stop()
-
-	var lastView []Member
-	d.step(ctx, m, View{Members: d.cfg.Members()}, timer)
-	d.pickDesired(ctx, m, timer)
-	d.observe(ctx, m, timer)
-	for {
-		select {
-		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.Background(), ReleaseTimeout)
-			d.step(rctx, m, Shutdown{}, nil)
-			cancel()
-			return
-		case <-d.wake:
-			d.pickDesired(ctx, m, timer)
-			d.pickLeases(ctx, m, timer)
-		case <-poll.C():
-			v := d.cfg.Members()
-			if !slices.Equal(v, lastView) {
-				lastView = v
-				d.step(ctx, m, View{Members: v}, timer)
-			}
-			poll.Reset(MembersPoll)
-		case <-reconcile.C():
-			d.observe(ctx, m, timer)
-			reconcile.Reset(ReconcileEvery)
-		case <-timer.C():
-			d.step(ctx, m, Tick{}, timer)
-		}
-	}
+// props are how the holder machine holds a.
+func (d *Driver) props(a Address) vip.Props {
+	l2 := a.Mode == ModeL2
+	return vip.Props{Leased: l2 && d.cfg.Leased, Announce: l2, Barred: !a.Eligible(d.cfg.Name), Pool: true}
 }
 
-func (d *Driver) pickDesired(ctx context.Context, m *Machine, timer clock.Timer) {
+func (d *Driver) pickDesired(ctx context.Context, timer clock.Timer) {
 	d.mu.Lock()
 	addrs, fresh := d.desired, d.fresh
 	d.fresh = false
@@ -206,36 +243,101 @@ func (d *Driver) pickDesired(ctx context.Context, m *Machine, timer clock.Timer)
 	d.skipped = skipped
 	d.mu.Unlock()
 	d.mSkipped.Set(float64(skipped))
-	d.step(ctx, m, Desired{Addresses: keep}, timer)
+	next := make(map[netip.Addr]Address, len(keep))
+	moved := false // an address whose mode changed: released under the old one first
+	for _, a := range keep {
+		if old, ok := d.addrs[a.Addr]; ok && old.Mode != a.Mode {
+			moved = true
+			continue
+		}
+		next[a.Addr] = a
+	}
+	if moved {
+		d.setDesired(ctx, next, timer)
+	}
+	for _, a := range keep {
+		next[a.Addr] = a
+	}
+	d.setDesired(ctx, next, timer)
 }
 
-// observe lists the l2 pool addresses bound now.
-func (d *Driver) observe(ctx context.Context, m *Machine, timer clock.Timer) {
+func (d *Driver) setDesired(ctx context.Context, next map[netip.Addr]Address, timer clock.Timer) {
+	d.addrs = next
+	var ev vip.Desired
+	for _, ip := range slices.SortedFunc(maps.Keys(next), netip.Addr.Compare) {
+		a := next[ip]
+		d.modes[ip] = a.Mode
+		ev.Addresses = append(ev.Addresses, vip.Address{VIP: hostPrefix(ip), Props: d.props(a)})
+	}
+	d.step(ctx, ev, timer)
+}
+
+// pickLeases feeds the last leases to the machine if they changed.
+func (d *Driver) pickLeases(ctx context.Context, timer clock.Timer) {
+	d.mu.Lock()
+	until, fresh := d.leases, d.freshL
+	d.freshL = false
+	d.mu.Unlock()
+	if !fresh {
+		return
+	}
+	ev := vip.Leases{Until: make(map[netip.Prefix]time.Time, len(until))}
+	for a, u := range until {
+		ev.Until[hostPrefix(a.Unmap())] = u
+	}
+	d.step(ctx, ev, timer)
+}
+
+// observe lists the l2 pool addresses bound now, among every one ever
+// desired.
+func (d *Driver) observe(ctx context.Context, timer clock.Timer) {
 	if d.cfg.L2 == nil {
 		return
 	}
-	known := m.KnownL2()
+	var known []netip.Addr
+	for a, mode := range d.modes {
+		if mode == ModeL2 {
+			known = append(known, a)
+		}
+	}
+	slices.SortFunc(known, netip.Addr.Compare)
 	bound, err := d.cfg.L2.BoundMany(ctx, known)
 	if err != nil {
 		d.log.Warn("listing bound pool addresses", "err", err)
 		return
 	}
-	slices.SortFunc(bound, func(a, b netip.Addr) int { return a.Compare(b) })
-	if slices.Equal(bound, m.Held()) && slices.Equal(bound, d.lastBound) {
+	slices.SortFunc(bound, netip.Addr.Compare)
+	if slices.Equal(bound, d.heldL2()) && slices.Equal(bound, d.lastBound) {
 		return // as the machine believes: nothing to tell it
 	}
 	d.lastBound = bound
-	d.step(ctx, m, Observed{Bound: bound}, timer)
+	var ev vip.Batch
+	for _, a := range known {
+		_, present := slices.BinarySearchFunc(bound, a, netip.Addr.Compare)
+		ev.Events = append(ev.Events, vip.Observed{VIP: hostPrefix(a), Present: present})
+	}
+	d.step(ctx, ev, timer)
 }
 
-// step feeds ev and performs the output, feeding acquire results back,
-// until the machine asks for nothing more; then arms timer.
-func (d *Driver) step(ctx context.Context, m *Machine, ev Event, timer clock.Timer) {
-	_, tick := ev.(Tick)
+// heldL2 returns the l2 addresses held now, sorted.
+func (d *Driver) heldL2() []netip.Addr {
+	var out []netip.Addr
+	for _, s := range d.core.State() {
+		if s.Held && d.modes[s.VIP.Addr()] == ModeL2 {
+			out = append(out, s.VIP.Addr())
+		}
+	}
+	return out
+}
+
+// step feeds ev and performs the output, feeding the results back, until
+// the machine asks for nothing more; then arms timer.
+func (d *Driver) step(ctx context.Context, ev vip.Event, timer clock.Timer) {
+	_, tick := ev.(vip.Tick)
 	changed := !tick
 	for ev != nil {
-		out := m.Step(ev, d.clk.Now())
-		changed = changed || len(out.Release) > 0 || len(out.Acquire) > 0 || len(out.Conflicts) > 0
+		out := d.core.Step(ev, d.clk.Now())
+		changed = changed || len(out.Conflicts) > 0 || slices.ContainsFunc(out.Actions, func(a vip.Action) bool { return a.Kind != vip.Announce })
 		ev = d.perform(ctx, out)
 		if ev == nil && timer != nil {
 			if out.Next.IsZero() {
@@ -248,7 +350,7 @@ func (d *Driver) step(ctx context.Context, m *Machine, ev Event, timer clock.Tim
 	if !changed {
 		return // announcements only: the status is the same
 	}
-	st, c := m.Status(d.clk.Now()), m.Counts()
+	st, c := d.statusNow()
 	d.mu.Lock()
 	d.status, d.counts = st, c
 	d.mu.Unlock()
@@ -257,75 +359,96 @@ func (d *Driver) step(ctx context.Context, m *Machine, ev Event, timer clock.Tim
 	d.mAddrs.WithLabelValues("conflict").Set(float64(c.Conflicts))
 }
 
-// perform carries out one output; it returns the Acquired event to feed
-// back, nil when nothing was acquired.
-func (d *Driver) perform(ctx context.Context, out Output) Event {
-	var rel4 []netip.Addr
-	for _, t := range out.Release {
-		if t.Mode == ModeBGP {
+// perform carries out one output in batches (releases first, then one
+// probe and one bind for every acquire, then one announcement); it returns
+// the results of the acquires to feed back, nil when there were none.
+func (d *Driver) perform(ctx context.Context, out vip.Output) vip.Event {
+	var rel, acq, ann []netip.Addr
+	seen := map[netip.Addr]bool{}
+	for _, a := range out.Actions {
+		ip := a.VIP.Addr()
+		switch a.Kind {
+		case vip.Release:
+			if !seen[ip] {
+				seen[ip] = true
+				rel = append(rel, ip)
+			}
+		case vip.Acquire:
+			acq = append(acq, ip)
+		case vip.Announce:
+			ann = append(ann, ip)
+		}
+	}
+	var rel2 []netip.Addr
+	for _, ip := range rel {
+		if d.modes[ip] == ModeBGP {
 			if d.cfg.BGP != nil {
-				if err := d.cfg.BGP.Release(ctx, hostPrefix(t.Addr)); err != nil {
-					d.log.Warn("withdrawing a pool address", "address", t.Addr, "err", err)
+				if err := d.cfg.BGP.Release(ctx, hostPrefix(ip)); err != nil {
+					d.log.Warn("withdrawing a pool address", "address", ip, "err", err)
 				}
 			}
 			continue
 		}
-		rel4 = append(rel4, t.Addr)
+		rel2 = append(rel2, ip)
 	}
-	if len(rel4) > 0 && d.cfg.L2 != nil {
-		left, err := d.cfg.L2.ReleaseMany(ctx, rel4)
+	if len(rel2) > 0 && d.cfg.L2 != nil {
+		left, err := d.cfg.L2.ReleaseMany(ctx, rel2)
 		if err != nil {
-			d.log.Warn("releasing pool addresses", "count", len(rel4), "left", len(left), "err", err)
+			d.log.Warn("releasing pool addresses", "count", len(rel2), "left", len(left), "err", err)
 		}
-		d.log.Info("released pool addresses", "count", len(rel4), "first", rel4[0])
+		d.log.Info("released pool addresses", "count", len(rel2), "first", rel2[0])
 	}
 	for _, c := range out.Conflicts {
 		d.mConflicts.Inc()
-		d.log.Warn("pool address conflict: another host answers for it; not announcing it (retrying every 5s)", "address", c.Addr, "mac", c.MAC)
+		d.log.Warn("pool address conflict: another host answers for it; not announcing it (retrying every 5s)", "address", c.VIP.Addr(), "mac", c.MAC)
 	}
-	var results []Result
-	var probe, bind []netip.Addr
-	for _, t := range out.Acquire {
-		switch {
-		case t.Mode == ModeBGP:
-			r := Result{Addr: t.Addr}
-			if d.cfg.BGP == nil {
-				r.Err = fmt.Errorf("no bgp speaker")
-			} else {
-				r.Err = d.cfg.BGP.Acquire(ctx, hostPrefix(t.Addr))
-			}
-			results = append(results, r)
-		case t.Probe:
-			probe = append(probe, t.Addr)
-		default:
-			bind = append(bind, t.Addr)
+	var results []vip.Event
+	done := func(ip netip.Addr, err error) {
+		a := vip.Action{Kind: vip.Acquire, VIP: hostPrefix(ip)}
+		if err != nil {
+			results = append(results, vip.Failed{Action: a, Err: err})
+		} else {
+			results = append(results, vip.Done{Action: a})
 		}
 	}
+	var probe []netip.Addr
+	for _, ip := range acq {
+		switch {
+		case d.modes[ip] == ModeBGP && d.cfg.BGP == nil:
+			done(ip, errors.New("no bgp speaker"))
+		case d.modes[ip] == ModeBGP:
+			done(ip, d.cfg.BGP.Acquire(ctx, hostPrefix(ip)))
+		case d.cfg.L2 == nil:
+			done(ip, errors.New("no l2 announcer"))
+		default:
+			probe = append(probe, ip) // l2: probe for another holder first
+		}
+	}
+	var bind []netip.Addr
 	if len(probe) > 0 {
 		answered, err := d.cfg.L2.ProbeMany(ctx, probe)
-		if err != nil {
-			for _, a := range probe {
-				results = append(results, Result{Addr: a, Err: err})
-			}
-		} else {
-			for _, a := range probe {
-				if mac, ok := answered[a]; ok {
-					results = append(results, Result{Addr: a, ConflictMAC: mac})
-				} else {
-					bind = append(bind, a)
-				}
+		for _, ip := range probe {
+			mac, ok := answered[ip]
+			switch {
+			case err != nil:
+				done(ip, fmt.Errorf("probing: %w", err))
+			case ok:
+				hw, _ := net.ParseMAC(mac)
+				done(ip, &vip.ConflictError{VIP: ip, MAC: hw})
+			default:
+				bind = append(bind, ip)
 			}
 		}
 	}
 	if len(bind) > 0 {
 		errs := d.cfg.L2.BindMany(ctx, bind)
-		for _, a := range bind {
-			results = append(results, Result{Addr: a, Err: errs[a]})
+		for _, ip := range bind {
+			done(ip, errs[ip])
 		}
 		d.log.Info("bound pool addresses", "count", len(bind)-len(errs), "failed", len(errs), "first", bind[0])
 	}
-	if len(out.Announce) > 0 && d.cfg.L2 != nil {
-		n, err := d.cfg.L2.AnnounceMany(ctx, out.Announce)
+	if len(ann) > 0 && d.cfg.L2 != nil {
+		n, err := d.cfg.L2.AnnounceMany(ctx, ann)
 		d.mAnnounce.Add(float64(n))
 		if err != nil {
 			d.log.Warn("announcing pool addresses", "err", err)
@@ -334,10 +457,65 @@ func (d *Driver) perform(ctx context.Context, out Output) Event {
 	if len(results) == 0 {
 		return nil
 	}
-	return Acquired{Results: results}
+	return vip.Batch{Events: results}
 }
 
 func hostPrefix(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
+
+// AddressStatus is one address in /status.
+type AddressStatus struct {
+	Address string `json:"address"`
+	Pool    string `json:"pool"`
+	Mode    string `json:"mode"`
+	Service string `json:"service,omitempty"`
+	// Holder is who holds it by this node's view: this node when it may
+	// and should (l2: its lease, or no cluster; bgp: advertised), ""
+	// otherwise (another node, or nobody).
+	Holder string `json:"holder,omitempty"`
+	// State is this node's part: idle, acquiring, held, conflict, backoff.
+	State string `json:"state"`
+	// Conflict is the MAC of another host answering for it.
+	Conflict string `json:"conflict,omitempty"`
+	Eligible int    `json:"eligible"` // how many members may hold it by this node's view: this node or none
+}
+
+// Counts summarises the addresses for metrics.
+type Counts struct {
+	Desired, Held, Conflicts int
+}
+
+// statusNow reads the machine's view of every address.
+func (d *Driver) statusNow() ([]AddressStatus, Counts) {
+	now := d.clk.Now()
+	states := d.core.State()
+	out := make([]AddressStatus, 0, len(states))
+	c := Counts{Desired: len(states)}
+	for _, s := range states {
+		ip := s.VIP.Addr()
+		a := d.addrs[ip]
+		st := AddressStatus{Address: ip.String(), Pool: a.Pool, Mode: a.Mode, Service: a.Service, Conflict: s.Conflict, State: "idle"}
+		switch {
+		case s.Held:
+			st.State = "held"
+			c.Held++
+		case s.Acquiring:
+			st.State = "acquiring"
+		case s.Conflict != "" && !s.RetryAt.IsZero():
+			st.State = "conflict"
+			c.Conflicts++
+		case !s.RetryAt.IsZero():
+			st.State = "backoff"
+		}
+		if d.healthy && !s.Barred {
+			st.Eligible = 1
+		}
+		if a.Mode == ModeL2 && d.core.Wants(s.VIP, now) || a.Mode == ModeBGP && s.Held {
+			st.Holder = d.cfg.Name
+		}
+		out = append(out, st)
+	}
+	return out, c
+}
 
 // Status is the pools' section of /status.
 type Status struct {

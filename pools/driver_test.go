@@ -21,11 +21,12 @@ type fakeL2 struct {
 	answers   map[netip.Addr]string
 	probes    map[netip.Addr]int
 	announced map[netip.Addr]int
+	released  map[netip.Addr]int
 }
 
 func newFakeL2() *fakeL2 {
 	return &fakeL2{bound: map[netip.Addr]bool{}, answers: map[netip.Addr]string{},
-		probes: map[netip.Addr]int{}, announced: map[netip.Addr]int{}}
+		probes: map[netip.Addr]int{}, announced: map[netip.Addr]int{}, released: map[netip.Addr]int{}}
 }
 
 func (f *fakeL2) ProbeMany(_ context.Context, addrs []netip.Addr) (map[netip.Addr]string, error) {
@@ -55,6 +56,7 @@ func (f *fakeL2) ReleaseMany(_ context.Context, addrs []netip.Addr) ([]netip.Add
 	defer f.mu.Unlock()
 	for _, a := range addrs {
 		delete(f.bound, a)
+		f.released[a]++
 	}
 	return nil, nil
 }
@@ -115,8 +117,7 @@ func TestDriverOnAFakeClock(t *testing.T) {
 			t.Fatalf("the driver did not handle its timers: %v", err)
 		}
 	}
-	d, err := NewDriver(DriverConfig{Name: "n1", L2: l2, Clock: clk,
-		Members: func() []Member { return []Member{{Name: "n1", Eligible: true, Pools: true}} }},
+	d, err := NewDriver(DriverConfig{Name: "n1", L2: l2, Clock: clk, Healthy: func() bool { return true }},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)

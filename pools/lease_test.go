@@ -1,106 +1,129 @@
 package pools
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/internal/clock"
 )
 
-// With Config.Leased the lease election places l2 addresses: this node
-// holds exactly what its leases say, until each lease's end, whatever the
-// rendezvous ranking would say; bgp addresses are unchanged.
-func TestMachineLeased(t *testing.T) {
-	lost := firstAddrWonBy(t, "b", "a", "b", "c") // rendezvous would give it to b
-	won := firstAddrWonBy(t, "a", "a", "b", "c")
-	A, W := netip.MustParseAddr(lost), netip.MustParseAddr(won)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	ok := func(as ...netip.Addr) Event {
-		var rs []Result
-		for _, a := range as {
-			rs = append(rs, Result{Addr: a})
-		}
-		return Acquired{Results: rs}
+// fakeDriver runs a driver on a fake clock until the test ends.
+type fakeDriver struct {
+	t   *testing.T
+	d   *Driver
+	clk *clock.Fake
+	l2  *fakeL2
+}
+
+// runFake starts a driver on a fake clock; before, if given, runs before
+// Run starts (a previous run's bindings, a saved desired set).
+func runFake(t *testing.T, cfg DriverConfig, before func(*fakeL2, *Driver)) *fakeDriver {
+	t.Helper()
+	l2 := newFakeL2()
+	clk := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
+	cfg.L2, cfg.Clock = l2, clk
+	d, err := NewDriver(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	type step struct {
-		at      time.Duration
-		ev      Event
-		acquire []string
-		release []string
+	if before != nil {
+		before(l2, d)
 	}
-	start := StartupWait
-	cases := []struct {
-		name  string
-		steps []step
-	}{
-		{"holds what is leased, not what it would win", []step{
-			{at: 0, ev: members("a", "b", "c")},
-			{at: 0, ev: Desired{Addresses: []Address{l2(lost), l2(won)}}},
-			{at: 0, ev: Leases{Until: map[netip.Addr]time.Time{A: at(start + time.Second)}}},
-			{at: start, ev: Tick{}, acquire: []string{lost}},
-			{at: start, ev: ok(A)},
-		}},
-		{"released at the lease end without another event", []step{
-			{at: 0, ev: members("a")},
-			{at: 0, ev: Desired{Addresses: []Address{l2(lost)}}},
-			{at: start, ev: Leases{Until: map[netip.Addr]time.Time{A: at(start + 500*time.Millisecond)}}, acquire: []string{lost}},
-			{at: start, ev: ok(A)},
-			{at: start + 499*time.Millisecond, ev: Tick{}},
-			{at: start + 500*time.Millisecond, ev: Tick{}, release: []string{lost}},
-		}},
-		{"a renewal keeps it; a lease that is gone releases at once", []step{
-			{at: 0, ev: members("a")},
-			{at: 0, ev: Desired{Addresses: []Address{l2(lost), l2(won)}}},
-			{at: start, ev: Leases{Until: map[netip.Addr]time.Time{A: at(start + time.Second), W: at(start + time.Second)}}, acquire: []string{won, lost}},
-			{at: start, ev: ok(A, W)},
-			{at: start + 800*time.Millisecond, ev: Leases{Until: map[netip.Addr]time.Time{A: at(start + 2*time.Second)}}, release: []string{won}},
-			{at: start + time.Second, ev: Tick{}},
-			{at: start + 2*time.Second, ev: Tick{}, release: []string{lost}},
-		}},
-		{"a lease whose end has passed is not acted on", []step{
-			{at: 0, ev: members("a")},
-			{at: 0, ev: Desired{Addresses: []Address{l2(lost)}}},
-			{at: start, ev: Leases{Until: map[netip.Addr]time.Time{A: at(start)}}},
-		}},
-		{"not eligible for the address: not held although leased", []step{
-			{at: 0, ev: members("a")},
-			{at: 0, ev: Desired{Addresses: []Address{l2(lost, "b")}}},
-			{at: start, ev: Leases{Until: map[netip.Addr]time.Time{A: at(start + time.Second)}}},
-		}},
-		{"an acquire under way when the lease ends is undone", []step{
-			{at: 0, ev: members("a")},
-			{at: 0, ev: Desired{Addresses: []Address{l2(lost)}}},
-			{at: start, ev: Leases{Until: map[netip.Addr]time.Time{A: at(start + 100*time.Millisecond)}}, acquire: []string{lost}},
-			{at: start + 100*time.Millisecond, ev: Tick{}, release: []string{lost}},
-			{at: start + 150*time.Millisecond, ev: ok(A), release: []string{lost}},
-		}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			m := NewMachine(Config{Name: "a", Probe: true, Leased: true}, t0)
-			for i, s := range tc.steps {
-				out := m.Step(s.ev, t0.Add(s.at))
-				if got := addrs(out.Acquire); !slices.Equal(got, s.acquire) {
-					t.Fatalf("step %d (%T at %v): acquire %v, want %v", i, s.ev, s.at, got, s.acquire)
-				}
-				if got := addrs(out.Release); !slices.Equal(got, s.release) {
-					t.Fatalf("step %d (%T at %v): release %v, want %v", i, s.ev, s.at, got, s.release)
-				}
-			}
-		})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &fakeDriver{t: t, d: d, clk: clk, l2: l2}
+}
+
+func (f *fakeDriver) step(d time.Duration) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.clk.Step(ctx, d); err != nil {
+		f.t.Fatalf("the driver did not handle its timers: %v", err)
 	}
 }
 
-// Next wakes the driver at the earliest lease end of what it holds.
-func TestMachineLeasedNext(t *testing.T) {
-	a := netip.MustParseAddr("10.0.0.7")
-	m := NewMachine(Config{Name: "a", Leased: true}, t0)
-	m.Step(members("a"), t0)
-	m.Step(Desired{Addresses: []Address{l2("10.0.0.7")}}, t0)
-	end := t0.Add(StartupWait + 300*time.Millisecond)
-	m.Step(Leases{Until: map[netip.Addr]time.Time{a: end}}, t0.Add(StartupWait))
-	out := m.Step(Acquired{Results: []Result{{Addr: a}}}, t0.Add(StartupWait))
-	if !out.Next.Equal(end) {
-		t.Fatalf("Next %v, want the lease end %v", out.Next.Sub(t0), end.Sub(t0))
+func (f *fakeDriver) waitUntil(what string, cond func() bool) {
+	f.t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			f.t.Fatalf("%s: not within 5 s; status %+v, bound %v", what, f.d.Status(), f.l2.boundList())
+		}
+		time.Sleep(time.Millisecond)
 	}
+}
+
+func (f *fakeDriver) bound(want ...netip.Addr) func() bool {
+	return func() bool { return slices.Equal(f.l2.boundList(), want) }
+}
+
+// With DriverConfig.Leased the lease election places l2 addresses: the
+// driver binds exactly what its leases say, releases one whose lease is
+// withdrawn at once and one whose lease ends without a renewal at its end,
+// whatever else happens; an address this node may not hold (its node
+// restriction) is not bound although leased.
+func TestDriverLeased(t *testing.T) {
+	a1, a2, a3 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.3")
+	f := runFake(t, DriverConfig{Name: "n1", Leased: true}, nil)
+	f.d.SetDesired([]Address{
+		{Addr: a1, Pool: "a", Mode: ModeL2, All: true},
+		{Addr: a2, Pool: "a", Mode: ModeL2, All: true},
+		{Addr: a3, Pool: "a", Mode: ModeL2, Nodes: []string{"n2"}},
+	})
+	f.waitUntil("the feed's addresses reach the machine", func() bool { return f.d.Status().Desired == 3 })
+	f.step(StartupWait)
+	if b := f.l2.boundList(); len(b) != 0 {
+		t.Fatalf("bound %v without a lease", b)
+	}
+	start := f.clk.Now()
+	f.d.SetLeases(map[netip.Addr]time.Time{a1: start.Add(10 * time.Second), a2: start.Add(time.Second), a3: start.Add(10 * time.Second)})
+	f.waitUntil("the leased addresses bound", f.bound(a1, a2))
+	st := f.d.Status()
+	if st.Held != 2 || st.Addresses[0].Holder != "n1" || st.Addresses[2].Holder != "" || st.Addresses[2].Eligible != 0 {
+		t.Fatalf("status %+v", st)
+	}
+	// a2's lease ends without a renewal: released at its end, not before.
+	f.step(time.Second - time.Millisecond)
+	if !slices.Contains(f.l2.boundList(), a2) {
+		t.Fatal("a2 released before its lease end")
+	}
+	f.step(time.Millisecond)
+	if b := f.l2.boundList(); !slices.Equal(b, []netip.Addr{a1}) {
+		t.Fatalf("bound %v at a2's lease end, want only %v", b, a1)
+	}
+	// a1's lease withdrawn: released at once.
+	f.d.SetLeases(map[netip.Addr]time.Time{})
+	f.waitUntil("a1 released when its lease is withdrawn", f.bound())
+}
+
+// Addresses a previous run left bound: left alone during StartupWait;
+// then the one this node may hold is adopted after a probe (never
+// unbound), the one it may not hold is released.
+func TestDriverLeftovers(t *testing.T) {
+	a1, a2 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	f := runFake(t, DriverConfig{Name: "n1"}, func(l2 *fakeL2, d *Driver) {
+		l2.bound[a1], l2.bound[a2] = true, true
+		d.SetDesired([]Address{{Addr: a1, Pool: "a", Mode: ModeL2, All: true}, {Addr: a2, Pool: "a", Mode: ModeL2, Nodes: []string{"n2"}}})
+	})
+	f.waitUntil("the saved addresses reach the machine", func() bool { return f.d.Status().Desired == 2 })
+	f.step(StartupWait - 100*time.Millisecond)
+	if b := f.l2.boundList(); !slices.Equal(b, []netip.Addr{a1, a2}) {
+		t.Fatalf("bound %v during StartupWait, want the leftovers untouched", b)
+	}
+	f.step(100 * time.Millisecond)
+	f.waitUntil("a2 released, a1 kept", f.bound(a1))
+	if n := f.l2.count(f.l2.probes, a1); n != 1 {
+		t.Fatalf("a1 probed %d times before it was adopted, want 1", n)
+	}
+	if n := f.l2.count(f.l2.released, a1); n != 0 {
+		t.Fatalf("a1 released %d times: a leftover this node may hold is adopted, not rebound", n)
+	}
+	f.waitUntil("a1 held", func() bool { return f.d.Status().Held == 1 })
 }

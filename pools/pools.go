@@ -1,32 +1,29 @@
 // Package pools announces the allocated addresses of vipd's IP pools
-// (IPPool, IPAllocation) from every vipd node with VIPD_POOLS=on.
+// (IPPool, IPAllocation) from every vipd node with VIPD_POOLS=on, and
+// (through a second Driver) the runtime egress addresses.
 //
-// The package has three parts:
+// The package has two parts:
 //
 //   - the feed (feed.go): a child process (`vipd-controllers pools-feed`)
 //     watches the Kubernetes API and writes the desired view, one JSON
 //     snapshot a line, on its standard output; Feed runs and restarts it and
 //     keeps the last snapshot (also on disk) while it is down;
-//   - Machine (machine.go): a pure state machine fed (event, now) that
-//     decides which addresses this node holds and returns the actions to
-//     take and its next deadline;
-//   - Driver (driver.go): runs the machine, performs its actions in
-//     batches (one probe socket, one netlink listing, one timer) and serves
-//     the status.
+//   - Driver (driver.go): runs the per-address holder machine, vip.Core
+//     (the one the control-plane VIPs use), with every address's Props
+//     (Props.Pool: the start-up wait, conflicts, leftovers), performs its
+//     actions in batches (one probe socket, one netlink listing, one timer)
+//     and serves the status.
 //
-// In l2 mode each address has one holder among its eligible nodes, chosen
-// by rendezvous (highest random weight) hashing of (address, node name)
-// over the cluster members that are alive, eligible in the election and run
-// pools. Every node computes the same answer from its own view, so nothing
-// per address is gossiped: the number of addresses is not limited by the
-// gossip metadata. In bgp mode every eligible node advertises every address.
+// Who holds an address is decided in one place: in a cluster (l2) the
+// lease election's leader places every l2 address on one eligible node and
+// grants it a lease (cluster/lease); this node holds what its leases say,
+// until each lease's end. Without a cluster (one node, l2 without peers)
+// and for bgp addresses, a healthy node holds every address its node
+// restriction allows: in bgp mode every eligible node advertises every
+// address.
 package pools
 
-import (
-	"net/netip"
-
-	"github.com/vipd/vipd/internal/wire"
-)
+import "github.com/vipd/vipd/internal/wire"
 
 // Modes of a pool, as in IPPool.spec.mode.
 const (
@@ -41,39 +38,3 @@ type (
 	Address  = wire.PoolAddress
 	Snapshot = wire.PoolSnapshot
 )
-
-// weight is the rendezvous weight of node for addr: a 64-bit hash of both,
-// well mixed so that each node wins an even share.
-func weight(addr netip.Addr, node string) uint64 {
-	// FNV-1a over the 16-byte address, a zero byte and the name.
-	const offset, prime = 14695981039346656037, 1099511628211
-	x := uint64(offset)
-	b := addr.As16()
-	for _, c := range b {
-		x = (x ^ uint64(c)) * prime
-	}
-	x *= prime // the zero separator
-	for i := 0; i < len(node); i++ {
-		x = (x ^ uint64(node[i])) * prime
-	}
-	// splitmix64 finalizer: FNV's low bits are weak for similar inputs.
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
-// Winner returns the node among cands with the highest weight for addr
-// (ties: the lower name), "" when cands is empty.
-func Winner(addr netip.Addr, cands []string) string {
-	best, bw := "", uint64(0)
-	for _, n := range cands {
-		w := weight(addr, n)
-		if best == "" || w > bw || w == bw && n < best {
-			best, bw = n, w
-		}
-	}
-	return best
-}

@@ -1,6 +1,9 @@
 // Package vip holds vipd's core: a deterministic state machine that decides,
-// for every VIP, whether this node must answer for it, and the driver that
-// carries those decisions out through an Announcer.
+// for every address, whether this node must answer for it, and the driver
+// that carries those decisions out for the control-plane VIPs through an
+// Announcer. The same Core is the per-address holder machine of the pool
+// and egress addresses (package pools drives it in batches): one executor
+// for every address, each with its Props.
 //
 // The Core has no goroutines, sockets or clock. Events go in with the time
 // they happened (health changed, election decided, kernel observed, action
@@ -54,6 +57,26 @@ const (
 	// that: the probe stays the fence between them.
 	ElectedConflictRetry = 100 * time.Millisecond
 	ElectedConflictTries = 50
+)
+
+// Timing of pool addresses (Props.Pool).
+const (
+	// StartupWait is how long after Options.Start the core leaves pool
+	// addresses alone: the health check and the lease election's first
+	// grants arrive before it takes or drops anything, including addresses
+	// a previous run left bound.
+	StartupWait = 2 * time.Second
+	// ConflictGrace: an acquire whose probe is answered before
+	// StartupWait+ConflictGrace after the start is taken for a previous
+	// holder about to release (the previous run of a peer, a lease that
+	// just moved) and retried after ProbeRetry without reporting.
+	ConflictGrace = 3 * time.Second
+	ProbeRetry    = 250 * time.Millisecond
+	// ConflictRetry is how often a pool address another host answers for
+	// is probed again.
+	ConflictRetry = 5 * time.Second
+	// FailRetry is the pause after a failed bind or advertisement.
+	FailRetry = time.Second
 )
 
 // ActionKind is what the driver must do.
@@ -119,6 +142,16 @@ type Output struct {
 	// Timelines of failovers and handovers completed in this step (the
 	// first announcement made, or the VIP bound in modes without one).
 	Timelines []Timeline
+	// Conflicts newly found (Props.Pool): another host answers for an
+	// address this node should hold. Reported once per episode.
+	Conflicts []Conflict
+}
+
+// Conflict is another host answering for a pool address this node should
+// hold: it is not bound meanwhile, and probed again every ConflictRetry.
+type Conflict struct {
+	VIP netip.Prefix
+	MAC string
 }
 
 // Timeline is how one failover or planned handover to this node went.
@@ -211,7 +244,56 @@ type CheckNow struct{}
 // than one new interval from now is checked then instead.
 type CheckInterval struct{ Every time.Duration }
 
+// Props are how the core holds one address. The control-plane VIPs of
+// New take theirs from Options; Desired sets them per address.
+type Props struct {
+	// Leased: holding needs a grant (Elected, Leases), until its Until.
+	// Without it a healthy node holds the address (lone node, bgp).
+	Leased bool
+	// Announce schedules Announce actions after every acquire (l2).
+	Announce bool
+	// Check schedules Check actions while held (control-plane l2).
+	Check bool
+	// Barred: this node may not hold the address (its node restriction:
+	// the pool's node selector, a local traffic policy, the
+	// EgressPolicy's nodeSelector). Never acquired; released at once.
+	Barred bool
+	// Pool: the policy of the pool and egress addresses. Nothing is taken
+	// or dropped before StartupWait after Options.Start; a binding left by
+	// a previous run (Observed) is adopted when the address may be held,
+	// released otherwise; a failed acquire is retried after FailRetry,
+	// another host's answer after ConflictRetry (reported once in
+	// Output.Conflicts) or, within the start-up grace, after ProbeRetry;
+	// a failure does not make the node step aside (no Failed transition).
+	Pool bool
+}
+
+// Address is one address of Desired with its properties.
+type Address struct {
+	VIP netip.Prefix
+	Props
+}
+
+// Desired is the complete set of addresses the core holds from now on,
+// replacing the last (pool and egress addresses: the feed's view). An
+// address dropped is released at once if it is, or may be, bound; the core
+// remembers it, and releases it whenever it is Observed present again.
+type Desired struct{ Addresses []Address }
+
+// Leases is the lease election's decision for every Leased address at
+// once: the addresses this node may hold, each until its lease end; the
+// complete set, replacing the last. A Leased address absent here is not
+// held; one desired later takes its grant from the last Leases.
+type Leases struct{ Until map[netip.Prefix]time.Time }
+
+// Batch is events that happened together (the results of one batch of
+// actions, the listing of a reconcile): one step, one Next.
+type Batch struct{ Events []Event }
+
 func (HealthChanged) isEvent() {}
+func (Desired) isEvent()       {}
+func (Leases) isEvent()        {}
+func (Batch) isEvent()         {}
 func (Elected) isEvent()       {}
 func (Observed) isEvent()      {}
 func (Failed) isEvent()        {}
@@ -223,6 +305,10 @@ func (CheckInterval) isEvent() {}
 
 // vipState is the core's view of one VIP.
 type vipState struct {
+	props        Props
+	present      bool // Pool: bound by the last Observed or our own Done, not released since
+	conflictMAC  string
+	conflictAt   time.Time // Pool: first answer of this conflict episode (zero: none)
 	elected      bool
 	electReason  string
 	until        time.Time // the lease end of elected (zero: none)
@@ -245,16 +331,17 @@ type vipState struct {
 
 // Core is the state machine. Use New; the zero value is not usable.
 type Core struct {
-	elect    bool // holding needs an Elected{Holder:true}
-	announce bool // schedule Announce actions (l2)
-	check    bool // schedule Check actions (l2)
 	jitter   time.Duration
+	coalesce time.Duration
+	start    time.Time     // Options.Start
 	checkGap time.Duration // current check interval (CheckEvery, or a CheckInterval event's)
 	healthy  bool
 	hReason  string
 	stopping bool
 	order    []netip.Prefix
 	vips     map[netip.Prefix]*vipState
+	leases   map[netip.Prefix]time.Time // the last Leases
+	retired  map[netip.Prefix]bool      // desired once, not now: ours to release when found bound
 }
 
 // Options shape a Core.
@@ -271,27 +358,41 @@ type Options struct {
 	// node (e.g. from a hash of its name), so that two lone holders that
 	// both gave the VIP up do not retry in step.
 	Jitter time.Duration
+	// Coalesce: announcements due within this much of a wake-up are sent
+	// in it (pool addresses: a thousand held addresses need one timer).
+	Coalesce time.Duration
+	// Start is when the core started: Pool addresses are left alone until
+	// StartupWait after it.
+	Start time.Time
 }
 
 // New returns a core for the given VIPs, starting unhealthy and holding
 // nothing.
 func New(vips []netip.Prefix, opts Options) *Core {
-	c := &Core{elect: opts.Elect, announce: opts.Announce, check: opts.Check, jitter: opts.Jitter, checkGap: CheckEvery,
-		hReason: "no health check yet", vips: map[netip.Prefix]*vipState{}}
+	c := &Core{jitter: opts.Jitter, coalesce: opts.Coalesce, start: opts.Start, checkGap: CheckEvery,
+		hReason: "no health check yet", vips: map[netip.Prefix]*vipState{},
+		retired: map[netip.Prefix]bool{}}
+	props := Props{Leased: opts.Elect, Announce: opts.Announce, Check: opts.Check}
 	for _, v := range vips {
 		if _, dup := c.vips[v]; dup {
 			continue
 		}
 		c.order = append(c.order, v)
-		c.vips[v] = &vipState{}
+		c.vips[v] = &vipState{props: props}
 	}
 	return c
 }
 
 // VIPState is a read-only view of one VIP for status pages.
 type VIPState struct {
-	VIP            netip.Prefix
-	Held           bool
+	VIP       netip.Prefix
+	Held      bool
+	Acquiring bool
+	Barred    bool
+	Present   bool // Pool: bound as far as the core knows
+	// Conflict is the MAC of another host answering for it (Pool), while
+	// the episode lasts.
+	Conflict       string
 	Elected        bool
 	ElectionReason string
 	Last           Transition
@@ -306,9 +407,19 @@ func (c *Core) State() []VIPState {
 	out := make([]VIPState, 0, len(c.order))
 	for _, v := range c.order {
 		s := c.vips[v]
-		out = append(out, VIPState{VIP: v, Held: s.held, Elected: s.elected, ElectionReason: s.electReason, Last: s.last, RetryAt: s.retryAt, LastFailover: s.lastTL})
+		out = append(out, VIPState{VIP: v, Held: s.held, Acquiring: s.acquiring, Barred: s.props.Barred, Present: s.present, Conflict: s.conflictMAC,
+			Elected: s.elected, ElectionReason: s.electReason, Last: s.last, RetryAt: s.retryAt, LastFailover: s.lastTL})
 	}
 	return out
+}
+
+// Wants reports whether the core wants to hold v at now (false for an
+// address it does not have).
+func (c *Core) Wants(v netip.Prefix, now time.Time) bool {
+	if _, ok := c.vips[v]; !ok {
+		return false
+	}
+	return c.want(v, now)
 }
 
 // Healthy reports the last health the core was told.
@@ -317,19 +428,33 @@ func (c *Core) Healthy() bool { return c.healthy }
 // Step feeds one event that happened at now and returns what to do.
 func (c *Core) Step(ev Event, now time.Time) Output {
 	var out Output
+	c.step(ev, now, &out)
+	out.Next = c.next(now)
+	return out
+}
+
+func (c *Core) step(ev Event, now time.Time, out *Output) {
 	switch e := ev.(type) {
+	case Batch:
+		for _, ev := range e.Events {
+			c.step(ev, now, out)
+		}
+	case Desired:
+		c.setAddresses(e.Addresses, now, out)
+	case Leases:
+		c.setLeases(e.Until, now, out)
 	case HealthChanged:
 		c.healthy = e.Healthy
 		c.hReason = e.Reason
 		for _, v := range c.order {
-			c.converge(v, now, &out, c.cause(v, now, e.Reason))
+			c.converge(v, now, out, c.cause(v, now, e.Reason))
 		}
 	case Elected:
 		s, ok := c.vips[e.VIP]
 		if !ok {
 			break
 		}
-		if e.Lone && !s.lone && s.held && c.check {
+		if e.Lone && !s.lone && s.held && s.props.Check {
 			s.nextProbe = now.Add(FirstProbe)
 		}
 		s.elected, s.electReason, s.lone = e.Holder, e.Reason, e.Lone
@@ -347,38 +472,113 @@ func (c *Core) Step(ev Event, now time.Time) Output {
 				s.tl = &Timeline{VIP: e.VIP, Handover: e.Handover, PrevHolder: e.PrevHolder, DecidedAt: now}
 			}
 		}
-		c.converge(e.VIP, now, &out, c.cause(e.VIP, now, e.Reason))
+		c.converge(e.VIP, now, out, c.cause(e.VIP, now, e.Reason))
 	case Observed:
-		c.observe(e, now, &out)
+		c.observe(e, now, out)
 	case Failed:
-		c.failed(e, now, &out)
+		c.failed(e, now, out)
 	case Done:
-		c.done(e, now, &out)
+		c.done(e, now, out)
 	case Tick:
 		for _, v := range c.order {
-			c.tick(v, now, &out)
+			c.tick(v, now, out)
 		}
 	case CheckNow:
-		c.checkNow(now, &out)
+		c.checkNow(now, out)
 	case CheckInterval:
 		c.setCheckInterval(e.Every, now)
 	case Shutdown:
 		c.stopping = true
 		for _, v := range c.order {
-			c.converge(v, now, &out, "shutdown: "+e.Reason)
+			c.converge(v, now, out, "shutdown: "+e.Reason)
 		}
 	}
-	out.Next = c.next()
-	return out
+}
+
+// setAddresses makes as the addresses of the core (Desired).
+func (c *Core) setAddresses(as []Address, now time.Time, out *Output) {
+	want := make(map[netip.Prefix]Props, len(as))
+	order := make([]netip.Prefix, 0, len(as))
+	for _, a := range as {
+		if _, dup := want[a.VIP]; dup {
+			continue
+		}
+		want[a.VIP] = a.Props
+		order = append(order, a.VIP)
+	}
+	for _, v := range c.order {
+		if _, ok := want[v]; ok {
+			continue
+		}
+		s := c.vips[v]
+		if s.held || s.acquiring || s.present {
+			// acquiring: a bind that completes later is undone (done).
+			out.Actions = append(out.Actions, Action{Kind: Release, VIP: v, Cause: "no longer desired"})
+		}
+		if s.held {
+			c.transition(v, false, now, "no longer desired", out)
+		}
+		delete(c.vips, v)
+		c.retired[v] = true
+	}
+	c.order = order
+	for _, v := range order {
+		s, ok := c.vips[v]
+		if !ok {
+			s = &vipState{}
+			c.vips[v] = s
+			delete(c.retired, v)
+			if u, ok := c.leases[v]; ok {
+				s.elected, s.until, s.electReason = true, u, "lease granted"
+			}
+		}
+		s.props = want[v]
+		if s.props.Leased && !s.elected && s.electReason == "" {
+			s.electReason = "no lease"
+		}
+		if s.props.Pool && !s.held && !s.acquiring && !s.present && s.retryAt.IsZero() && !c.want(v, now) {
+			continue // nothing to do: spare the cause
+		}
+		c.converge(v, now, out, c.cause(v, now, ""))
+	}
+}
+
+// setLeases applies the lease election's grants to every Leased address.
+func (c *Core) setLeases(until map[netip.Prefix]time.Time, now time.Time, out *Output) {
+	c.leases = make(map[netip.Prefix]time.Time, len(until))
+	for v, u := range until {
+		c.leases[v] = u
+	}
+	for _, v := range c.order {
+		s := c.vips[v]
+		if !s.props.Leased {
+			continue
+		}
+		u, ok := c.leases[v]
+		if ok == s.elected && u.Equal(s.until) {
+			continue // a batch repeats most grants
+		}
+		s.elected, s.until, s.lone = ok, u, false
+		s.electReason = "no lease"
+		if ok {
+			s.electReason = "lease granted"
+		}
+		c.converge(v, now, out, c.cause(v, now, ""))
+	}
+}
+
+// starting reports whether Pool addresses are still left alone.
+func (c *Core) starting(now time.Time) bool {
+	return !c.start.IsZero() && now.Before(c.start.Add(StartupWait))
 }
 
 // want reports whether this node should hold v now.
 func (c *Core) want(v netip.Prefix, now time.Time) bool {
-	if c.stopping || !c.healthy {
+	s := c.vips[v]
+	if c.stopping || !c.healthy || s.props.Barred || s.props.Pool && c.starting(now) {
 		return false
 	}
-	s := c.vips[v]
-	return !c.elect || (s.elected && !s.leaseOver(now))
+	return !s.props.Leased || (s.elected && !s.leaseOver(now))
 }
 
 // leaseOver reports whether the lease of an elected VIP has ended.
@@ -393,11 +593,15 @@ func (c *Core) cause(v netip.Prefix, now time.Time, reason string) string {
 		return "shutting down"
 	case !c.healthy:
 		return "apiserver unhealthy: " + c.hReason
-	case c.elect && !c.vips[v].elected:
+	case c.vips[v].props.Barred:
+		return "this node may not hold it (node restriction)"
+	case c.vips[v].props.Pool && c.starting(now):
+		return "starting: addresses left alone until " + c.start.Add(StartupWait).Format(time.RFC3339Nano)
+	case c.vips[v].props.Leased && !c.vips[v].elected:
 		return "not elected: " + c.vips[v].electReason
-	case c.elect && c.vips[v].leaseOver(now):
+	case c.vips[v].props.Leased && c.vips[v].leaseOver(now):
 		return "lease ended at " + c.vips[v].until.Format(time.RFC3339Nano) + " without a renewal: " + c.vips[v].electReason
-	case c.elect:
+	case c.vips[v].props.Leased:
 		return "healthy and elected: " + c.vips[v].electReason
 	default:
 		if reason == "" {
@@ -411,6 +615,15 @@ func (c *Core) cause(v netip.Prefix, now time.Time, reason string) string {
 func (c *Core) converge(v netip.Prefix, now time.Time, out *Output, cause string) {
 	s := c.vips[v]
 	w := c.want(v, now)
+	if !w && s.props.Pool && !s.held && !s.acquiring {
+		s.retryAt, s.conflictAt, s.conflictMAC = time.Time{}, time.Time{}, ""
+		if s.present && (c.stopping || !c.starting(now)) {
+			// Bound by a previous run (or by hand): not ours to hold.
+			s.present = false
+			out.Actions = append(out.Actions, Action{Kind: Release, VIP: v, Cause: "bound but not held: " + cause})
+		}
+		return
+	}
 	if w == (s.held || s.acquiring) {
 		return
 	}
@@ -422,6 +635,7 @@ func (c *Core) converge(v netip.Prefix, now time.Time, out *Output, cause string
 	s.held, s.acquiring = false, false
 	s.retryAt, s.failures = time.Time{}, 0
 	s.nextAnn, s.nextCheck, s.nextProbe = time.Time{}, time.Time{}, time.Time{}
+	s.present, s.conflictAt, s.conflictMAC = false, time.Time{}, ""
 	out.Actions = append(out.Actions, Action{Kind: Release, VIP: v, Cause: cause})
 	if wasHeld {
 		c.transition(v, false, now, cause, out)
@@ -436,7 +650,7 @@ func (c *Core) acquire(v netip.Prefix, now time.Time, out *Output, cause string)
 	s.acquiring = true
 	s.retryAt = time.Time{}
 	s.pendingCause = cause
-	out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: v, Cause: cause, Lone: c.elect && s.lone, Handover: s.handover})
+	out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: v, Cause: cause, Lone: s.props.Leased && s.lone, Handover: s.handover})
 }
 
 // done completes an action: an Acquire makes the VIP held, starts the
@@ -444,6 +658,10 @@ func (c *Core) acquire(v netip.Prefix, now time.Time, out *Output, cause string)
 func (c *Core) done(e Done, now time.Time, out *Output) {
 	s, ok := c.vips[e.Action.VIP]
 	if !ok {
+		if e.Action.Kind == Acquire && c.retired[e.Action.VIP] {
+			// Bound after it stopped being desired: undo.
+			out.Actions = append(out.Actions, Action{Kind: Release, VIP: e.Action.VIP, Cause: "bound after it stopped being desired"})
+		}
 		return
 	}
 	switch {
@@ -451,13 +669,21 @@ func (c *Core) done(e Done, now time.Time, out *Output) {
 		s.tl.AnnouncedAt = now
 		c.completeTimeline(s, out)
 		return
+	case e.Action.Kind == Acquire && !s.acquiring && !s.held && s.props.Pool:
+		// Bound after it stopped being wanted: undo.
+		out.Actions = append(out.Actions, Action{Kind: Release, VIP: e.Action.VIP, Cause: "bound after it stopped being wanted: " + c.cause(e.Action.VIP, now, "")})
+		return
 	case e.Action.Kind != Acquire || !s.acquiring:
 		return
 	}
 	s.acquiring, s.handover = false, false
+	s.conflictAt, s.conflictMAC = time.Time{}, ""
+	if s.props.Pool {
+		s.present = true
+	}
 	if s.tl != nil {
 		s.tl.BoundAt = now
-		if !c.announce {
+		if !s.props.Announce {
 			c.completeTimeline(s, out)
 		}
 	}
@@ -465,7 +691,7 @@ func (c *Core) done(e Done, now time.Time, out *Output) {
 	wasHeld := s.held
 	s.held = true
 	c.startAnnouncing(e.Action.VIP, now, out)
-	if c.check {
+	if s.props.Check {
 		s.nextCheck = now.Add(c.checkGap)
 		if c.lone(s) {
 			s.nextProbe = now.Add(FirstProbe)
@@ -483,13 +709,13 @@ func (c *Core) completeTimeline(s *vipState, out *Output) {
 }
 
 // lone reports whether s is held without anybody vouching for it.
-func (c *Core) lone(s *vipState) bool { return !c.elect || s.lone }
+func (c *Core) lone(s *vipState) bool { return !s.props.Leased || s.lone }
 
 // startAnnouncing begins the burst: the acquire itself is followed at once
 // by an announcement, then BurstCount-1 more at BurstSpacing.
 func (c *Core) startAnnouncing(v netip.Prefix, now time.Time, out *Output) {
 	s := c.vips[v]
-	if !c.announce {
+	if !s.props.Announce {
 		return
 	}
 	s.acquiredAt = now
@@ -507,7 +733,13 @@ func (c *Core) transition(v netip.Prefix, held bool, now time.Time, cause string
 func (c *Core) observe(e Observed, now time.Time, out *Output) {
 	s, ok := c.vips[e.VIP]
 	if !ok {
+		if e.Present && c.retired[e.VIP] {
+			out.Actions = append(out.Actions, Action{Kind: Release, VIP: e.VIP, Cause: "reconcile: bound and no longer desired"})
+		}
 		return
+	}
+	if s.props.Pool {
+		s.present = e.Present
 	}
 	switch {
 	case s.acquiring:
@@ -518,9 +750,16 @@ func (c *Core) observe(e Observed, now time.Time, out *Output) {
 		s.acquiring, s.pendingCause = true, "reconcile: VIP missing while held"
 		out.Actions = append(out.Actions, Action{Kind: Acquire, VIP: e.VIP, Cause: s.pendingCause})
 	case s.held && e.Present:
+	case !s.held && e.Present && s.props.Pool && c.starting(now):
+		// Left by a previous run: alone during the start-up.
+	case !s.held && e.Present && s.props.Pool && c.want(e.VIP, now):
+		// Left by a previous run and this node may hold it: adopt it
+		// after a probe (now, or at the retry under way).
+		c.acquire(e.VIP, now, out, "adopting a binding left by a previous run: "+c.cause(e.VIP, now, ""))
 	case !s.held && e.Present:
 		// Present but not ours to hold: a crash left it behind, another
 		// tool added it, or an acquire failed half-way. Remove it.
+		s.present = false
 		out.Actions = append(out.Actions, Action{Kind: Release, VIP: e.VIP, Cause: "reconcile: VIP present but not held (" + c.cause(e.VIP, now, "") + ")"})
 	}
 }
@@ -536,6 +775,10 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 			return // released meanwhile
 		}
 		s.handover, s.tl = false, nil
+		if s.props.Pool {
+			c.poolFailed(e, now, out)
+			return
+		}
 		// Another host answering for the VIP is no fault of this node:
 		// retry after the back-off without stepping aside (every other
 		// node would find the same host). Anything else is.
@@ -605,15 +848,59 @@ func (c *Core) release(v netip.Prefix, now time.Time, out *Output, what string, 
 	out.Transitions = append(out.Transitions, t)
 }
 
+// poolFailed is a failed acquire of a Pool address (Props.Pool).
+func (c *Core) poolFailed(e Failed, now time.Time, out *Output) {
+	v := e.Action.VIP
+	s := c.vips[v]
+	wasHeld := s.held
+	s.held, s.acquiring = false, false
+	s.nextAnn, s.nextCheck, s.nextProbe = time.Time{}, time.Time{}, time.Time{}
+	var conflict *ConflictError
+	what := "acquire failed"
+	switch {
+	case errors.As(e.Err, &conflict) && s.conflictAt.IsZero() && now.Before(c.start.Add(StartupWait+ConflictGrace)):
+		// Most likely a previous holder about to release.
+		s.retryAt = now.Add(ProbeRetry)
+		what = "another host answers during the start-up grace"
+	case errors.As(e.Err, &conflict):
+		mac := conflict.MAC.String()
+		if s.conflictAt.IsZero() || s.conflictMAC != mac {
+			s.conflictAt = now
+			out.Conflicts = append(out.Conflicts, Conflict{VIP: v, MAC: mac})
+		}
+		s.conflictMAC = mac
+		s.retryAt = now.Add(ConflictRetry)
+		what = "another host answers"
+	default:
+		s.retryAt = now.Add(FailRetry)
+	}
+	if s.present || wasHeld {
+		// Our binding (left by a previous run, or ours until now) would
+		// answer next to the other holder's: drop it.
+		s.present = false
+		out.Actions = append(out.Actions, Action{Kind: Release, VIP: v, Cause: what})
+	}
+	if wasHeld {
+		t := Transition{VIP: v, Held: false, At: now, Cause: fmt.Sprintf("%s (retry at %v): %v", what, s.retryAt.Format(time.RFC3339Nano), e.Err)}
+		s.last = t
+		out.Transitions = append(out.Transitions, t)
+	}
+}
+
 func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 	s := c.vips[v]
-	if (s.held || s.acquiring) && c.elect && s.elected && s.leaseOver(now) {
+	if s.props.Pool && !s.held && !s.acquiring && s.retryAt.IsZero() && (s.present || c.want(v, now)) {
+		// The start-up ended, or a leftover waits: take or drop it.
+		c.converge(v, now, out, c.cause(v, now, ""))
+		return
+	}
+	if (s.held || s.acquiring) && s.props.Leased && s.elected && s.leaseOver(now) {
 		// The lease ended without a renewal reaching the core: let go now,
 		// whatever the election's goroutine is doing.
 		c.converge(v, now, out, c.cause(v, now, ""))
 		return
 	}
-	if s.held && c.check {
+	if s.held && s.props.Check {
 		probe := c.lone(s) && !s.nextProbe.IsZero() && !now.Before(s.nextProbe)
 		if probe || (!s.nextCheck.IsZero() && !now.Before(s.nextCheck)) {
 			s.nextCheck = now.Add(c.checkGap)
@@ -631,7 +918,7 @@ func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 		}
 		s.failures = 0
 	}
-	if s.held && c.announce && !s.nextAnn.IsZero() && !now.Before(s.nextAnn) {
+	if s.held && s.props.Announce && !s.nextAnn.IsZero() && !now.Before(s.nextAnn.Add(-c.coalesce)) {
 		s.announced++
 		kind := "burst"
 		if s.announced < BurstCount {
@@ -649,12 +936,9 @@ func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 // checkNow checks every held VIP at once, without probe (a probe waits
 // for answers; the lone holder's probe schedule is left as it is).
 func (c *Core) checkNow(now time.Time, out *Output) {
-	if !c.check {
-		return
-	}
 	for _, v := range c.order {
 		s := c.vips[v]
-		if !s.held {
+		if !s.held || !s.props.Check {
 			continue
 		}
 		s.nextCheck = now.Add(c.checkGap)
@@ -671,26 +955,35 @@ func (c *Core) setCheckInterval(every time.Duration, now time.Time) {
 	c.checkGap = every
 	for _, v := range c.order {
 		s := c.vips[v]
-		if s.held && c.check && (s.nextCheck.IsZero() || s.nextCheck.After(now.Add(every))) {
+		if s.held && s.props.Check && (s.nextCheck.IsZero() || s.nextCheck.After(now.Add(every))) {
 			s.nextCheck = now.Add(every)
 		}
 	}
 }
 
 // next returns the earliest timer the core needs.
-func (c *Core) next() time.Time {
+func (c *Core) next(now time.Time) time.Time {
 	var n time.Time
+	add := func(t time.Time) {
+		if !t.IsZero() && (n.IsZero() || t.Before(n)) {
+			n = t
+		}
+	}
+	starting := c.starting(now)
 	for _, v := range c.order {
 		s := c.vips[v]
-		var until time.Time
-		if (s.held || s.acquiring) && c.elect && s.elected {
-			until = s.until
+		if s.props.Pool && starting {
+			add(c.start.Add(StartupWait))
 		}
-		for _, t := range []time.Time{s.nextAnn, s.retryAt, s.nextCheck, s.nextProbe, until} {
-			if !t.IsZero() && (n.IsZero() || t.Before(n)) {
-				n = t
-			}
+		if (s.held || s.acquiring) && s.props.Leased && s.elected {
+			add(s.until)
 		}
+		if s.held && s.props.Announce && !s.nextAnn.IsZero() {
+			add(s.nextAnn.Add(-c.coalesce))
+		}
+		add(s.retryAt)
+		add(s.nextCheck)
+		add(s.nextProbe)
 	}
 	return n
 }

@@ -91,7 +91,7 @@ func (d *daemon) setupEgress() error {
 	var ea *egressAddrs
 	if c.EgressPolicies {
 		// Egress IPs of policies that are not among the elected addresses
-		// are held at run time through the pools machine.
+		// are held at run time through a pools driver.
 		if ea, err = newEgressAddrs(c, d, d.log); err != nil {
 			k.Close()
 			return err

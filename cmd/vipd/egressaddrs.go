@@ -25,17 +25,17 @@ import (
 const EgressAddrsFile = "egress-addresses.json"
 
 // egressPool is the pool name the runtime egress addresses carry in the
-// pools machine (status, logs).
+// pools driver (status, logs).
 const egressPool = "egress"
 
 // egressAddrs holds the egress IPs of EgressPolicy objects that are not
 // among the node's elected addresses (VIPD_ADDRESS, VIPD_EGRESS): each is
-// an l2 address of the pools machine (package pools) with its own
-// eligible nodes (the nodes matching the policy's spec.nodeSelector, as
-// the feed resolved them), held by the rendezvous winner among the
-// eligible cluster members that are also eligible in the election. It
-// runs without VIPD_POOLS=on: a separate machine with its own addresses,
-// sharing the l2 announcer.
+// an l2 address of a pools driver (package pools) with its own eligible
+// nodes (the nodes matching the policy's spec.nodeSelector, as the feed
+// resolved them), held by the node the lease election's leader places it
+// on (without a cluster: this node, when eligible and healthy). It runs
+// without VIPD_POOLS=on: a separate driver with its own addresses, sharing
+// the l2 announcer.
 type egressAddrs struct {
 	drv      *pools.Driver
 	self     string
@@ -67,16 +67,12 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 	if c.StateDir != "" {
 		e.state = filepath.Join(c.StateDir, EgressAddrsFile)
 	}
+	dc.Healthy = func() bool { return d.checker != nil && d.checker.Status().Healthy }
 	if le, ok := d.elector.(*leaseElector); ok {
 		// The lease election places the runtime egress addresses like
-		// the pool addresses: this node is one member, eligible while
-		// healthy; holds come from the leases, the gateway of the others
-		// from the leader's placement.
+		// the pool addresses: holds come from the leases, the gateway of
+		// the others from the leader's placement.
 		dc.Leased = true
-		dc.Members = func() []pools.Member {
-			healthy := d.checker != nil && d.checker.Status().Healthy
-			return []pools.Member{{Name: c.NodeName, Eligible: healthy, Pools: true}}
-		}
 		e.lease = le
 		e.exclude = map[netip.Addr]bool{}
 		for _, a := range dc.Exclude {
@@ -84,10 +80,6 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 		}
 		e.nodeAddr = func(name string) netip.Addr { return netip.Addr{} } // Gateway asks the lease
 	} else {
-		dc.Members = func() []pools.Member {
-			healthy := d.checker != nil && d.checker.Status().Healthy
-			return []pools.Member{{Name: c.NodeName, Eligible: healthy, Pools: true}}
-		}
 		e.nodeAddr = func(string) netip.Addr { return netip.Addr{} }
 	}
 	// A separate registry: the pools metrics names are the pools part's.
@@ -140,7 +132,7 @@ func (e *egressAddrs) Has(ip netip.Addr) bool {
 }
 
 // Gateway is the gateway of a runtime egress IP by this node's view: the
-// pools machine's holder (the winner of its election).
+// lease election's holder (without a cluster: this node when it holds it).
 func (e *egressAddrs) Gateway(ip netip.Addr) egress.Gateway {
 	if e.lease != nil {
 		name, addr := e.lease.Holder(netip.PrefixFrom(ip, ip.BitLen()).String())

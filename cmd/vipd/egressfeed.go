@@ -75,7 +75,7 @@ const maxNodeName = 253
 
 // parse converts one feed line into rules for the egress IPs this node
 // elects or holds at run time (the line's addresses), and the runtime
-// addresses for the pools machine; anything malformed is reported and
+// addresses for the pools driver; anything malformed is reported and
 // left out.
 func (f *egressFeed) parse(line []byte) ([]egress.Rule, []pools.Address, []string, error) {
 	var doc wire.EgressDoc

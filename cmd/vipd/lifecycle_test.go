@@ -88,8 +88,7 @@ func TestDaemonStopLeavesNoGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pdrv, err := pools.NewDriver(pools.DriverConfig{Name: "n1", BGP: ann,
-		Members: func() []pools.Member { return []pools.Member{{Name: "n1", Eligible: true, Pools: true}} }}, log, nil)
+	pdrv, err := pools.NewDriver(pools.DriverConfig{Name: "n1", BGP: ann, Healthy: func() bool { return true }}, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

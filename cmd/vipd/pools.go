@@ -23,8 +23,8 @@ import (
 
 // poolsPart announces IPPool addresses (VIPD_POOLS=on): the feed child
 // (vipd-controllers pools-feed) tells what is allocated, the pools driver
-// decides per address with the cluster view and announces through this
-// mode's announcer.
+// holds each address as the lease election places it (vip.Core, the one
+// per-address holder machine) and announces through this mode's announcer.
 type poolsPart struct {
 	feed *pools.Feed
 	drv  *pools.Driver
@@ -82,20 +82,14 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 	case config.ModeBGP:
 		dc.BGP = d.ann
 	}
+	// This node may hold pool addresses while its apiserver is healthy.
+	dc.Healthy = func() bool { return d.checker.Status().Healthy }
 	le, leased := d.elector.(*leaseElector)
 	if leased {
-		// The lease election places the l2 pool addresses: this node is
-		// one member, eligible while healthy; holds come from the leases.
+		// The lease election places the l2 pool addresses (its leader's
+		// placement is the one ranking): this node holds what its leases
+		// say. No cluster (l2 without peers, bgp): every address it may.
 		dc.Leased = true
-		dc.Members = func() []pools.Member {
-			return []pools.Member{{Name: c.NodeName, Eligible: d.checker.Status().Healthy, Pools: true}}
-		}
-	} else {
-		// No cluster (l2 without peers, bgp): this node alone, eligible
-		// while its apiserver is healthy.
-		dc.Members = func() []pools.Member {
-			return []pools.Member{{Name: c.NodeName, Eligible: d.checker.Status().Healthy, Pools: true}}
-		}
 	}
 	drv, err := pools.NewDriver(dc, log, reg)
 	if err != nil {
