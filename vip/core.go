@@ -784,7 +784,7 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 		// node would find the same host). Anything else is.
 		var conflict *ConflictError
 		isConflict := errors.As(e.Err, &conflict)
-		if isConflict && c.elect && s.elected && !s.lone && s.failures < ElectedConflictTries {
+		if isConflict && !c.lone(s) && s.elected && s.failures < ElectedConflictTries {
 			c.retryAfter(e.Action.VIP, now, out, "acquire failed", e.Err, ElectedConflictRetry)
 			return
 		}
@@ -871,6 +871,13 @@ func (c *Core) poolFailed(e Failed, now time.Time, out *Output) {
 		s.conflictMAC = mac
 		s.retryAt = now.Add(ConflictRetry)
 		what = "another host answers"
+		if s.props.Leased && s.elected && !s.leaseOver(now) && s.failures < ElectedConflictTries {
+			// A lease a majority granted rules out another vipd holder:
+			// most likely a stale binding of a vipd killed while holding
+			// it, which its restart drops (ElectedConflictRetry).
+			s.failures++
+			s.retryAt = now.Add(ElectedConflictRetry)
+		}
 	default:
 		s.retryAt = now.Add(FailRetry)
 	}

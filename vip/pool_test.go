@@ -149,6 +149,17 @@ func TestCorePoolAddresses(t *testing.T) {
 			{10*time.Second + 3*ConflictRetry, Tick{}, "acquire 10.1.0.1/32"},
 			{10*time.Second + 3*ConflictRetry, bindOK(p1), "announce 10.1.0.1/32"},
 		}},
+		{"leased: another host answers (a killed holder's stale binding): reported once, retried every ElectedConflictRetry for ElectedConflictTries, then every ConflictRetry", []pstep{
+			{0, healthy, ""},
+			{0, desired(p1, leased), ""},
+			{10 * time.Second, leases(map[netip.Prefix]time.Duration{p1: time.Hour}), "acquire 10.1.0.1/32"},
+			{10 * time.Second, answered(p1, macA), "conflict 10.1.0.1/32 02:00:00:00:00:0a"},
+			{10*time.Second + ElectedConflictRetry - time.Millisecond, Tick{}, ""},
+			{10*time.Second + ElectedConflictRetry, Tick{}, "acquire 10.1.0.1/32"},
+			{10*time.Second + ElectedConflictRetry, answered(p1, macA), ""},
+			{10*time.Second + 2*ElectedConflictRetry, Tick{}, "acquire 10.1.0.1/32"},
+			{10*time.Second + 2*ElectedConflictRetry, bindOK(p1), "announce 10.1.0.1/32"},
+		}},
 		{"a failed bind is retried after FailRetry", []pstep{
 			{0, healthy, ""},
 			{0, desired(p1, poolL2), ""},
@@ -366,5 +377,32 @@ func TestCorePoolThousand(t *testing.T) {
 	}
 	if total != 1000*BurstCount || steps != BurstCount {
 		t.Fatalf("%d announcements in %d wake-ups after the first, want %d in %d", total, steps, 1000*BurstCount, BurstCount)
+	}
+}
+
+// TestCorePoolLeasedConflictBackOff: a leased pool address whose probe
+// keeps being answered is probed ElectedConflictTries times quickly, then
+// every ConflictRetry (a host that keeps the address is not probed ten
+// times a second for ever).
+func TestCorePoolLeasedConflictBackOff(t *testing.T) {
+	c := newPoolCore()
+	c.Step(healthy, t0)
+	c.Step(desired(p1, leased), t0)
+	now := t0.Add(10 * time.Second)
+	out := c.Step(leases(map[netip.Prefix]time.Duration{p1: time.Hour}), now)
+	for i := 0; i <= ElectedConflictTries; i++ {
+		if poolActs(out) != "acquire 10.1.0.1/32" {
+			t.Fatalf("try %d: %q, want an acquire", i, poolActs(out))
+		}
+		out = c.Step(answered(p1, macA), now)
+		want := ElectedConflictRetry
+		if i == ElectedConflictTries {
+			want = ConflictRetry
+		}
+		if got := out.Next.Sub(now); got != want {
+			t.Fatalf("try %d: next probe after %v, want %v", i, got, want)
+		}
+		now = out.Next
+		out = c.Step(Tick{}, now)
 	}
 }
