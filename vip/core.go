@@ -457,6 +457,11 @@ func (c *Core) step(ev Event, now time.Time, out *Output) {
 		if e.Lone && !s.lone && s.held && s.props.Check {
 			s.nextProbe = now.Add(FirstProbe)
 		}
+		if !e.Lone {
+			// Vouched for now (the first node's peers joined): no more
+			// probes for another holder, and no deadline for them.
+			s.nextProbe = time.Time{}
+		}
 		s.elected, s.electReason, s.lone = e.Holder, e.Reason, e.Lone
 		s.until = time.Time{}
 		if e.Holder {
@@ -990,7 +995,11 @@ func (c *Core) next(now time.Time) time.Time {
 		}
 		add(s.retryAt)
 		add(s.nextCheck)
-		add(s.nextProbe)
+		if s.held && c.lone(s) {
+			// Only a lone holder probes (tick): a probe deadline of a
+			// holder no longer lone would come back at once, for ever.
+			add(s.nextProbe)
+		}
 	}
 	return n
 }

@@ -506,3 +506,35 @@ func TestCoreElectedConflictRetry(t *testing.T) {
 		})
 	}
 }
+
+// TestCoreLoneThenVouchedNoBusyLoop: the first node bootstraps alone and
+// holds lone (it probes for another holder), then its peers join and the
+// lease vouches for it. Its probe deadline must go with its loneness: a
+// deadline left in the past is returned as Next after every Tick, and the
+// driver ticked the core without pause (one core at 100 % on the first
+// node of every cluster, idle, found by make bench).
+func TestCoreLoneThenVouchedNoBusyLoop(t *testing.T) {
+	c := New([]netip.Prefix{v4}, Options{Elect: true, Announce: true, Check: true})
+	now := t0
+	c.Step(HealthChanged{Healthy: true}, now)
+	out := c.Step(Elected{VIP: v4, Holder: true, Lone: true, Until: now.Add(time.Hour)}, now)
+	out = c.Step(Done{Action: out.Actions[0]}, now)
+	if out.Next.IsZero() || out.Next.After(now.Add(FirstProbe)) {
+		t.Fatalf("lone holder: next %v, want its first probe within %v", out.Next.Sub(now), FirstProbe)
+	}
+	now = now.Add(100 * time.Millisecond) // before the first probe is due
+	c.Step(Elected{VIP: v4, Holder: true, Until: now.Add(time.Hour)}, now)
+	now = now.Add(time.Second)
+	for i := 0; i < 100; i++ {
+		out = c.Step(Tick{}, now)
+		if !out.Next.After(now) {
+			t.Fatalf("tick %d at %v: next %v is not after now", i, now.Sub(t0), out.Next.Sub(t0))
+		}
+		for _, a := range out.Actions {
+			if a.Probe {
+				t.Fatalf("tick %d: %v probes although the lease vouches for this node", i, a)
+			}
+		}
+		now = out.Next
+	}
+}
