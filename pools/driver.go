@@ -91,7 +91,8 @@ type Driver struct {
 	addrs     map[netip.Addr]Address // desired now (filtered)
 	modes     map[netip.Addr]string  // every address ever desired, with its last mode: ours to release
 	healthy   bool
-	lastBound []netip.Addr // last Observed listing
+	lastBound []netip.Addr               // last Observed listing
+	leased    map[netip.Prefix]time.Time // the last Leases stepped (read only)
 
 	mu      sync.Mutex
 	desired []Address
@@ -282,10 +283,16 @@ func (d *Driver) pickLeases(ctx context.Context, timer clock.Timer) {
 		return
 	}
 	ev := vip.Leases{Until: make(map[netip.Prefix]time.Time, len(until))}
+	renewal := len(until) == len(d.leased)
 	for a, u := range until {
-		ev.Until[hostPrefix(a.Unmap())] = u
+		p := hostPrefix(a.Unmap())
+		ev.Until[p] = u
+		if _, ok := d.leased[p]; !ok {
+			renewal = false
+		}
 	}
-	d.step(ctx, ev, timer)
+	d.leased = ev.Until
+	d.stepStatus(ctx, ev, timer, !renewal)
 }
 
 // observe lists the l2 pool addresses bound now, among every one ever
@@ -334,7 +341,14 @@ func (d *Driver) heldL2() []netip.Addr {
 // the machine asks for nothing more; then arms timer.
 func (d *Driver) step(ctx context.Context, ev vip.Event, timer clock.Timer) {
 	_, tick := ev.(vip.Tick)
-	changed := !tick
+	d.stepStatus(ctx, ev, timer, !tick)
+}
+
+// stepStatus is step; the status is rebuilt when changed or when the step
+// asked for anything but announcements. A renewal of the same leases asks
+// for nothing: with 1,000 addresses, rebuilding the status at every
+// renewal was most of an idle node's work.
+func (d *Driver) stepStatus(ctx context.Context, ev vip.Event, timer clock.Timer, changed bool) {
 	for ev != nil {
 		out := d.core.Step(ev, d.clk.Now())
 		changed = changed || len(out.Conflicts) > 0 || slices.ContainsFunc(out.Actions, func(a vip.Action) bool { return a.Kind != vip.Announce })
