@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -68,8 +69,21 @@ func (m *Machine) metaBytes() []byte {
 			md.VoterSum = h.Sum64()
 		}
 	}
+	if m.metaMemo.b != nil && md.equal(m.metaMemo.md) {
+		return m.metaMemo.b
+	}
 	b, _ := json.Marshal(md)
+	m.metaMemo.md, m.metaMemo.b = md, b
 	return b
+}
+
+// equal: a and b encode the same (Alive is not encoded).
+func (a meta) equal(b meta) bool {
+	return a.V == b.V && a.Cluster == b.Cluster && a.ID == b.ID && a.Role == b.Role &&
+		a.Leader == b.Leader && a.Term == b.Term && a.Voters == b.Voters &&
+		a.VoterSum == b.VoterSum && a.Healthy == b.Healthy && a.Priority == b.Priority &&
+		slices.Equal(a.Unreach, b.Unreach) && slices.Equal(a.Excl, b.Excl) &&
+		slices.Equal(a.Holding, b.Holding)
 }
 
 // oldClaims are the control-plane addresses this node holds now, sorted.

@@ -147,6 +147,13 @@ type Machine struct {
 	notes    []Note
 	dirty    bool
 	lastMeta []byte
+	// metaMemo: the metadata metaBytes encoded last and its encoding;
+	// every Step asks for it, and it seldom changes (json.Marshal was a
+	// sixth of an idle holder's Step).
+	metaMemo struct {
+		md meta
+		b  []byte
+	}
 }
 
 type memberInfo struct {
