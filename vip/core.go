@@ -789,7 +789,7 @@ func (c *Core) failed(e Failed, now time.Time, out *Output) {
 		// node would find the same host). Anything else is.
 		var conflict *ConflictError
 		isConflict := errors.As(e.Err, &conflict)
-		if isConflict && !c.lone(s) && s.elected && s.failures < ElectedConflictTries {
+		if isConflict && c.quickConflictRetry(s, now) {
 			c.retryAfter(e.Action.VIP, now, out, "acquire failed", e.Err, ElectedConflictRetry)
 			return
 		}
@@ -831,6 +831,15 @@ func (c *Core) giveUp(v netip.Prefix, now time.Time, out *Output, what string, e
 		backoff = RetryMax
 	}
 	c.release(v, now, out, what, err, stepAside, backoff+c.jitter)
+}
+
+// quickConflictRetry reports whether an answered pre-bind probe of s is
+// retried after ElectedConflictRetry: a lease a majority granted vouches
+// for this node (it rules out another vipd holder: the answer is most
+// likely the stale binding of a vipd killed while holding, which its
+// restart drops), for the first ElectedConflictTries tries.
+func (c *Core) quickConflictRetry(s *vipState, now time.Time) bool {
+	return !c.lone(s) && s.elected && !s.leaseOver(now) && s.failures < ElectedConflictTries
 }
 
 // retryAfter releases v after a conflicted acquire and tries again after
@@ -876,10 +885,7 @@ func (c *Core) poolFailed(e Failed, now time.Time, out *Output) {
 		s.conflictMAC = mac
 		s.retryAt = now.Add(ConflictRetry)
 		what = "another host answers"
-		if s.props.Leased && s.elected && !s.leaseOver(now) && s.failures < ElectedConflictTries {
-			// A lease a majority granted rules out another vipd holder:
-			// most likely a stale binding of a vipd killed while holding
-			// it, which its restart drops (ElectedConflictRetry).
+		if c.quickConflictRetry(s, now) {
 			s.failures++
 			s.retryAt = now.Add(ElectedConflictRetry)
 		}
