@@ -25,7 +25,8 @@ import (
 type transport struct {
 	tcp      *net.TCPListener
 	udp      *net.UDPConn
-	bindAny  bool // bound to 0.0.0.0: advertise a private address instead
+	raw      *rawUDP // udp's reads and sends, without waking sysmon (rawudp.go)
+	bindAny  bool    // bound to 0.0.0.0: advertise a private address instead
 	packetCh chan *memberlist.Packet
 	streamCh chan net.Conn
 	done     chan struct{}
@@ -76,8 +77,14 @@ func newTransport(bind netip.AddrPort, log *slog.Logger) (*transport, error) {
 			break
 		}
 	}
+	raw, err := newRawUDP(udp)
+	if err != nil {
+		tcp.Close()
+		udp.Close()
+		return nil, err
+	}
 	t := &transport{
-		tcp: tcp, udp: udp,
+		tcp: tcp, udp: udp, raw: raw,
 		bindAny:  bind.Addr() == netip.IPv4Unspecified(),
 		packetCh: make(chan *memberlist.Packet),
 		streamCh: make(chan net.Conn),
@@ -124,7 +131,7 @@ func (t *transport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error)
 // WriteTo sends one packet.
 func (t *transport) WriteTo(b []byte, addr string) (time.Time, error) {
 	if ap, err := netip.ParseAddrPort(addr); err == nil {
-		_, err = t.udp.WriteToUDPAddrPort(b, ap)
+		err = t.raw.writeTo(b, ap)
 		return time.Now(), err
 	}
 	ua, err := net.ResolveUDPAddr("udp", addr)
@@ -181,7 +188,7 @@ func (t *transport) readPackets() {
 	defer t.wg.Done()
 	buf := make([]byte, maxPacket)
 	for {
-		n, from, err := t.udp.ReadFrom(buf)
+		n, ap, err := t.raw.readFrom(buf)
 		now := time.Now()
 		if err != nil {
 			if t.stopping() {
@@ -193,7 +200,7 @@ func (t *transport) readPackets() {
 		if n < 1 {
 			continue // memberlist needs a message type byte
 		}
-		p := &memberlist.Packet{Buf: append([]byte(nil), buf[:n]...), From: from, Timestamp: now}
+		p := &memberlist.Packet{Buf: append([]byte(nil), buf[:n]...), From: net.UDPAddrFromAddrPort(ap), Timestamp: now}
 		select {
 		case t.packetCh <- p:
 		case <-t.done:
