@@ -188,6 +188,14 @@ func (l *L2) SetHolder(vip netip.Prefix, holder string, self bool) {
 		vf.gaveUp.WithLabelValues(v).Add(0)
 		vf.dupCount.WithLabelValues(v).Add(0)
 	}
+	if p, seen := vf.prefix[vip.Addr()]; seen && p == vip && vf.holder[vip.Addr()] == holder && vf.self[vip.Addr()] == self {
+		// The same holder again: the lease election repeats its decision
+		// at every renewal (five times a second on the holder), and each
+		// kick cost the verifier a wake-up and a pass over the members'
+		// reports for nothing.
+		l.vmu.Unlock()
+		return
+	}
 	vf.prefix[vip.Addr()] = vip
 	vf.holder[vip.Addr()] = holder
 	if vf.self[vip.Addr()] && !self {
