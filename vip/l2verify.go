@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/ipv6"
 
+	"github.com/vipd/vipd/internal/gridclock"
 	"github.com/vipd/vipd/vip/conflict"
 )
 
@@ -265,7 +266,10 @@ func (l *L2) runVerify(ctx context.Context) {
 	if vf == nil {
 		return
 	}
-	timer := time.NewTimer(0)
+	// A timerfd, not a Go timer: on an idle holder this timer is most of
+	// what wakes the process besides the lease, and a Go timer costs up to
+	// three wake-ups (gridclock.Precise).
+	timer := gridclock.Precise{}.NewTimer(0)
 	defer timer.Stop()
 	defer func() {
 		if vf.ndp != nil {
@@ -278,7 +282,7 @@ func (l *L2) runVerify(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-vf.kick:
-		case <-timer.C:
+		case <-timer.C():
 		}
 		l.vmu.Lock()
 		queued := make([]conflict.Event, 0, len(vf.queue))
@@ -325,7 +329,11 @@ func (l *L2) runVerify(ctx context.Context) {
 		l.vmu.Lock()
 		next := vf.next
 		l.vmu.Unlock()
-		arm(timer, next)
+		if next.IsZero() {
+			timer.Reset(time.Hour) // nothing due: a kick wakes the loop
+		} else {
+			timer.Reset(max(time.Until(next), 0))
+		}
 	}
 }
 

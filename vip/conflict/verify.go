@@ -230,13 +230,18 @@ func (v *Verifier) round() []netip.Addr {
 
 func (v *Verifier) next() time.Time {
 	var n time.Time
-	if !v.inFlight && len(v.addrs) > 0 {
-		n = v.nextRound
-	}
+	probe := false
 	for _, s := range v.addrs {
 		if s.self && (n.IsZero() || v.nextRead.Before(n)) {
 			n = v.nextRead
 		}
+		probe = probe || (!s.self && s.holder != "")
+	}
+	// A round only when there is something to probe: a node that holds
+	// every address it knows (the holder of a cluster's one VIP) wakes
+	// for the reports alone.
+	if probe && !v.inFlight && (n.IsZero() || v.nextRound.Before(n)) {
+		n = v.nextRound
 	}
 	return n
 }

@@ -156,3 +156,40 @@ func TestVerifierRoundsTakeTurns(t *testing.T) {
 		t.Fatalf("%d of 1000 addresses verified in 20 rounds", len(seen))
 	}
 }
+
+// Next: a verifier wakes for a round only when it has something to probe
+// (an address another node holds), and for the reports only while this
+// node holds one.
+func TestVerifierNext(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	for _, tc := range []struct {
+		name    string
+		holders []Holder
+		next    time.Duration // from t0; -1: none
+	}{
+		{"nothing held", nil, -1},
+		{"nobody holds it", []Holder{{Addr: vip, Name: ""}}, -1},
+		{"this node holds every address: the reports only", []Holder{{Addr: vip, Name: "n1", Self: true}}, ReportsEvery},
+		{"another node holds it: the next round", []Holder{{Addr: vip, Name: "n2"}}, VerifyEvery},
+		{"both: the earlier", []Holder{{Addr: vip, Name: "n1", Self: true}, {Addr: vip6, Name: "n2"}}, ReportsEvery},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := NewVerifier(0)
+			var probed []netip.Addr
+			for _, h := range tc.holders {
+				probed = append(probed, v.Step(h, t0).Probe...)
+			}
+			out := v.Step(Tick{}, t0)
+			probed = append(probed, out.Probe...)
+			if len(probed) > 0 {
+				out = v.Step(Probed{Addrs: probed}, t0)
+			}
+			switch {
+			case tc.next < 0 && !out.Next.IsZero():
+				t.Fatalf("next %v, want none", out.Next.Sub(t0))
+			case tc.next >= 0 && !out.Next.Equal(t0.Add(tc.next)):
+				t.Fatalf("next %v, want %v", out.Next.Sub(t0), tc.next)
+			}
+		})
+	}
+}
