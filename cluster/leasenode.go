@@ -310,6 +310,15 @@ func (n *LeaseNode) SetHolding(vip string, holding bool) {
 	}
 }
 
+// Bound is the pools' and egress addresses' report that this node bound
+// and announced keys (SetHolding for many, without its per-address
+// metric): a planned transfer's successor tells the old holder to let go.
+func (n *LeaseNode) Bound(keys []string) {
+	if len(keys) > 0 {
+		n.loop.post(lease.Held{Keys: keys})
+	}
+}
+
 // OnOverlap sets fn to hear of every planned transfer's agreed
 // make-before-break overlap of an address this node holds: when it starts
 // (on), and when it ends while this node still holds it. Set before Run; fn runs on the election's

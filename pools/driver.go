@@ -54,6 +54,12 @@ type DriverConfig struct {
 	// Clock is the driver's time (nil: the process's clock); tests pass
 	// a clock.Fake.
 	Clock clock.Clock
+	// OnBound hears of the l2 addresses this node has just bound (and
+	// announces from now on), after each batch; the lease election needs
+	// it to end a planned transfer's overlap early (the old holder lets
+	// go). Called from the driver's goroutine: it must not block. Nil:
+	// nobody.
+	OnBound func([]netip.Addr)
 }
 
 // Timings of the pool addresses: the holder machine's (vip.Core with
@@ -92,13 +98,15 @@ type Driver struct {
 	modes     map[netip.Addr]string  // every address ever desired, with its last mode: ours to release
 	healthy   bool
 	lastBound []netip.Addr               // last Observed listing
+	bound     []netip.Addr               // bound in this step, for OnBound once announced
 	leased    map[netip.Prefix]time.Time // the last Leases stepped (read only)
 
 	mu      sync.Mutex
 	desired []Address
 	fresh   bool // desired changed since the machine last saw it
 	leases  map[netip.Addr]time.Time
-	freshL  bool // leases changed since the machine last saw them
+	handov  map[netip.Addr]bool // leases granted in a planned transfer's overlap
+	freshL  bool                // leases changed since the machine last saw them
 	status  []AddressStatus
 	counts  Counts
 	skipped int
@@ -142,9 +150,12 @@ func (d *Driver) SetDesired(addrs []Address) {
 
 // SetLeases hands the driver the l2 addresses the lease election lets
 // this node hold, with their lease ends (Config.Leased): the complete set.
-func (d *Driver) SetLeases(until map[netip.Addr]time.Time) {
+// handover are those granted in a planned transfer's agreed overlap
+// (make-before-break): the old holder still answers for them, so they are
+// bound without the conflict probe.
+func (d *Driver) SetLeases(until map[netip.Addr]time.Time, handover map[netip.Addr]bool) {
 	d.mu.Lock()
-	d.leases, d.freshL = until, true
+	d.leases, d.handov, d.freshL = until, handover, true
 	d.mu.Unlock()
 	d.poke()
 }
@@ -276,13 +287,21 @@ func (d *Driver) setDesired(ctx context.Context, next map[netip.Addr]Address, ti
 // pickLeases feeds the last leases to the machine if they changed.
 func (d *Driver) pickLeases(ctx context.Context, timer clock.Timer) {
 	d.mu.Lock()
-	until, fresh := d.leases, d.freshL
+	until, handover, fresh := d.leases, d.handov, d.freshL
 	d.freshL = false
 	d.mu.Unlock()
 	if !fresh {
 		return
 	}
 	ev := vip.Leases{Until: make(map[netip.Prefix]time.Time, len(until))}
+	for a, h := range handover {
+		if h {
+			if ev.Handover == nil {
+				ev.Handover = map[netip.Prefix]bool{}
+			}
+			ev.Handover[hostPrefix(a.Unmap())] = true
+		}
+	}
 	renewal := len(until) == len(d.leased)
 	for a, u := range until {
 		p := hostPrefix(a.Unmap())
@@ -361,6 +380,13 @@ func (d *Driver) stepStatus(ctx context.Context, ev vip.Event, timer clock.Timer
 			}
 		}
 	}
+	if len(d.bound) > 0 {
+		// bound, and the first announcement sent (the step after a bind)
+		if d.cfg.OnBound != nil {
+			d.cfg.OnBound(d.bound)
+		}
+		d.bound = nil
+	}
 	if !changed {
 		return // announcements only: the status is the same
 	}
@@ -379,6 +405,7 @@ func (d *Driver) stepStatus(ctx context.Context, ev vip.Event, timer clock.Timer
 func (d *Driver) perform(ctx context.Context, out vip.Output) vip.Event {
 	var rel, acq, ann []netip.Addr
 	seen := map[netip.Addr]bool{}
+	handover := map[netip.Addr]bool{}
 	for _, a := range out.Actions {
 		ip := a.VIP.Addr()
 		switch a.Kind {
@@ -389,6 +416,9 @@ func (d *Driver) perform(ctx context.Context, out vip.Output) vip.Event {
 			}
 		case vip.Acquire:
 			acq = append(acq, ip)
+			if a.Handover {
+				handover[ip] = true
+			}
 		case vip.Announce:
 			ann = append(ann, ip)
 		}
@@ -425,7 +455,7 @@ func (d *Driver) perform(ctx context.Context, out vip.Output) vip.Event {
 			results = append(results, vip.Done{Action: a})
 		}
 	}
-	var probe []netip.Addr
+	var probe, bind []netip.Addr
 	for _, ip := range acq {
 		switch {
 		case d.modes[ip] == ModeBGP && d.cfg.BGP == nil:
@@ -434,11 +464,14 @@ func (d *Driver) perform(ctx context.Context, out vip.Output) vip.Event {
 			done(ip, d.cfg.BGP.Acquire(ctx, hostPrefix(ip)))
 		case d.cfg.L2 == nil:
 			done(ip, errors.New("no l2 announcer"))
+		case handover[ip]:
+			// a planned transfer's successor: the old holder answers
+			// until it lets go, which this bind tells it to do (OnBound)
+			bind = append(bind, ip)
 		default:
 			probe = append(probe, ip) // l2: probe for another holder first
 		}
 	}
-	var bind []netip.Addr
 	if len(probe) > 0 {
 		answered, err := d.cfg.L2.ProbeMany(ctx, probe)
 		for _, ip := range probe {
@@ -458,8 +491,11 @@ func (d *Driver) perform(ctx context.Context, out vip.Output) vip.Event {
 		errs := d.cfg.L2.BindMany(ctx, bind)
 		for _, ip := range bind {
 			done(ip, errs[ip])
+			if errs[ip] == nil {
+				d.bound = append(d.bound, ip)
+			}
 		}
-		d.log.Info("bound pool addresses", "count", len(bind)-len(errs), "failed", len(errs), "first", bind[0])
+		d.log.Info("bound pool addresses", "count", len(bind)-len(errs), "failed", len(errs), "handovers", len(handover), "first", bind[0])
 	}
 	if len(ann) > 0 && d.cfg.L2 != nil {
 		n, err := d.cfg.L2.AnnounceMany(ctx, ann)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,7 +84,7 @@ func TestDriverLeased(t *testing.T) {
 		t.Fatalf("bound %v without a lease", b)
 	}
 	start := f.clk.Now()
-	f.d.SetLeases(map[netip.Addr]time.Time{a1: start.Add(10 * time.Second), a2: start.Add(time.Second), a3: start.Add(10 * time.Second)})
+	f.d.SetLeases(map[netip.Addr]time.Time{a1: start.Add(10 * time.Second), a2: start.Add(time.Second), a3: start.Add(10 * time.Second)}, nil)
 	f.waitUntil("the leased addresses bound", f.bound(a1, a2))
 	st := f.d.Status()
 	if st.Held != 2 || st.Addresses[0].Holder != "n1" || st.Addresses[2].Holder != "" || st.Addresses[2].Eligible != 0 {
@@ -99,7 +100,7 @@ func TestDriverLeased(t *testing.T) {
 		t.Fatalf("bound %v at a2's lease end, want only %v", b, a1)
 	}
 	// a1's lease withdrawn: released at once.
-	f.d.SetLeases(map[netip.Addr]time.Time{})
+	f.d.SetLeases(map[netip.Addr]time.Time{}, nil)
 	f.waitUntil("a1 released when its lease is withdrawn", f.bound())
 }
 
@@ -126,4 +127,71 @@ func TestDriverLeftovers(t *testing.T) {
 		t.Fatalf("a1 released %d times: a leftover this node may hold is adopted, not rebound", n)
 	}
 	f.waitUntil("a1 held", func() bool { return f.d.Status().Held == 1 })
+}
+
+// A lease granted in a planned transfer's overlap (make-before-break):
+// the old holder still answers for the address, so the successor binds it
+// without the conflict probe and reports the bind (OnBound, after the
+// first announcement), which lets the old holder go at once. Before, the
+// successor probed, took the old holder's answer for a conflict, and
+// bound only at a retry after the old holder let go at the overlap's
+// bound: a window with no holder on every planned move of a pool address.
+// An ordinary grant is probed first, and a conflict is not bound.
+func TestDriverLeasedHandover(t *testing.T) {
+	a1 := netip.MustParseAddr("192.0.2.1")
+	for _, tc := range []struct {
+		name     string
+		handover bool
+		answered bool // the old holder (another MAC) answers a1
+		bound    bool
+		probes   int
+	}{
+		{"planned transfer: bound without the probe while the old holder answers", true, true, true, 0},
+		{"planned transfer, nobody answers: bound without the probe", true, false, true, 0},
+		{"ordinary grant: probed, bound", false, false, true, 1},
+		{"ordinary grant, another host answers: not bound", false, true, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var reported []netip.Addr
+			announcedFirst := true
+			var f *fakeDriver
+			f = runFake(t, DriverConfig{Name: "n1", Leased: true, OnBound: func(as []netip.Addr) {
+				mu.Lock()
+				defer mu.Unlock()
+				reported = append(reported, as...)
+				for _, a := range as {
+					announcedFirst = announcedFirst && f.l2.count(f.l2.announced, a) > 0
+				}
+			}}, func(l2 *fakeL2, d *Driver) {
+				if tc.answered {
+					l2.answers[a1] = "02:00:00:00:00:99"
+				}
+				d.SetDesired([]Address{{Addr: a1, Pool: "a", Mode: ModeL2, All: true}})
+			})
+			f.waitUntil("the feed's addresses reach the machine", func() bool { return f.d.Status().Desired == 1 })
+			f.step(StartupWait)
+			f.d.SetLeases(map[netip.Addr]time.Time{a1: f.clk.Now().Add(10 * time.Second)}, map[netip.Addr]bool{a1: tc.handover})
+			if tc.bound {
+				f.waitUntil("a1 bound", f.bound(a1))
+				f.waitUntil("a1's bind reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(reported) == 1 })
+				mu.Lock()
+				if !slices.Equal(reported, []netip.Addr{a1}) || !announcedFirst {
+					t.Errorf("reported %v (announced first: %v), want %v once, after its first announcement", reported, announcedFirst, a1)
+				}
+				mu.Unlock()
+			} else {
+				f.waitUntil("a1 answered", func() bool {
+					st := f.d.Status().Addresses[0].State
+					return st == "backoff" || st == "conflict" // answered in the start-up grace, or after
+				})
+				if b := f.l2.boundList(); len(b) != 0 {
+					t.Fatalf("bound %v while another host answers", b)
+				}
+			}
+			if n := f.l2.count(f.l2.probes, a1); n != tc.probes {
+				t.Errorf("a1 probed %d times, want %d", n, tc.probes)
+			}
+		})
+	}
 }

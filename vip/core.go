@@ -284,7 +284,15 @@ type Desired struct{ Addresses []Address }
 // once: the addresses this node may hold, each until its lease end; the
 // complete set, replacing the last. A Leased address absent here is not
 // held; one desired later takes its grant from the last Leases.
-type Leases struct{ Until map[netip.Prefix]time.Time }
+//
+// Handover lists the addresses granted in a planned transfer's agreed
+// overlap (make-before-break: the old holder keeps them for a bounded
+// while and answers a probe meanwhile): a new grant of one is acquired
+// without the conflict probe (Action.Handover), as an Elected Handover.
+type Leases struct {
+	Until    map[netip.Prefix]time.Time
+	Handover map[netip.Prefix]bool
+}
 
 // Batch is events that happened together (the results of one batch of
 // actions, the listing of a reconcile): one step, one Next.
@@ -341,6 +349,7 @@ type Core struct {
 	order    []netip.Prefix
 	vips     map[netip.Prefix]*vipState
 	leases   map[netip.Prefix]time.Time // the last Leases
+	handover map[netip.Prefix]bool      // the last Leases' Handover
 	retired  map[netip.Prefix]bool      // desired once, not now: ours to release when found bound
 }
 
@@ -442,7 +451,7 @@ func (c *Core) step(ev Event, now time.Time, out *Output) {
 	case Desired:
 		c.setAddresses(e.Addresses, now, out)
 	case Leases:
-		c.setLeases(e.Until, now, out)
+		c.setLeases(e.Until, e.Handover, now, out)
 	case HealthChanged:
 		c.healthy = e.Healthy
 		c.hReason = e.Reason
@@ -535,6 +544,7 @@ func (c *Core) setAddresses(as []Address, now time.Time, out *Output) {
 			delete(c.retired, v)
 			if u, ok := c.leases[v]; ok {
 				s.elected, s.until, s.electReason = true, u, "lease granted"
+				s.handover = c.handover[v]
 			}
 		}
 		s.props = want[v]
@@ -549,11 +559,12 @@ func (c *Core) setAddresses(as []Address, now time.Time, out *Output) {
 }
 
 // setLeases applies the lease election's grants to every Leased address.
-func (c *Core) setLeases(until map[netip.Prefix]time.Time, now time.Time, out *Output) {
+func (c *Core) setLeases(until map[netip.Prefix]time.Time, handover map[netip.Prefix]bool, now time.Time, out *Output) {
 	c.leases = make(map[netip.Prefix]time.Time, len(until))
 	for v, u := range until {
 		c.leases[v] = u
 	}
+	c.handover = handover
 	for _, v := range c.order {
 		s := c.vips[v]
 		if !s.props.Leased {
@@ -563,10 +574,20 @@ func (c *Core) setLeases(until map[netip.Prefix]time.Time, now time.Time, out *O
 		if ok == s.elected && u.Equal(s.until) {
 			continue // a batch repeats most grants
 		}
+		switch {
+		case !ok:
+			s.handover = false
+		case !s.elected && !s.held && !s.acquiring:
+			// a new grant: a planned transfer's is bound without the probe
+			s.handover = handover[v]
+		}
 		s.elected, s.until, s.lone = ok, u, false
 		s.electReason = "no lease"
 		if ok {
 			s.electReason = "lease granted"
+		}
+		if s.handover {
+			s.electReason = "lease granted: planned transfer (make-before-break)"
 		}
 		c.converge(v, now, out, c.cause(v, now, ""))
 	}

@@ -406,3 +406,49 @@ func TestCorePoolLeasedConflictBackOff(t *testing.T) {
 		out = c.Step(Tick{}, now)
 	}
 }
+
+// TestCorePoolLeaseHandover: a new lease granted in a planned transfer's
+// overlap (Leases.Handover) is acquired without the conflict probe
+// (Action.Handover): the old holder answers until the successor's bind
+// lets it go. An ordinary grant, a renewal or a grant after the overlap's
+// lease was lost is probed.
+func TestCorePoolLeaseHandover(t *testing.T) {
+	at := t0.Add(StartupWait)
+	grant := func(handover bool) Leases {
+		l := Leases{Until: map[netip.Prefix]time.Time{p1: at.Add(time.Hour)}}
+		if handover {
+			l.Handover = map[netip.Prefix]bool{p1: true}
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name   string
+		before []Event // stepped (and every acquire done) before the grant
+		ev     Event
+		want   []bool // Handover of each Acquire of p1 in the grant's step
+	}{
+		{"planned transfer", nil, grant(true), []bool{true}},
+		{"ordinary grant", nil, grant(false), []bool{false}},
+		{"a renewal of a held lease acquires nothing", []Event{grant(false)}, grant(true), nil},
+		{"lost, then granted again in no overlap", []Event{grant(true), Leases{}}, grant(false), []bool{false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newPoolCore()
+			c.Step(healthy, t0)
+			c.Step(desired(p1, leased), t0)
+			c.Step(Tick{}, at)
+			for _, ev := range tc.before {
+				stepDone(c, ev, at)
+			}
+			var got []bool
+			for _, a := range c.Step(tc.ev, at).Actions {
+				if a.Kind == Acquire && a.VIP == p1 {
+					got = append(got, a.Handover)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("acquires of p1 with Handover %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -343,6 +343,7 @@ func (m *Machine) place() {
 	wanted := map[string]bool{}
 	in := map[string]bool{}
 	var poolCands []string
+	settled := map[string]bool{}
 	for _, n := range elig {
 		in[n] = true
 		if _, ok := l.eligSince[n]; !ok {
@@ -350,6 +351,7 @@ func (m *Machine) place() {
 		}
 		if m.now.Sub(l.eligSince[n]) >= PoolSettle {
 			poolCands = append(poolCands, n)
+			settled[n] = true
 		}
 	}
 	for n := range l.eligSince {
@@ -358,7 +360,12 @@ func (m *Machine) place() {
 		}
 	}
 	if len(poolCands) == 0 {
+		// none settled (a new cluster, a new leader, which has not seen
+		// anyone eligible for long): every eligible node counts as settled
 		poolCands = elig
+		for _, n := range elig {
+			settled[n] = true
+		}
 	}
 	// Nothing that decides placement changed, nothing is being released and
 	// every address is placed: skip the pass over every address (a leader
@@ -394,29 +401,7 @@ func (m *Machine) place() {
 		case a.Kind == ControlPlane:
 			desired = cp
 		default:
-			// rendezvous over the nodes eligible for PoolSettle (all
-			// eligible ones if none is settled yet), and the current
-			// holder; a restricted address only over the nodes it allows
-			cands := poolCands
-			if a.Restricted {
-				cands = allowed(poolCands, a)
-				if len(cands) == 0 {
-					cands = allowed(elig, a)
-				}
-			}
-			if cur != "" && !m.eligible(cur) {
-				cands = m.preferFresh(cands) // a successor that answers now (transfer.go)
-			}
-			for _, n := range m.unverifiedFilter(a.Key, cands) {
-				if desired == "" || rendezvous(n, a.Key) > rendezvous(desired, a.Key) {
-					desired = n
-				}
-			}
-			// an unverified holder keeps it only when no verified node can take it
-			blocked := desired != "" && m.unverifiedExcluded(a.Key, cur) && !m.unverifiedExcluded(a.Key, desired)
-			if cur != "" && m.eligible(cur) && a.allows(cur) && !blocked && (desired == "" || rendezvous(cur, a.Key) > rendezvous(desired, a.Key)) {
-				desired = cur
-			}
+			desired = m.poolHolder(a, cur, elig, settled)
 		}
 		if r, ok := l.releasing[a.Key]; ok && cur == "" && r.ovTo != "" && desired != "" && m.eligible(r.ovTo) {
 			desired = r.ovTo // the successor the old holder agreed to
@@ -450,6 +435,40 @@ func (m *Machine) place() {
 			m.unassign(k, n)
 		}
 	}
+}
+
+// poolHolder is where a pool or egress address goes: the rendezvous
+// winner of (name, address) over the eligible nodes it allows. An address
+// without a holder (fresh, or its holder lost: not eligible, no longer
+// allowed, unverified) goes to that winner at once, settled or not, so a
+// fresh address is placed once rather than on a settled node first and
+// moved again when the winner settles. A holder that may keep it keeps it
+// until the winner has been eligible for PoolSettle (a joining node gets
+// its share once, ready, and a flapping one none): then it moves once,
+// straight to the winner, never through a settled runner-up.
+func (m *Machine) poolHolder(a Address, cur string, elig []string, settled map[string]bool) string {
+	cands := elig
+	if a.Restricted {
+		cands = allowed(elig, a)
+	}
+	if cur != "" && !m.eligible(cur) {
+		cands = m.preferFresh(cands) // a successor that answers now (transfer.go)
+	}
+	best := ""
+	for _, n := range m.unverifiedFilter(a.Key, cands) {
+		if best == "" || rendezvous(n, a.Key) > rendezvous(best, a.Key) {
+			best = n
+		}
+	}
+	// an unverified holder keeps it only when no verified node can take it
+	blocked := best != "" && m.unverifiedExcluded(a.Key, cur) && !m.unverifiedExcluded(a.Key, best)
+	if cur == "" || !m.eligible(cur) || !a.allows(cur) || blocked || best == cur || best == "" {
+		return best
+	}
+	if settled[best] {
+		return best // rebalance: the winner has been eligible for PoolSettle
+	}
+	return cur
 }
 
 // allowed returns the names that may hold a.

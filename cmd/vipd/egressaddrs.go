@@ -73,6 +73,7 @@ func newEgressAddrs(c *config.Config, d *daemon, log *slog.Logger) (*egressAddrs
 		// the pool addresses: holds come from the leases, the gateway of
 		// the others from the leader's placement.
 		dc.Leased = true
+		dc.OnBound = le.bound
 		e.lease = le
 		e.exclude = map[netip.Addr]bool{}
 		for _, a := range dc.Exclude {

@@ -90,6 +90,7 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 		// placement is the one ranking): this node holds what its leases
 		// say. No cluster (l2 without peers, bgp): every address it may.
 		dc.Leased = true
+		dc.OnBound = le.bound
 	}
 	drv, err := pools.NewDriver(dc, log, reg)
 	if err != nil {
@@ -215,22 +216,30 @@ func leaseAddrs(as []pools.Address, exclude map[netip.Addr]bool) []lease.Address
 
 // poolLeases keeps this node's pool leases from the lease election's
 // decisions and hands the complete set to the pools driver after each
-// batch.
+// batch, with those granted in a planned transfer's overlap (bound
+// without the probe: the old holder answers until this node's bind tells
+// it to let go).
 func poolLeases(drv *pools.Driver, l2 kindVerifier, kind string) func([]cluster.LeaseDecision) {
 	held := map[netip.Addr]time.Time{}
+	handover := map[netip.Addr]bool{}
 	return func(ds []cluster.LeaseDecision) { // the election's goroutine only
 		for _, d := range ds {
 			p, err := netip.ParsePrefix(d.Address.Key)
 			if err != nil {
 				continue
 			}
-			if d.Holder {
-				held[p.Addr()] = d.Until
-			} else {
+			switch {
+			case !d.Holder:
 				delete(held, p.Addr())
+				delete(handover, p.Addr())
+			case d.OverlapWith != "":
+				handover[p.Addr()] = true
+				held[p.Addr()] = d.Until
+			default:
+				held[p.Addr()] = d.Until
 			}
 		}
-		drv.SetLeases(maps.Clone(held))
+		drv.SetLeases(maps.Clone(held), maps.Clone(handover))
 		if l2 != nil {
 			l2.SetKindHeld(kind, slices.Collect(maps.Keys(held)))
 		}

@@ -428,7 +428,7 @@ func (d *daemon) setupVerify() error {
 		// The l2 wire checks learn who holds each VIP and when this node
 		// does (conflict detection), with or without the verification.
 		le.decided = l2.SetHolder
-		le.OnOverlap(overlapToGuard(l2, le.core))
+		le.OnOverlap(overlapToGuard(l2))
 	}
 	if d.cfg.VerifyInterval <= 0 {
 		return nil
@@ -449,13 +449,14 @@ func (d *daemon) setupVerify() error {
 }
 
 // overlapToGuard tells the l2 conflict guard of every planned transfer's
-// agreed overlap of a core address (the other holder's claims are no
-// conflict meanwhile); when the successor's window ends it announces the
-// address once more, for a client the old holder answered in between.
-func overlapToGuard(l2 *vip.L2, core map[string]bool) func(string, lease.Overlap, bool) {
+// agreed overlap of an address (a core, pool or egress one: the other
+// holder's claims are no conflict meanwhile); when the successor's window
+// ends it announces the address once more, for a client the old holder
+// answered in between.
+func overlapToGuard(l2 *vip.L2) func(string, lease.Overlap, bool) {
 	return func(key string, o lease.Overlap, on bool) {
 		p, err := netip.ParsePrefix(key)
-		if err != nil || !core[key] {
+		if err != nil {
 			return
 		}
 		if on {

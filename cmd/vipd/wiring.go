@@ -154,6 +154,18 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 	}
 }
 
+// bound tells the lease election which pool or egress addresses this
+// node has just bound and announced: a planned transfer's successor then
+// tells the old holder to let go (make-before-break), as SetHolding does
+// for the core's addresses.
+func (e *leaseElector) bound(addrs []netip.Addr) {
+	keys := make([]string, len(addrs))
+	for i, a := range addrs {
+		keys[i] = netip.PrefixFrom(a, a.BitLen()).String()
+	}
+	e.Bound(keys)
+}
+
 // leaseHolder names the holder of a decided core address: this node when
 // it holds it, else the node the leader's placement names; without one,
 // for a control-plane address the leader (they follow the leader; a
