@@ -236,7 +236,7 @@ func (m *Machine) discover() {
 		}
 		return
 	}
-	if m.now.Before(m.base.Add(m.cfg.Discover)) || (m.noBootstrap && m.now.Before(m.wipedAt.Add(5*m.cfg.Discover))) {
+	if m.now.Before(m.start.Add(m.cfg.Discover)) || (m.noBootstrap && m.now.Before(m.wipedAt.Add(5*m.cfg.Discover))) {
 		return
 	}
 	for name, md := range m.viewMeta {

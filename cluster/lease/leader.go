@@ -447,6 +447,9 @@ func (m *Machine) place() {
 // its share once, ready, and a flapping one none): then it moves once,
 // straight to the winner, never through a settled runner-up.
 func (m *Machine) poolHolder(a Address, cur string, elig []string, settled map[string]bool) string {
+	if cur == "" && m.newLeaderUnheard() {
+		return "" // placed once the members answered (newLeaderUnheard)
+	}
 	cands := elig
 	if a.Restricted {
 		cands = allowed(elig, a)
@@ -470,6 +473,30 @@ func (m *Machine) poolHolder(a Address, cur string, elig []string, settled map[s
 	}
 	return cur
 }
+
+// newLeaderUnheard: this leader is younger than a tick and some member
+// has not answered it yet. The eligible nodes it knows are then those
+// that answered first: a pool or egress address without a holder (its
+// holder's grant ended with the old leader) placed now would go to the
+// winner among them and move again as soon as the others answer, a
+// moment later (a new leader's first heartbeat goes out at once). It
+// waits for them, at most a tick (Machine.next wakes it then).
+func (m *Machine) newLeaderUnheard() bool {
+	l := m.lead
+	if !m.now.Before(m.newLeaderPlaces()) {
+		return false
+	}
+	for _, p := range l.peers {
+		if !p.acked {
+			return true
+		}
+	}
+	return false
+}
+
+// newLeaderPlaces is when a new leader places pool and egress addresses
+// without a holder even if some member has not answered.
+func (m *Machine) newLeaderPlaces() time.Time { return m.lead.since.Add(m.cfg.Tick) }
 
 // allowed returns the names that may hold a.
 func allowed(names []string, a Address) []string {

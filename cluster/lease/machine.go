@@ -69,9 +69,14 @@ import (
 // is far above what NTP-free monotonic clocks of servers drift (tens of
 // ppm).
 type Machine struct {
-	cfg  Config
-	base time.Time // tick grid origin (New's now)
-	now  time.Time
+	cfg Config
+	// base is the tick grid's origin: New's now, moved back to the wall
+	// clock's last multiple of the heartbeat interval, so that a leader's
+	// renewals fall on the instants of the other periodic work (the health
+	// probes and the l2 verification tick on that grid too: gridclock),
+	// one wake-up for all of them. start is New's now.
+	base, start time.Time
+	now         time.Time
 
 	ticks int64 // grid ticks elapsed since base
 
@@ -186,7 +191,8 @@ func New(cfg Config, persisted []byte, now time.Time) (*Machine, error) {
 	}
 	m := &Machine{
 		cfg:      cfg,
-		base:     now,
+		base:     gridOrigin(now, time.Duration(cfg.HeartbeatTicks)*cfg.Tick),
+		start:    now,
 		now:      now,
 		members:  map[uint64]memberInfo{},
 		routes:   map[uint64]string{},
@@ -196,10 +202,12 @@ func New(cfg Config, persisted []byte, now time.Time) (*Machine, error) {
 
 		lastLeaderTick: -1 << 40,
 	}
+	m.ticks = int64(now.Sub(m.base) / cfg.Tick)
 	m.hold.reset(0)
 	// A restarted node must not vote or campaign for E ticks: before the
 	// restart it may have acknowledged a leader's renewal (see Machine).
-	m.fenceTick = int64(cfg.ElectionTicks)
+	// One more: now lies within the grid's current tick.
+	m.fenceTick = m.ticks + int64(cfg.ElectionTicks) + 1
 	if persisted != nil {
 		if err := m.restore(persisted); err != nil {
 			return nil, err
@@ -412,6 +420,16 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 	m.updateUnverified()
 	m.drive()
 	return m.output()
+}
+
+// gridOrigin is now moved back to the wall clock's last multiple of
+// period (keeping now's monotonic reading: the grid moves with it, not
+// with steps of the wall clock).
+func gridOrigin(now time.Time, period time.Duration) time.Time {
+	if period <= 0 {
+		return now
+	}
+	return now.Add(-now.Sub(now.Truncate(period)))
 }
 
 // advance delivers the grid ticks that elapsed up to now.
@@ -918,7 +936,7 @@ func (m *Machine) next() time.Time {
 	}
 	if m.rn == nil {
 		if !m.left {
-			at(m.base.Add(m.cfg.Discover))
+			at(m.start.Add(m.cfg.Discover))
 			atTick(m.ticks + int64(m.cfg.ElectionTicks))
 		}
 		return best
@@ -930,6 +948,7 @@ func (m *Machine) next() time.Time {
 	if m.lead != nil {
 		h := int64(m.cfg.HeartbeatTicks)
 		atTick((m.ticks/h + 1) * h)
+		at(m.newLeaderPlaces()) // leader.go: newLeaderUnheard
 		return best
 	}
 	if m.rn.BasicStatus().Lead != raft.None {

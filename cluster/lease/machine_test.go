@@ -295,7 +295,8 @@ func TestVoteFences(t *testing.T) {
 			t.Fatal("b voted right after a restart")
 		}
 		cfg := n.nodes["b"].cfg
-		n.now = n.now.Add(time.Duration(cfg.ElectionTicks) * cfg.Tick)
+		// E ticks, and the rest of the grid tick it restarted in
+		n.now = n.now.Add(time.Duration(cfg.ElectionTicks+1) * cfg.Tick)
 		n.step("b", Tick{})
 		if got := votes(n.step("b", Receive{From: "c", Data: voteFrom(t, n, "c", "b", term+1, false)})); got != 1 {
 			t.Fatal("b never votes after its restart fence")

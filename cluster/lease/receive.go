@@ -236,7 +236,7 @@ func (m *Machine) onAssign(from string, a *assign) {
 	if m.health {
 		hf = int64(m.now.Sub(m.healthySince))
 	}
-	m.env(from).h.Ack = &ack{Term: m.hold.term, Seq: m.hold.seq, Gen: m.hold.gen, Healthy: m.health && m.cfg.Role == Voter, HealthyFor: hf, Priority: m.cfg.Priority, Role: m.cfg.Role, Leaving: m.leaving, Boot: m.base.UnixNano(), OvHeld: m.ovHeldKeys()}
+	m.env(from).h.Ack = &ack{Term: m.hold.term, Seq: m.hold.seq, Gen: m.hold.gen, Healthy: m.health && m.cfg.Role == Voter, HealthyFor: hf, Priority: m.cfg.Priority, Role: m.cfg.Role, Leaving: m.leaving, Boot: m.start.UnixNano(), OvHeld: m.ovHeldKeys()}
 }
 
 func (m *Machine) onGrant(g *grant) {
