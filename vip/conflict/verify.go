@@ -18,8 +18,10 @@ const (
 	VerifyEvery = time.Second
 	// VerifyMisses unanswered rounds in a row make an address unreachable.
 	VerifyMisses = 2
-	// ReportsEvery is how often the holder reads the others' reports.
-	ReportsEvery = 500 * time.Millisecond
+	// ReportsEvery is how often the holder reads the others' reports: a
+	// multiple of both profiles' lease heartbeat intervals (200 and 40
+	// ms), so that the reads fall on the leader's renewals (gridAfter).
+	ReportsEvery = 400 * time.Millisecond
 	// VerifyMaxRound bounds one round: with more addresses than this to
 	// verify, rounds take turns (1,000 pool addresses never cost 1,000
 	// probes a second).
@@ -173,7 +175,7 @@ func (v *Verifier) Step(ev Event, now time.Time) VerifyOutput {
 				v.addrs[a].lastProbe = now
 			}
 		}
-		v.nextRound = now.Add(v.every)
+		v.nextRound = gridAfter(now, v.every)
 	}
 	if !now.Before(v.nextRead) {
 		for _, a := range v.sorted() {
@@ -181,7 +183,7 @@ func (v *Verifier) Step(ev Event, now time.Time) VerifyOutput {
 				out.ReadReports = append(out.ReadReports, a)
 			}
 		}
-		v.nextRead = now.Add(ReportsEvery)
+		v.nextRead = gridAfter(now, ReportsEvery)
 	}
 	out.Next = v.next()
 	return out
@@ -244,6 +246,15 @@ func (v *Verifier) next() time.Time {
 		n = v.nextRound
 	}
 	return n
+}
+
+// gridAfter is the first multiple of iv on the wall clock after now
+// (keeping now's monotonic reading): rounds and reads fall on the
+// instants of the health probes and the lease renewals (gridclock, and
+// the lease machine's tick grid), so one wake-up of the process serves
+// them all.
+func gridAfter(now time.Time, iv time.Duration) time.Time {
+	return now.Add(iv - now.Sub(now.Truncate(iv)))
 }
 
 func (v *Verifier) sorted() []netip.Addr {

@@ -97,7 +97,7 @@ func TestVerifier(t *testing.T) {
 			{at: ReportsEvery, ev: Tick{}, read: []netip.Addr{vip}},
 			{at: 3 * s, ev: Reports{Addr: vip, Reporters: []string{"n2"}, Others: 2}, read: []netip.Addr{vip}},
 			{at: 3100 * time.Millisecond, ev: Reports{Addr: vip, Reporters: []string{"n2", "n3"}, Others: 2}, verdicts: "self unreachable 10.0.0.100@n1"},
-			{at: 3200 * time.Millisecond, ev: Reports{Addr: vip, Reporters: []string{"n2", "n3"}, Others: 2}},
+			{at: 3150 * time.Millisecond, ev: Reports{Addr: vip, Reporters: []string{"n2", "n3"}, Others: 2}},
 			{at: 4 * s, ev: Reports{Addr: vip, Others: 2}, read: []netip.Addr{vip}, verdicts: "self ok 10.0.0.100@n1"},
 		}},
 		{"the holder alone (no others) is never unverified", []vstep{
@@ -191,5 +191,26 @@ func TestVerifierNext(t *testing.T) {
 				t.Fatalf("next %v, want %v", out.Next.Sub(t0), tc.next)
 			}
 		})
+	}
+}
+
+// Rounds and report reads fall on the wall clock's multiples of their
+// intervals (the instants of the health probes and the lease renewals),
+// however late a step came.
+func TestVerifierOnTheGrid(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	v := NewVerifier(0)
+	v.Step(Holder{Addr: vip, Name: "n1", Self: true}, t0.Add(123*time.Millisecond))
+	if out := v.Step(Tick{}, t0.Add(130*time.Millisecond)); !out.Next.Equal(t0.Add(ReportsEvery)) {
+		t.Fatalf("reports: next %v, want %v", out.Next.Sub(t0), ReportsEvery)
+	}
+	out := v.Step(Holder{Addr: vip6, Name: "n2"}, t0.Add(517*time.Millisecond))
+	out = v.Step(Probed{Addrs: out.Probe}, t0.Add(560*time.Millisecond))
+	if !out.Next.Equal(t0.Add(800 * time.Millisecond)) {
+		t.Fatalf("next %v, want the reports at 800ms", out.Next.Sub(t0))
+	}
+	out = v.Step(Tick{}, t0.Add(801*time.Millisecond))
+	if !out.Next.Equal(t0.Add(VerifyEvery)) {
+		t.Fatalf("next %v, want the round at %v", out.Next.Sub(t0), VerifyEvery)
 	}
 }
