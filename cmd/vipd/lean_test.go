@@ -252,3 +252,29 @@ func TestBuildsKeepStacks(t *testing.T) {
 		t.Error("packaging/build.sh --print-godebug does not print gcshrinkstackoff=1")
 	}
 }
+
+// TestGCTrimEvery: after collections less than gcTrimEvery apart, the
+// GC tables are trimmed once.
+func TestGCTrimEvery(t *testing.T) {
+	r, err := gcTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &gcTrim{tables: r, every: time.Second}
+	t0, trims := time.Now(), 0
+	for i, c := range []struct {
+		after time.Duration
+		want  bool
+	}{{0, true}, {100 * time.Millisecond, false}, {999 * time.Millisecond, false}, {time.Second, true}, {1500 * time.Millisecond, false}, {5 * time.Second, true}} {
+		got := tr.after(t0.Add(c.after))
+		if got != c.want {
+			t.Errorf("collection %d, %v after the first: trimmed %v, want %v", i, c.after, got, c.want)
+		}
+		if got {
+			trims++
+		}
+	}
+	if trims != 3 {
+		t.Errorf("%d trims, want 3", trims)
+	}
+}
