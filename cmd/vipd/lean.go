@@ -218,8 +218,9 @@ func (r pageRange) trim() error { return dropPages(r.start, r.end) }
 // mean per node): 20.6 and 20.7 MB before; 20.6 MB with stacks never
 // shrunk alone (the collections still bring the tables back); 19.3 MB
 // with the trim after collections alone (the stacks growing back bring
-// them back); 17.5 and 17.6 MB with both. CPU per node in the same runs,
-// noisy on this shared VM: 0.54, 0.51 % before, 0.46, 0.48 % with both.
+// them back); 17.5, 17.6, 17.6 and 17.8 MB with both. CPU per node in the
+// same runs, noisy on this shared VM: 0.54, 0.51 % before; 0.46, 0.48,
+// 0.47, 0.53 % with both.
 //
 // The cost: one madvise after each collection and that collection's
 // faults back, at most about 65 faults of 3.5 us and 125 us to unmap them
