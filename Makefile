@@ -59,9 +59,14 @@ build: $(BIN) $(CTRL_BIN)
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './.cache/*' 2>/dev/null) go.mod go.sum
 
+# vipd's runtime defaults (packaging/build.sh --print-godebug): its
+# goroutines' stacks are not shrunk by the garbage collector, see
+# cmd/vipd/lean.go. Evaluated only when bin/vipd is built.
+VIPD_GODEBUG = $(shell packaging/build.sh --print-godebug)
+
 $(BIN): $(GO_SOURCES)
 	@mkdir -p bin
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/vipd
+	$(GO) build -trimpath -ldflags '$(LDFLAGS) -X runtime.godebugDefault=$(VIPD_GODEBUG)' -o $(BIN) ./cmd/vipd
 
 # The Kubernetes controllers are a separate binary that vipd starts when
 # VIPD_CONTROLLERS is set: client-go would double vipd's resident memory.

@@ -3,6 +3,7 @@
 #
 #   packaging/build.sh [GIT_DESCRIBE]
 #   packaging/build.sh --print-version GIT_DESCRIBE
+#   packaging/build.sh --print-godebug
 #
 # GIT_DESCRIBE defaults to `git describe --tags --always --dirty`; it is
 # turned into a version deb and rpm both order correctly:
@@ -49,6 +50,22 @@ version_of() {
 	echo "0.0.0~${d}${since}${dirty}" | tr -c 'A-Za-z0-9.+~\n' '.'
 }
 
+# vipd's runtime defaults, linked in as runtime.godebugDefault (a GODEBUG
+# in vipd's environment overrides each): gcshrinkstackoff=1, the stacks of
+# its goroutines are not shrunk by the garbage collector (cmd/vipd/lean.go
+# says why). The -X replaces the defaults go build links in for the module
+# (go.mod's go and godebug lines), so they come first.
+godebug_of_vipd() {
+	d=$($GO list -f '{{.DefaultGODEBUG}}' ./cmd/vipd)
+	echo "${d:+$d,}gcshrinkstackoff=1"
+}
+
+if [ "${1:-}" = "--print-godebug" ]; then
+	# For the Makefile and packaging/image.sh.
+	godebug_of_vipd
+	exit 0
+fi
+
 if [ "${1:-}" = "--print-version" ]; then
 	# For tests: packaging/build.sh --print-version GIT_DESCRIBE
 	version_of "${2:?--print-version needs a git describe string}"
@@ -69,7 +86,7 @@ date=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%d)
 
 COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 echo "build.sh: vipd $VERSION for linux/$ARCH"
-CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT" -o "$BUILD/vipd" ./cmd/vipd
+CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT -X runtime.godebugDefault=$(godebug_of_vipd)" -o "$BUILD/vipd" ./cmd/vipd
 # The optional Kubernetes controllers: a separate binary vipd starts when
 # VIPD_CONTROLLERS is set (it looks in /usr/lib/vipd/).
 CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -ldflags "-s -w -X main.version=$VERSION -X main.commit=$COMMIT" -o "$BUILD/vipd-controllers" ./cmd/vipd-controllers

@@ -34,8 +34,12 @@ BUILD=$(mktemp -d)
 trap 'rm -rf "$BUILD"' EXIT
 mkdir -p "$DIST"
 ldflags="-s -w -X main.version=$VERSION -X main.commit=$COMMIT"
+# vipd's runtime defaults: packaging/build.sh --print-godebug.
+godebug=$(packaging/build.sh --print-godebug)
 for cmd in vipd vipd-controllers; do
-	CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$BUILD/$cmd" ./cmd/$cmd
+	flags=$ldflags
+	[ "$cmd" = vipd ] && flags="$flags -X runtime.godebugDefault=$godebug"
+	CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH $GO build -trimpath -buildvcs=false -ldflags "$flags" -o "$BUILD/$cmd" ./cmd/$cmd
 done
 out=$DIST/vipd-image-$TAG.oci.tar
 # The tools module resolves its own dependencies; give it absolute paths.
