@@ -89,6 +89,28 @@ func decodeSockaddr(sa *unix.RawSockaddrAny) (netip.AddrPort, error) {
 	return netip.AddrPort{}, fmt.Errorf("gossip packet from address family %d", sa.Addr.Family)
 }
 
+// nonBlocking runs call, a non-blocking system call, again while it is
+// interrupted. It returns false when the call would block (EAGAIN: the
+// poller waits for the socket, then the caller's callback runs again) and
+// true when it is done, its error in *err (nil on success): the callback
+// shape of syscall.RawConn's Read and Write.
+func nonBlocking(call func() syscall.Errno, err *error) bool {
+	for {
+		switch e := call(); e {
+		case 0:
+			*err = nil
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			*err = e
+			return true
+		}
+	}
+}
+
 // readFrom reads one datagram into b, waiting in the poller.
 func (r *rawUDP) readFrom(b []byte) (int, netip.AddrPort, error) {
 	var (
@@ -98,22 +120,11 @@ func (r *rawUDP) readFrom(b []byte) (int, netip.AddrPort, error) {
 	)
 	err := r.rc.Read(func(fd uintptr) bool {
 		salen := uint32(unix.SizeofSockaddrAny)
-		for {
-			var e syscall.Errno
+		return nonBlocking(func() (e syscall.Errno) {
 			n, _, e = unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0,
 				uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&salen)))
-			switch e {
-			case 0:
-				rerr = nil
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false // nothing to read: wait in the poller
-			default:
-				rerr = e
-			}
-			return true
-		}
+			return e
+		}, &rerr)
 	})
 	if err != nil {
 		return 0, netip.AddrPort{}, err
@@ -139,21 +150,11 @@ func (r *rawUDP) writeTo(b []byte, to netip.AddrPort) error {
 	}
 	var werr error
 	err = r.rc.Write(func(fd uintptr) bool {
-		for {
+		return nonBlocking(func() syscall.Errno {
 			_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(p), uintptr(len(b)), 0,
 				uintptr(unsafe.Pointer(&sa)), uintptr(salen))
-			switch e {
-			case 0:
-				werr = nil
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false // send buffer full: wait in the poller
-			default:
-				werr = e
-			}
-			return true
-		}
+			return e
+		}, &werr)
 	})
 	if err != nil {
 		return err
