@@ -227,8 +227,12 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 	if len(outs) > 0 {
 		l.machineNext = time.Time{}
 	}
+	// One Status for the step: it is the machine's state after the
+	// steps above, which applying their outputs does not change (it
+	// builds maps: twice a step was a fifth of a leader's garbage).
+	st := l.m.Status()
 	for _, out := range outs {
-		if err := l.apply(now, out); err != nil {
+		if err := l.apply(now, out, st); err != nil {
 			return err
 		}
 		if !out.Next.IsZero() && (l.machineNext.IsZero() || out.Next.Before(l.machineNext)) {
@@ -248,7 +252,6 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 		wait = max(next.Sub(now), 0)
 	}
 	timer.Reset(wait)
-	st := l.m.Status()
 	for k, h := range st.Holders {
 		if h != "" && h != st.Name && l.kinds[k] != lease.Pool {
 			l.lastOther[k] = h // the holder a handover would come from
@@ -317,7 +320,7 @@ func (l *leaseLoop) health(now time.Time) lease.Event {
 
 // apply carries out one output: persist, then send, then metadata and
 // decisions.
-func (l *leaseLoop) apply(now time.Time, out lease.Output) error {
+func (l *leaseLoop) apply(now time.Time, out lease.Output, st lease.Status) error {
 	if out.Persist != nil {
 		if err := l.store.Save(out.Persist); err != nil {
 			// Nothing of this output is sent: the machine's promises
@@ -343,7 +346,7 @@ func (l *leaseLoop) apply(now time.Time, out lease.Output) error {
 	if out.Holds != nil {
 		l.ovs = out.Overlaps
 		l.ovt.observe(now, out)
-		l.holdsChanged(now, out.Holds)
+		l.holdsChanged(out.Holds, st)
 	}
 	return nil
 }
@@ -351,8 +354,7 @@ func (l *leaseLoop) apply(now time.Time, out lease.Output) error {
 // holdsChanged hands every new or renewed hold to decide, and a release
 // for every address no longer held. An end already past is passed on as
 // it is: the executor does not act on it.
-func (l *leaseLoop) holdsChanged(now time.Time, holds map[string]time.Time) {
-	st := l.m.Status()
+func (l *leaseLoop) holdsChanged(holds map[string]time.Time, st lease.Status) {
 	leader := st.Leader
 	var ds []LeaseDecision
 	for _, k := range sortedKeys(holds) {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -60,13 +61,7 @@ func (m *Machine) metaBytes() []byte {
 		}
 		if m.conf != nil {
 			md.Voters = len(m.conf.Voters)
-			vs := append([]uint64(nil), m.conf.Voters...)
-			sort.Slice(vs, func(i, j int) bool { return vs[i] < vs[j] })
-			h := fnv.New64a()
-			for _, v := range vs {
-				fmt.Fprintf(h, "%d,", v)
-			}
-			md.VoterSum = h.Sum64()
+			md.VoterSum = voterSum(m.conf.Voters, &m.metaMemo.ids)
 		}
 	}
 	if m.metaMemo.b != nil && md.equal(m.metaMemo.md) {
@@ -75,6 +70,22 @@ func (m *Machine) metaBytes() []byte {
 	b, _ := json.Marshal(md)
 	m.metaMemo.md, m.metaMemo.b = md, b
 	return b
+}
+
+// voterSum is the FNV-64a hash of the voter ids, sorted, each in decimal
+// followed by a comma ("1,5,9,"): members compare it to see the same
+// configuration. scratch is reused between calls (metaBytes runs at every
+// step of the machine).
+func voterSum(voters []uint64, scratch *[]uint64) uint64 {
+	vs := append((*scratch)[:0], voters...)
+	slices.Sort(vs)
+	*scratch = vs
+	h := fnv.New64a()
+	var buf [24]byte
+	for _, v := range vs {
+		_, _ = h.Write(append(strconv.AppendUint(buf[:0], v, 10), ','))
+	}
+	return h.Sum64()
 }
 
 // equal: a and b encode the same (Alive is not encoded).
@@ -88,7 +99,7 @@ func (a meta) equal(b meta) bool {
 
 // oldClaims are the control-plane addresses this node holds now, sorted.
 func (m *Machine) oldClaims() []string {
-	hs := m.holds()
+	hs := m.held()
 	var out []string
 	for _, a := range m.want {
 		if _, ok := hs[a.Key]; ok && a.Kind == ControlPlane {
@@ -347,7 +358,7 @@ func (m *Machine) restore(b []byte) error {
 
 // Status returns a snapshot of the machine.
 func (m *Machine) Status() Status {
-	s := Status{Name: m.cfg.Name, ClusterID: m.cluster, ID: m.id, Healthy: m.health, Leaving: m.leaving, Removed: m.left, Holders: map[string]string{}, Holds: m.holds(), Unverified: m.UnverifiedStatus()}
+	s := Status{Name: m.cfg.Name, ClusterID: m.cluster, ID: m.id, Healthy: m.health, Leaving: m.leaving, Removed: m.left, Holders: map[string]string{}, Holds: m.held(), Unverified: m.UnverifiedStatus()}
 	if m.rn == nil {
 		s.State = "Discovering"
 		return s

@@ -921,7 +921,6 @@ func (m *Machine) membership() {
 	if l.confPending || !m.leaseValid() || len(m.conf.VotersOutgoing) > 0 {
 		return // one change at a time; a joint configuration leaves by itself
 	}
-	st := m.rn.Status()
 	// joins
 	for len(l.joins) > 0 {
 		j := l.joins[0]
@@ -1005,13 +1004,18 @@ func (m *Machine) membership() {
 	// voters at once, not through a fragile two
 	var promote []*pb.ConfChangeSingle
 	var names []string
-	for _, id := range m.conf.Learners {
-		pr, ok := st.Progress[id]
-		info := m.members[id]
-		p := l.peers[info.Name]
-		if ok && p != nil && m.alive(p) && p.acked && pr.Match >= st.GetCommit() {
-			promote = append(promote, &pb.ConfChangeSingle{Type: pb.ConfChangeAddNode.Enum(), NodeId: new(id)})
-			names = append(names, info.Name)
+	if len(m.conf.Learners) > 0 {
+		// raft's Status copies every member's progress: only with a
+		// learner to look at (the leader runs this at every step)
+		st := m.rn.Status()
+		for _, id := range m.conf.Learners {
+			pr, ok := st.Progress[id]
+			info := m.members[id]
+			p := l.peers[info.Name]
+			if ok && p != nil && m.alive(p) && p.acked && pr.Match >= st.GetCommit() {
+				promote = append(promote, &pb.ConfChangeSingle{Type: pb.ConfChangeAddNode.Enum(), NodeId: new(id)})
+				names = append(names, info.Name)
+			}
 		}
 	}
 	if len(promote) > 0 {

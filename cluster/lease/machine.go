@@ -155,9 +155,13 @@ type Machine struct {
 	// metaMemo: the metadata metaBytes encoded last and its encoding;
 	// every Step asks for it, and it seldom changes (json.Marshal was a
 	// sixth of an idle holder's Step).
+	// heldMemo: holds() as the last Step's output gave it (nil during a
+	// Step): Status and the metadata ask for it after every step.
+	heldMemo map[string]time.Time
 	metaMemo struct {
-		md meta
-		b  []byte
+		ids []uint64 // voterSum's scratch
+		md  meta
+		b   []byte
 	}
 }
 
@@ -384,6 +388,7 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 	m.out = map[string]*envelope{}
 	m.outOrder = nil
 	m.notes = nil
+	m.heldMemo = nil
 	m.advance()
 	switch e := ev.(type) {
 	case Tick:
@@ -855,6 +860,9 @@ func (m *Machine) queueRaft(msg *pb.Message) {
 
 func (m *Machine) output() Output {
 	out := Output{Notes: m.notes, Holds: m.holds()}
+	// The step has changed what it will: until the next Step, what this
+	// node holds is this (metaBytes and Status ask again).
+	m.heldMemo = out.Holds
 	out.Overlaps = m.overlaps(out.Holds)
 	if m.dirty {
 		out.Persist = m.persist()
@@ -889,6 +897,15 @@ func (m *Machine) output() Output {
 	}
 	out.Next = m.next()
 	return out
+}
+
+// held is holds, from the last Step's output when there is one: the map
+// is shared, and nobody writes to it.
+func (m *Machine) held() map[string]time.Time {
+	if m.heldMemo != nil {
+		return m.heldMemo
+	}
+	return m.holds()
 }
 
 // holds: what this node may hold now, each until its end.

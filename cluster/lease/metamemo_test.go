@@ -2,8 +2,13 @@ package lease
 
 import (
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 )
 
 // TestMetaEqualEveryEncodedField: metaBytes reuses its last encoding
@@ -57,5 +62,80 @@ func TestMetaBytesMemo(t *testing.T) {
 	md, ok := parseMeta(m.metaBytes())
 	if !ok || md.Priority != 2 {
 		t.Fatalf("parsed %+v, %v", md, ok)
+	}
+}
+
+// TestVoterSumWire: the voters' hash in the metadata is compared between
+// nodes of different releases (a rolling upgrade), so it must stay the
+// FNV-64a of the sorted ids written as "%d," each; and the caller's slice
+// keeps its order.
+func TestVoterSumWire(t *testing.T) {
+	for _, voters := range [][]uint64{nil, {7}, {9, 3, 5}, {1 << 63, 42, 18446744073709551615}, {2, 2, 1}} {
+		in := slices.Clone(voters)
+		sorted := slices.Sorted(slices.Values(voters))
+		h := fnv.New64a()
+		for _, v := range sorted {
+			fmt.Fprintf(h, "%d,", v)
+		}
+		var scratch []uint64
+		if got := voterSum(voters, &scratch); got != h.Sum64() {
+			t.Errorf("voters %v: sum %x, want %x", voters, got, h.Sum64())
+		}
+		if !slices.Equal(in, voters) {
+			t.Errorf("voterSum reordered its input: %v, was %v", voters, in)
+		}
+	}
+}
+
+// TestHeldMemoIsCurrent: after every step of a cluster's life (bootstrap,
+// joins, a holder's loss, a restart), Status and the metadata's claims
+// see the holds the step computed, exactly what a fresh computation gives.
+func TestHeldMemoIsCurrent(t *testing.T) {
+	n := three(t)
+	checks := 0
+	n.seen = func(name string, out Output) {
+		m := n.nodes[name].m
+		fresh := m.holds()
+		if !maps.EqualFunc(out.Holds, fresh, time.Time.Equal) || !maps.EqualFunc(m.Status().Holds, fresh, time.Time.Equal) {
+			t.Fatalf("%s at %v: output holds %v, status %v, fresh %v", name, n.now, out.Holds, m.Status().Holds, fresh)
+		}
+		checks++
+	}
+	n.run(time.Second)
+	h := n.holders("vip")
+	if len(h) != 1 {
+		t.Fatalf("holders %v", h)
+	}
+	n.nodes[h[0]].up = false
+	n.run(3 * time.Second)
+	n.nodes[h[0]].up = true
+	n.restart(h[0], true)
+	n.view()
+	n.run(2 * time.Second)
+	if checks < 1000 {
+		t.Fatalf("only %d steps checked", checks)
+	}
+}
+
+// TestLeaderStepGarbage: a steady leader's step and the Status its loop
+// reads after it stay within a small allocation budget. Before the memo
+// of holds and the lazy raft status, a tick and its Status allocated
+// about twice this.
+func TestLeaderStepGarbage(t *testing.T) {
+	n := three(t)
+	n.run(2 * time.Second)
+	a := n.nodes["a"].m
+	if a.lead == nil {
+		t.Fatal("a is not the leader")
+	}
+	allocs := testing.AllocsPerRun(200, func() {
+		n.now = n.now.Add(time.Millisecond)
+		a.Step(n.now, Tick{})
+		_ = a.Status()
+	})
+	n.q = nil
+	t.Logf("%.1f allocations per leader tick and status", allocs)
+	if allocs > 40 {
+		t.Errorf("%.1f allocations per leader tick and status, want <= 40", allocs)
 	}
 }
