@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/vipd/vipd/internal/rawconn"
 	"golang.org/x/sys/unix"
 )
 
@@ -89,28 +90,6 @@ func decodeSockaddr(sa *unix.RawSockaddrAny) (netip.AddrPort, error) {
 	return netip.AddrPort{}, fmt.Errorf("gossip packet from address family %d", sa.Addr.Family)
 }
 
-// nonBlocking runs call, a non-blocking system call, again while it is
-// interrupted. It returns false when the call would block (EAGAIN: the
-// poller waits for the socket, then the caller's callback runs again) and
-// true when it is done, its error in *err (nil on success): the callback
-// shape of syscall.RawConn's Read and Write.
-func nonBlocking(call func() syscall.Errno, err *error) bool {
-	for {
-		switch e := call(); e {
-		case 0:
-			*err = nil
-			return true
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		default:
-			*err = e
-			return true
-		}
-	}
-}
-
 // readFrom reads one datagram into b, waiting in the poller.
 func (r *rawUDP) readFrom(b []byte) (int, netip.AddrPort, error) {
 	var (
@@ -120,7 +99,7 @@ func (r *rawUDP) readFrom(b []byte) (int, netip.AddrPort, error) {
 	)
 	err := r.rc.Read(func(fd uintptr) bool {
 		salen := uint32(unix.SizeofSockaddrAny)
-		return nonBlocking(func() (e syscall.Errno) {
+		return rawconn.NonBlocking(func() (e syscall.Errno) {
 			n, _, e = unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0,
 				uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&salen)))
 			return e
@@ -150,7 +129,7 @@ func (r *rawUDP) writeTo(b []byte, to netip.AddrPort) error {
 	}
 	var werr error
 	err = r.rc.Write(func(fd uintptr) bool {
-		return nonBlocking(func() syscall.Errno {
+		return rawconn.NonBlocking(func() syscall.Errno {
 			_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, fd, uintptr(p), uintptr(len(b)), 0,
 				uintptr(unsafe.Pointer(&sa)), uintptr(salen))
 			return e

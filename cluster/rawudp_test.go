@@ -1,10 +1,8 @@
 package cluster
 
 import (
-	"errors"
 	"net"
 	"net/netip"
-	"syscall"
 	"testing"
 	"time"
 
@@ -94,40 +92,6 @@ func TestRawUDPExchange(t *testing.T) {
 			}
 			if string(buf[:n]) != "pong" || from != aAddr {
 				t.Errorf("read %q from %v, want pong from %v", buf[:n], from, aAddr)
-			}
-		})
-	}
-}
-
-// nonBlocking retries an interrupted call, hands EAGAIN back to the poller
-// and reports any other result.
-func TestNonBlocking(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		errs  []syscall.Errno // what the call returns, in turn
-		done  bool
-		err   error
-		calls int
-	}{
-		{"success", []syscall.Errno{0}, true, nil, 1},
-		{"interrupted, then success", []syscall.Errno{unix.EINTR, unix.EINTR, 0}, true, nil, 3},
-		{"would block: wait in the poller", []syscall.Errno{unix.EAGAIN}, false, nil, 1},
-		{"interrupted, then would block", []syscall.Errno{unix.EINTR, unix.EAGAIN}, false, nil, 2},
-		{"an error", []syscall.Errno{unix.ECONNREFUSED}, true, unix.ECONNREFUSED, 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			calls := 0
-			var err error
-			if tc.done {
-				err = errors.New("stale") // a done call sets it
-			}
-			done := nonBlocking(func() syscall.Errno {
-				e := tc.errs[calls]
-				calls++
-				return e
-			}, &err)
-			if done != tc.done || calls != tc.calls || err != tc.err {
-				t.Fatalf("done=%v calls=%d err=%v, want %v %d %v", done, calls, err, tc.done, tc.calls, tc.err)
 			}
 		})
 	}

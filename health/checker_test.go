@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"log/slog"
 	"math/big"
 	"net"
@@ -24,6 +25,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/vipd/vipd/internal/rawconn"
 )
 
 // fakeClock is a settable Clock.
@@ -800,5 +803,41 @@ func TestRunDrainRefused(t *testing.T) {
 	}
 	if s.Reason != ReasonRefused || !s.Draining || !s.HandOver || s.DrainReason != DrainRefused || !s.Healthy {
 		t.Fatalf("first refused probe: %+v, want a handover asked while still healthy", s)
+	}
+}
+
+// TestProbeConnectionIsRaw: the probe's connections read and write with
+// raw calls (internal/rawconn), so an idle node's probes do not wake the
+// runtime's monitor thread; the probe still works through them, the
+// connection kept from one probe to the next.
+func TestProbeConnectionIsRaw(t *testing.T) {
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	c := newChecker(t, Config{URL: ts.URL + "/livez"}, prometheus.NewRegistry())
+	_, tr := c.client(probeCreds{})
+	var dialed []net.Conn
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		dialed = append(dialed, conn)
+		return conn, err
+	}
+	client := &http.Client{Transport: tr}
+	defer tr.CloseIdleConnections()
+	for i := range 3 {
+		resp, err := client.Get(ts.URL + "/livez")
+		if err != nil {
+			t.Fatalf("probe %d: %v", i, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("probe %d: %s", i, resp.Status)
+		}
+	}
+	if len(dialed) != 1 {
+		t.Fatalf("%d connections for 3 probes, want 1", len(dialed))
+	}
+	if _, ok := dialed[0].(*rawconn.Conn); !ok {
+		t.Fatalf("the probe's connection is a %T, want *rawconn.Conn", dialed[0])
 	}
 }
