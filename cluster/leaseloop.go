@@ -229,7 +229,7 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 	}
 	// One Status for the step: it is the machine's state after the
 	// steps above, which applying their outputs does not change (it
-	// builds maps: twice a step was a fifth of a leader's garbage).
+	// builds maps: twice a step was a seventh of a leader's garbage).
 	st := l.m.Status()
 	for _, out := range outs {
 		if err := l.apply(now, out, st); err != nil {

@@ -152,12 +152,12 @@ type Machine struct {
 	notes    []Note
 	dirty    bool
 	lastMeta []byte
-	// metaMemo: the metadata metaBytes encoded last and its encoding;
-	// every Step asks for it, and it seldom changes (json.Marshal was a
-	// sixth of an idle holder's Step).
 	// heldMemo: holds() as the last Step's output gave it (nil during a
 	// Step): Status and the metadata ask for it after every step.
 	heldMemo map[string]time.Time
+	// metaMemo: the metadata metaBytes encoded last and its encoding;
+	// every Step asks for it, and it seldom changes (json.Marshal was a
+	// sixth of an idle holder's Step).
 	metaMemo struct {
 		ids []uint64 // voterSum's scratch
 		md  meta

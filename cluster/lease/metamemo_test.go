@@ -99,6 +99,16 @@ func TestHeldMemoIsCurrent(t *testing.T) {
 		if !maps.EqualFunc(out.Holds, fresh, time.Time.Equal) || !maps.EqualFunc(m.Status().Holds, fresh, time.Time.Equal) {
 			t.Fatalf("%s at %v: output holds %v, status %v, fresh %v", name, n.now, out.Holds, m.Status().Holds, fresh)
 		}
+		var claims []string
+		for _, a := range m.want {
+			if _, ok := fresh[a.Key]; ok && a.Kind == ControlPlane {
+				claims = append(claims, a.Key)
+			}
+		}
+		slices.Sort(claims)
+		if got := m.oldClaims(); !slices.Equal(got, claims) {
+			t.Fatalf("%s at %v: the metadata claims %v, fresh holds give %v", name, n.now, got, claims)
+		}
 		checks++
 	}
 	n.run(time.Second)
