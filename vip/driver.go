@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vipd/vipd/internal/clock"
+	"github.com/vipd/vipd/internal/gridclock"
 )
 
 // Watcher is implemented by announcers that can report changes of the
@@ -44,15 +45,23 @@ const watchGap = 100 * time.Millisecond
 // every ReconcileEvery (WatchedReconcileEvery and on every change while a
 // Watcher's watch is live). It is the only goroutine that touches the Core.
 type Driver struct {
-	core    *Core
-	ann     Announcer
-	clk     clock.Clock
-	mode    string
-	log     *slog.Logger
-	events  chan Event
-	stopped chan struct{} // closed when Run has returned
-	timeout time.Duration
-	onTrans func(Transition)
+	core *Core
+	ann  Announcer
+	clk  clock.Clock
+	// deadlines makes the timer of the core's next deadline: a timerfd
+	// with the process's clock (gridclock.Precise), clk under test. On
+	// the holder that deadline moves at every lease renewal, five times a
+	// second; a Go timer moved that often left the runtime's sysmon thread
+	// and the poller to wake at each deadline it had passed (they sleep
+	// until the earliest timer and are not told when it moves later),
+	// about two wake-ups a second for nothing.
+	deadlines clock.Clock
+	mode      string
+	log       *slog.Logger
+	events    chan Event
+	stopped   chan struct{} // closed when Run has returned
+	timeout   time.Duration
+	onTrans   func(Transition)
 
 	mu    sync.Mutex
 	state []VIPState
@@ -89,7 +98,7 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 		}
 	}
 	d := &Driver{
-		core: core, ann: ann, clk: clock.Or(opts.Clock), mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition,
+		core: core, ann: ann, clk: clock.Or(opts.Clock), deadlines: opts.Clock, mode: opts.Mode, log: log, timeout: opts.ActionTimeout, onTrans: opts.OnTransition,
 		events: make(chan Event, 256),
 		state:  core.State(),
 		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -105,6 +114,9 @@ func NewDriver(core *Core, ann Announcer, log *slog.Logger, reg prometheus.Regis
 	}
 	d.toBound = hist("vipd_failover_decision_to_bound_seconds", "On the new holder: from the decision to take the VIP to the VIP bound (l2: after the conflict probe; cloud: assigned).")
 	d.toAnnounce = hist("vipd_failover_bound_to_announce_seconds", "On the new holder: from the VIP bound to the first gratuitous ARP / unsolicited NA sent (l2).")
+	if d.deadlines == nil {
+		d.deadlines = gridclock.Precise{}
+	}
 	d.stopped = make(chan struct{})
 	for _, s := range d.state {
 		d.held.WithLabelValues(s.VIP.String(), d.mode).Set(0)
@@ -141,7 +153,7 @@ func (d *Driver) State() []VIPState {
 // (bounded by releaseTimeout) and returns. It runs once per Driver.
 func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {
 	defer close(d.stopped)
-	timer := d.clk.NewTimer(time.Hour)
+	timer := d.deadlines.NewTimer(time.Hour)
 	defer timer.Stop()
 	every := ReconcileEvery // the polling period, shorter without a live watch
 	reconcile := d.clk.NewTimer(every)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +136,88 @@ func TestDriverReleasesAtLeaseEnd(t *testing.T) {
 	defer ann.mu.Unlock()
 	if ann.bound[v4] {
 		t.Fatal("still bound after the lease end")
+	}
+}
+
+// timerfds counts this process's open timerfds.
+func timerfds(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("no /proc/self/fd: %v", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == "anon_inode:[timerfd]" {
+			n++
+		}
+	}
+	return n
+}
+
+// With the process's clock, the driver waits for the core's deadline on a
+// timerfd, not a Go timer: the holder moves that deadline at every lease
+// renewal, and a Go timer moved later leaves the runtime's monitor thread
+// and poller to wake at each deadline it passed. Renewed for a while, then
+// no more: the VIP goes at the last lease end, not at an earlier one that
+// a renewal had moved, nor much later; the timerfd is closed with Run.
+func TestDriverDeadlineOnTimerfd(t *testing.T) {
+	ann := &fakeAnnouncer{bound: map[netip.Prefix]bool{}}
+	trans := make(chan Transition, 8)
+	d, err := NewDriver(New([]netip.Prefix{v4}, Options{Elect: true}), ann, slog.New(slog.NewTextHandler(io.Discard, nil)), nil,
+		DriverOptions{Mode: "l2", OnTransition: func(tr Transition) { trans <- tr }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := timerfds(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx, time.Second) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+		}
+	}
+	defer stop()
+	d.Send(HealthChanged{Healthy: true})
+	const lease = 120 * time.Millisecond
+	until := time.Now().Add(lease)
+	d.Send(Elected{VIP: v4, Holder: true, Until: until, Reason: "lease granted"})
+	select {
+	case tr := <-trans:
+		if !tr.Held {
+			t.Fatalf("first transition %+v", tr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not acquired within 5 s")
+	}
+	if got := timerfds(t); got != before+1 {
+		t.Fatalf("%d timerfds while running, %d before: the deadline is not on a timerfd", got, before)
+	}
+	for range 8 { // renewals well inside each lease, as a holder's
+		time.Sleep(lease / 3)
+		until = time.Now().Add(lease)
+		d.Send(Elected{VIP: v4, Holder: true, Until: until, Reason: "lease renewed"})
+	}
+	select {
+	case tr := <-trans:
+		if tr.Held || !strings.Contains(tr.Cause, "lease ended") {
+			t.Fatalf("second transition %+v", tr)
+		}
+		if tr.At.Before(until) {
+			t.Fatalf("released %v before the last lease end", until.Sub(tr.At))
+		}
+		if late := tr.At.Sub(until); late > 100*time.Millisecond {
+			t.Fatalf("released %v after the last lease end", late)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not released within 5 s of the last renewal")
+	}
+	stop()
+	if got := timerfds(t); got != before {
+		t.Fatalf("%d timerfds after Run returned, %d before", got, before)
 	}
 }
