@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
+	"github.com/vipd/vipd/internal/rawconn"
 	"github.com/vipd/vipd/vip/conflict"
 )
 
@@ -191,10 +192,19 @@ func (l *L2) readClaimsOnce(ctx context.Context, proto int, cfg *packet.Config, 
 	if err != nil {
 		return err
 	}
+	// Frames are read, and the verification's probes sent, with raw
+	// system calls: a regular call wakes the runtime's monitor thread,
+	// which then polls until the process is idle again, and every node
+	// reads the others' probes and the holder's answers each second.
+	raw, err := rawconn.WrapPacket(c)
+	if err != nil {
+		_ = c.Close()
+		return err
+	}
 	opened()
 	if proto == unix.ETH_P_ARP {
 		// The verification rounds send their ARP probes on it.
-		l.setWire(&wireConn{c: c, ifi: ifi})
+		l.setWire(&wireConn{c: c, raw: raw, ifi: ifi})
 		defer l.setWire(nil)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
@@ -210,7 +220,7 @@ func (l *L2) readClaimsOnce(ctx context.Context, proto int, cfg *packet.Config, 
 		if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
 			return err
 		}
-		n, _, err := c.ReadFrom(buf)
+		n, err := raw.Recv(buf)
 		if err != nil {
 			if isTimeout(err) {
 				if int(l.index.Load()) != ifi.Index {
@@ -229,6 +239,7 @@ func (l *L2) readClaimsOnce(ctx context.Context, proto int, cfg *packet.Config, 
 // writes), with the interface it was opened on.
 type wireConn struct {
 	c   *packet.Conn
+	raw *rawconn.Packet // c, read and written with raw calls
 	ifi *net.Interface
 }
 

@@ -15,10 +15,11 @@ import (
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/ndp"
-	"github.com/mdlayher/packet"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
 
+	"github.com/vipd/vipd/internal/clock"
 	"github.com/vipd/vipd/internal/gridclock"
 	"github.com/vipd/vipd/vip/conflict"
 )
@@ -82,6 +83,8 @@ type verification struct {
 	// MACs that answered (the guard's readers see the answers); nil
 	// between rounds.
 	round map[netip.Addr]map[string]bool
+	// wait ends a round's wait for its answers (runVerify's).
+	wait clock.Timer
 	// dups: addresses two or more MACs answered for in one round (two
 	// holders), with when the episode began and was last seen.
 	dups     map[netip.Addr]*Duplicate
@@ -271,6 +274,11 @@ func (l *L2) runVerify(ctx context.Context) {
 	// three wake-ups (gridclock.Precise).
 	timer := gridclock.Precise{}.NewTimer(0)
 	defer timer.Stop()
+	// The rounds wait for their answers on one of their own, for the
+	// same reason: a Go timer per round was one more wake-up of the
+	// monitor thread and the poller a second.
+	vf.wait = gridclock.Precise{}.NewTimer(time.Hour)
+	defer vf.wait.Stop()
 	defer func() {
 		if vf.ndp != nil {
 			_ = vf.ndp.Close()
@@ -489,12 +497,11 @@ func (l *L2) probeAndWait(ctx context.Context, vf *verification, w *wireConn, ad
 			return err
 		}
 	}
-	t := time.NewTimer(vf.opts.Wait)
-	defer t.Stop()
+	vf.wait.Reset(vf.opts.Wait)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-vf.wait.C():
 		return nil
 	}
 }
@@ -516,7 +523,7 @@ func (l *L2) sendProbe(vf *verification, w *wireConn, a netip.Addr) error {
 		if err != nil {
 			return err
 		}
-		if _, err := w.c.WriteTo(fb, &packet.Addr{HardwareAddr: ethernet.Broadcast}); err != nil {
+		if err := w.raw.SendLinkLayer(fb, w.ifi.Index, unix.ETH_P_ARP, ethernet.Broadcast); err != nil {
 			return fmt.Errorf("ARP probe for %s: %w", a, err)
 		}
 		return nil
