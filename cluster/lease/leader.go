@@ -2,7 +2,6 @@ package lease
 
 import (
 	"encoding/json"
-	"fmt"
 	"hash/fnv"
 	"slices"
 	"sort"
@@ -24,7 +23,7 @@ type leaderState struct {
 	releasing map[string]release
 	from      map[string]string // key -> the node that let it go for its holder (a planned move)
 	eligSince map[string]time.Time
-	placeSig  string
+	placed    placeKey // what the last placement pass decided on
 	beat      bool
 
 	transferTo   string
@@ -370,11 +369,11 @@ func (m *Machine) place() {
 	// Nothing that decides placement changed, nothing is being released and
 	// every address is placed: skip the pass over every address (a leader
 	// with 1,000 addresses steps on every message it receives).
-	sig := fmt.Sprintf("%v|%v|%s|%d|%d|%v|%s", elig, poolCands, cp, len(legacy), m.wantGen, sortedKeys(legacy), m.unv.sig)
-	if sig == l.placeSig && len(l.releasing) == 0 && len(l.assign) == len(m.want) {
+	key := placeKey{elig: elig, poolCands: poolCands, legacy: sortedKeys(legacy), cp: cp, unv: m.unv.sig, wantGen: m.wantGen}
+	if key.equal(&l.placed) && len(l.releasing) == 0 && len(l.assign) == len(m.want) {
 		return
 	}
-	l.placeSig = sig
+	l.placed = key.clone()
 	for k, r := range l.releasing {
 		p := l.peers[r.from]
 		// released when its ack shows it let go (also of an overlap:
@@ -580,6 +579,27 @@ func (m *Machine) leaderDecide() {
 func (p *peerState) markSent() { p.sentGen = p.gen }
 func (p *peerState) sentGenDiffers() bool {
 	return p.sentGen != p.gen
+}
+
+// placeKey is what decides a placement pass besides the releases and
+// the addresses not placed yet: while it is unchanged the pass is skipped.
+// It is compared field by field; it was a formatted string, built on every
+// step of the leader (a fiftieth of its CPU).
+type placeKey struct {
+	elig, poolCands, legacy []string // legacy: the keys, sorted
+	cp, unv                 string
+	wantGen                 int
+}
+
+func (k *placeKey) equal(o *placeKey) bool {
+	return k.cp == o.cp && k.unv == o.unv && k.wantGen == o.wantGen &&
+		slices.Equal(k.elig, o.elig) && slices.Equal(k.poolCands, o.poolCands) && slices.Equal(k.legacy, o.legacy)
+}
+
+// clone returns k with slices of its own: the pass's slices are not kept.
+func (k placeKey) clone() placeKey {
+	k.elig, k.poolCands, k.legacy = slices.Clone(k.elig), slices.Clone(k.poolCands), slices.Clone(k.legacy)
+	return k
 }
 
 func sortedKeys[V any](s map[string]V) []string {
