@@ -314,6 +314,7 @@ func (c *Checker) probe(ctx context.Context) Result {
 		tr.CloseIdleConnections()
 		return Result{Reason: classifyError(err), Err: err}
 	}
+	c.creds.answered(resp.StatusCode)
 	r := Result{Code: resp.StatusCode, Reason: judgeStatus(resp.StatusCode, pc.loaded)}
 	defer func() {
 		// Drain what is left of a short answer so the connection can be

@@ -376,6 +376,60 @@ func TestToken(t *testing.T) {
 	step("token back: used at once", 0, "Bearer current", ReasonOK)
 }
 
+// TestTokenWhileAnswered: while the apiserver answers without a
+// credential (anonymous access to /livez allowed), a credential that
+// appears changes no verdict: it is looked for every checkEvery, not on
+// every probe (each look is a system call that wakes the runtime's monitor
+// thread), and used from the look that finds it. Once the apiserver
+// refuses a probe, the next probe looks again.
+func TestTokenWhileAnswered(t *testing.T) {
+	var lastAuth atomic.Value
+	var code atomic.Int32
+	code.Store(http.StatusOK)
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		lastAuth.Store(r.Header.Get("Authorization"))
+		w.WriteHeader(int(code.Load()))
+	})
+	path := filepath.Join(t.TempDir(), "token")
+	clock := newFakeClock()
+	c := newChecker(t, Config{URL: ts.URL + "/livez", TokenPath: path}, nil, WithClock(clock))
+	stats := 0
+	c.creds.stat = func(p string) (fileID, error) { stats++; return statFile(p) }
+	probe := func(desc string, advance time.Duration, wantAuth string, wantStats int, wantOK bool) {
+		t.Helper()
+		stats = 0
+		clock.Advance(advance)
+		r := c.Probe(t.Context())
+		if got := lastAuth.Load().(string); got != wantAuth || stats != wantStats {
+			t.Fatalf("%s: server saw Authorization %q after %d stats, want %q after %d", desc, got, stats, wantAuth, wantStats)
+		}
+		if r.OK != wantOK {
+			t.Fatalf("%s: probe ok %v, want %v (%s, %v)", desc, r.OK, wantOK, r.Reason, r.Err)
+		}
+	}
+	probe("no token file: looked for", 0, "", 1, true)
+	for range 4 {
+		probe("answered: not looked for again within the check period", time.Second, "", 0, true)
+	}
+	writeToken(t, path, "late")
+	probe("token written, check period not over: not seen", time.Second-time.Millisecond, "", 0, true)
+	probe("check period over: looked for and used", time.Millisecond, "Bearer late", 1, true)
+
+	// The apiserver refuses anonymous probes: a missing token is looked
+	// for on every probe, and one that appears is used at the next.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	probe("removed: seen at the next check", checkEvery, "", 2, true) // the check, then the read's own look
+	code.Store(http.StatusUnauthorized)
+	probe("refused, a credential was loaded before: a failure", time.Second, "", 0, false)
+	probe("refused: looked for on every probe", time.Second, "", 1, false)
+	probe("refused: looked for on every probe, again", 0, "", 1, false)
+	writeToken(t, path, "back")
+	code.Store(http.StatusOK)
+	probe("token back while refused: used at the next probe", time.Second, "Bearer back", 1, true)
+}
+
 func TestTokenEmptyPathNeverSends(t *testing.T) {
 	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
 		if a := r.Header.Get("Authorization"); a != "" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -66,9 +67,12 @@ type credentials struct {
 	pool         *x509.CertPool
 	caSince      time.Time
 	loaded       bool
-	cur          Credential
-	curVersion   int
-	lastErr      map[string]string // path -> last error logged, to log each once
+	// refused: the apiserver answered the last liveness probe with 401 or
+	// 403, so a missing credential is looked for on every probe.
+	refused    bool
+	cur        Credential
+	curVersion int
+	lastErr    map[string]string // path -> last error logged, to log each once
 }
 
 func newCredentials(cfg Config, logger *slog.Logger, now time.Time) *credentials {
@@ -114,6 +118,14 @@ func (s *credentials) refresh(now time.Time) probeCreds {
 	return p
 }
 
+// answered records the HTTP status of a liveness probe: while it is 401
+// or 403, a missing credential is looked for on every probe.
+func (s *credentials) answered(code int) {
+	s.mu.Lock()
+	s.refused = code == http.StatusUnauthorized || code == http.StatusForbidden
+	s.mu.Unlock()
+}
+
 // status returns the credential in use.
 func (s *credentials) status() Credential {
 	s.mu.Lock()
@@ -125,8 +137,8 @@ func (s *credentials) refreshCert(now time.Time) {
 	if s.certPath == "" {
 		return
 	}
-	due := s.certW.due(now, s.certPath, s.stat)
-	if s.keyPath != s.certPath && s.keyW.due(now, s.keyPath, s.stat) {
+	due := s.certW.due(now, s.refused, s.certPath, s.stat)
+	if s.keyPath != s.certPath && s.keyW.due(now, s.refused, s.keyPath, s.stat) {
 		due = true
 	}
 	if !due {
@@ -177,7 +189,7 @@ func (s *credentials) refreshCert(now time.Time) {
 }
 
 func (s *credentials) refreshToken(now time.Time) {
-	if s.tokenPath == "" || !s.tokenW.due(now, s.tokenPath, s.stat) {
+	if s.tokenPath == "" || !s.tokenW.due(now, s.refused, s.tokenPath, s.stat) {
 		return
 	}
 	id, err := s.stat(s.tokenPath)
@@ -212,7 +224,7 @@ func (s *credentials) refreshToken(now time.Time) {
 }
 
 func (s *credentials) refreshCA(now time.Time) {
-	if s.caPath == "" || !s.caW.due(now, s.caPath, s.stat) {
+	if s.caPath == "" || !s.caW.due(now, s.refused, s.caPath, s.stat) {
 		return
 	}
 	id, err := s.stat(s.caPath)

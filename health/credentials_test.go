@@ -37,32 +37,39 @@ func TestWatchDue(t *testing.T) {
 	d := a
 	d.size = 120 // rewritten in place
 	loaded := func() watch { var w watch; w.read(t0, a, true); return w }
+	failed := func() watch { w := loaded(); w.read(t0, a, false); return w }()         // present, not usable
+	missing := func() watch { w := loaded(); w.read(t0, fileID{}, false); return w }() // the stat found nothing
 	tests := []struct {
 		name      string
 		w         watch
 		at        time.Duration // after t0
+		eager     bool
 		id        fileID
 		statErr   error
 		want      bool
 		wantStats int
 	}{
-		{"never read", watch{}, 0, a, nil, true, 0},
-		{"last read failed: every probe", func() watch { w := loaded(); w.read(t0, a, false); return w }(), time.Millisecond, a, nil, true, 0},
-		{"loaded, unchanged, within the check period: no stat", loaded(), checkEvery - time.Millisecond, b, nil, false, 0},
-		{"loaded, unchanged at the check", loaded(), checkEvery, a, nil, false, 1},
-		{"symlink retargeted", loaded(), checkEvery, b, nil, true, 1},
-		{"file replaced", loaded(), checkEvery, c, nil, true, 1},
-		{"rewritten in place", loaded(), checkEvery, d, nil, true, 1},
-		{"file gone", loaded(), checkEvery, fileID{}, fs.ErrNotExist, true, 1},
-		{"re-read anyway after rereadEvery", loaded(), rereadEvery, a, nil, true, 0},
-		{"clock went backwards", loaded(), -time.Second, a, nil, true, 0},
+		{"never read", watch{}, 0, false, a, nil, true, 0},
+		{"present but not usable: every probe", failed, time.Millisecond, false, a, nil, true, 0},
+		{"missing, within the check period", missing, time.Millisecond, false, a, nil, false, 0},
+		{"missing, within the check period, eager", missing, time.Millisecond, true, a, nil, true, 0},
+		{"missing, check period over", missing, checkEvery, false, a, nil, true, 0},
+		{"missing, clock went backwards", missing, -time.Second, false, a, nil, true, 0},
+		{"loaded, unchanged, within the check period: no stat", loaded(), checkEvery - time.Millisecond, false, b, nil, false, 0},
+		{"loaded, unchanged at the check", loaded(), checkEvery, false, a, nil, false, 1},
+		{"symlink retargeted", loaded(), checkEvery, false, b, nil, true, 1},
+		{"file replaced", loaded(), checkEvery, false, c, nil, true, 1},
+		{"rewritten in place", loaded(), checkEvery, false, d, nil, true, 1},
+		{"file gone", loaded(), checkEvery, false, fileID{}, fs.ErrNotExist, true, 1},
+		{"re-read anyway after rereadEvery", loaded(), rereadEvery, false, a, nil, true, 0},
+		{"clock went backwards", loaded(), -time.Second, false, a, nil, true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			stats := 0
 			stat := func(string) (fileID, error) { stats++; return tt.id, tt.statErr }
 			w := tt.w
-			if got := w.due(t0.Add(tt.at), "/p", stat); got != tt.want || stats != tt.wantStats {
+			if got := w.due(t0.Add(tt.at), tt.eager, "/p", stat); got != tt.want || stats != tt.wantStats {
 				t.Fatalf("due = %v with %d stats, want %v with %d", got, stats, tt.want, tt.wantStats)
 			}
 		})
@@ -74,7 +81,7 @@ func TestWatchDue(t *testing.T) {
 	stats := 0
 	stat := func(string) (fileID, error) { stats++; return a, nil }
 	for ms := 0; ms < int(3*checkEvery/time.Millisecond); ms += 100 {
-		if w.due(t0.Add(time.Duration(ms)*time.Millisecond), "/p", stat) {
+		if w.due(t0.Add(time.Duration(ms)*time.Millisecond), true, "/p", stat) {
 			t.Fatalf("unchanged file due at +%dms", ms)
 		}
 	}
@@ -440,11 +447,12 @@ func TestStatFile(t *testing.T) {
 	}
 }
 
-// TestMissingCredentialIsOnlyStatted: before bootstrap every probe looks
-// for the credential files; one the stat does not find is not opened (each
-// system call wakes the runtime's monitor thread of an idle node). The
-// files here exist, but the stat says they do not: nothing is read. Once
-// the stat finds them they are read at once.
+// TestMissingCredentialIsOnlyStatted: before bootstrap the probes look for
+// the credential files, on every probe while the apiserver refuses them,
+// every checkEvery while it answers; one the stat does not find is not
+// opened (each system call wakes the runtime's monitor thread of an idle
+// node). The files here exist, but the stat says they do not: nothing is
+// read. Once the stat finds them they are read at once.
 func TestMissingCredentialIsOnlyStatted(t *testing.T) {
 	dir := t.TempDir()
 	tokenPath, caPath := filepath.Join(dir, "token"), filepath.Join(dir, "ca.crt")
@@ -453,17 +461,26 @@ func TestMissingCredentialIsOnlyStatted(t *testing.T) {
 	c := newCredentials(Config{TokenPath: tokenPath, CAFile: caPath}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Unix(0, 0))
 	stats := map[string]int{}
 	c.stat = func(p string) (fileID, error) { stats[p]++; return fileID{}, fs.ErrNotExist }
-	for i := range 3 {
-		p := c.refresh(time.Unix(int64(i), 0))
-		if p.token != "" || p.pool != nil || p.loaded {
-			t.Fatalf("probe %d: token read %v, CA read %v, loaded %v from files the stat did not find", i, p.token != "", p.pool != nil, p.loaded)
+	probes := func(from, to int, wantStats int) {
+		t.Helper()
+		clear(stats)
+		for i := from; i < to; i++ {
+			p := c.refresh(time.Unix(int64(i), 0))
+			if p.token != "" || p.pool != nil || p.loaded {
+				t.Fatalf("probe %d: token read %v, CA read %v, loaded %v from files the stat did not find", i, p.token != "", p.pool != nil, p.loaded)
+			}
+		}
+		if stats[tokenPath] != wantStats || stats[caPath] != wantStats {
+			t.Fatalf("probes at %d..%d s: stats %v, want %d per file", from, to-1, stats, wantStats)
 		}
 	}
-	if stats[tokenPath] != 3 || stats[caPath] != 3 {
-		t.Fatalf("stats %v, want one per file and probe", stats)
-	}
+	c.answered(http.StatusUnauthorized)
+	probes(0, 3, 3) // refused: one per file and probe
+	c.answered(http.StatusOK)
+	probes(3, 7, 0)  // answered: the last look was at 2 s
+	probes(7, 12, 1) // at 7 s, then not before 12 s
 	c.stat = statFile
-	p := c.refresh(time.Unix(3, 0))
+	p := c.refresh(time.Unix(12, 0))
 	if p.token != "s3cret" || p.pool == nil || !p.loaded {
 		t.Fatalf("token right %v, CA read %v, loaded %v once the files are found; want all", p.token == "s3cret", p.pool != nil, p.loaded)
 	}

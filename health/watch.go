@@ -8,13 +8,18 @@ import (
 	"time"
 )
 
-// How often credential files are looked at again once loaded. A loaded
-// file is re-read when it was replaced or its symbolic link retargeted
-// (seen with a stat, at most every checkEvery), and unconditionally every
-// rereadEvery in case a rewrite in place kept its size and time stamp. A
-// file that is missing or could not be used is looked for again on every
-// probe (a stat; it is read once the stat finds it), so a credential that
-// appears is used at once.
+// How often credential files are looked at again. A loaded file is
+// re-read when it was replaced or its symbolic link retargeted (seen with a
+// stat, at most every checkEvery), and unconditionally every rereadEvery in
+// case a rewrite in place kept its size and time stamp. A file that exists
+// but could not be used (half written) is read again on every probe. A
+// missing file is looked for again (a stat; it is read once the stat finds
+// it) every checkEvery, and on every probe while the apiserver refuses the
+// probe (HTTP 401 or 403: the answer a credential would change), so a
+// credential that appears then is used at the next probe. Every probe used
+// to look: a stat is a regular system call, and each one woke the Go
+// runtime's monitor thread on every node once a probe before the cluster's
+// credentials existed.
 const (
 	checkEvery  = 5 * time.Second
 	rereadEvery = 5 * time.Minute
@@ -62,15 +67,25 @@ func statFile(path string) (fileID, error) {
 // with a fake clock.
 type watch struct {
 	loaded  bool      // the last read gave a usable value
+	absent  bool      // the last read found no file
 	id      fileID    // identity at the last successful read
 	readAt  time.Time // last successful read
 	checkAt time.Time // last identity check
 }
 
-// due reports whether the file must be read now. stat is called only when
-// a loaded file's identity is due for a check.
-func (w *watch) due(now time.Time, path string, stat func(string) (fileID, error)) bool {
-	if !w.loaded || now.Sub(w.readAt) >= rereadEvery || now.Before(w.readAt) {
+// due reports whether the file must be read now. A missing file is due
+// every checkEvery, or at once when eager (the apiserver refused the last
+// probe); one that could not be used, at once. stat is called only when a
+// loaded file's identity is due for a check.
+func (w *watch) due(now time.Time, eager bool, path string, stat func(string) (fileID, error)) bool {
+	if !w.loaded {
+		if w.absent && !eager && now.Sub(w.checkAt) < checkEvery && !now.Before(w.checkAt) {
+			return false
+		}
+		w.checkAt = now
+		return true
+	}
+	if now.Sub(w.readAt) >= rereadEvery || now.Before(w.readAt) {
 		return true
 	}
 	if now.Sub(w.checkAt) < checkEvery && !now.Before(w.checkAt) {
@@ -82,9 +97,11 @@ func (w *watch) due(now time.Time, path string, stat func(string) (fileID, error
 }
 
 // read records a read at now: ok tells whether the content was usable and
-// id is the identity taken just before reading it.
+// id is the identity taken just before reading it (zero: the stat found no
+// file).
 func (w *watch) read(now time.Time, id fileID, ok bool) {
 	w.loaded = ok
+	w.absent = !ok && id == fileID{}
 	if ok {
 		w.id, w.readAt, w.checkAt = id, now, now
 	}
