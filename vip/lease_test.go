@@ -95,13 +95,7 @@ func TestCoreLeaseEndIsADeadline(t *testing.T) {
 // one Elected and then nothing (its goroutine is stuck), and the address
 // is gone from the announcer at the end, not later.
 func TestDriverReleasesAtLeaseEnd(t *testing.T) {
-	ann := &fakeAnnouncer{bound: map[netip.Prefix]bool{}}
-	trans := make(chan Transition, 8)
-	d, err := NewDriver(New([]netip.Prefix{v4}, Options{Elect: true}), ann, slog.New(slog.NewTextHandler(io.Discard, nil)), nil,
-		DriverOptions{Mode: "l2", OnTransition: func(tr Transition) { trans <- tr }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ann, trans := electedDriver(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx, time.Second) }()
@@ -139,6 +133,20 @@ func TestDriverReleasesAtLeaseEnd(t *testing.T) {
 	}
 }
 
+// electedDriver is a driver of an elected v4 on the process's clock, with
+// its announcer and its transitions.
+func electedDriver(t *testing.T) (*Driver, *fakeAnnouncer, <-chan Transition) {
+	t.Helper()
+	ann := &fakeAnnouncer{bound: map[netip.Prefix]bool{}}
+	trans := make(chan Transition, 8)
+	d, err := NewDriver(New([]netip.Prefix{v4}, Options{Elect: true}), ann, slog.New(slog.NewTextHandler(io.Discard, nil)), nil,
+		DriverOptions{Mode: "l2", OnTransition: func(tr Transition) { trans <- tr }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, ann, trans
+}
+
 // timerfds counts this process's open timerfds.
 func timerfds(t *testing.T) int {
 	t.Helper()
@@ -162,13 +170,7 @@ func timerfds(t *testing.T) int {
 // no more: the VIP goes at the last lease end, not at an earlier one that
 // a renewal had moved, nor much later; the timerfd is closed with Run.
 func TestDriverDeadlineOnTimerfd(t *testing.T) {
-	ann := &fakeAnnouncer{bound: map[netip.Prefix]bool{}}
-	trans := make(chan Transition, 8)
-	d, err := NewDriver(New([]netip.Prefix{v4}, Options{Elect: true}), ann, slog.New(slog.NewTextHandler(io.Discard, nil)), nil,
-		DriverOptions{Mode: "l2", OnTransition: func(tr Transition) { trans <- tr }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, _, trans := electedDriver(t)
 	before := timerfds(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
