@@ -83,7 +83,8 @@ type LeaseNode struct {
 	mu      sync.Mutex
 	meta    []byte
 	members map[string]lease.Member
-	addrs   map[string]string // member name -> gossip address
+	reports map[string]memberReports // each member's metadata reports, decoded once per change
+	addrs   map[string]string        // member name -> gossip address
 	want    map[lease.Kind][]lease.Address
 	running bool
 
@@ -174,6 +175,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		sendSem:    make(chan struct{}, maxReliableInFlight),
 		joinedCh:   make(chan struct{}),
 		members:    map[string]lease.Member{},
+		reports:    map[string]memberReports{},
 		addrs:      map[string]string{},
 		vetoPosted: map[string]time.Time{},
 		broken:     map[string]string{},
@@ -556,11 +558,19 @@ func (n *LeaseNode) memberChanged(m *memberlist.Node, alive bool) {
 		// members that publish its own metadata.
 		mb.Claims = claims
 	}
-	n.mu.Lock()
-	n.members[m.Name] = mb
-	n.addrs[m.Name] = m.Address()
-	n.mu.Unlock()
+	n.putMember(mb, m.Address())
 	n.postView()
+}
+
+// putMember records a member as memberlist last told it, with the reports
+// its metadata carries (decoded here, once per change).
+func (n *LeaseNode) putMember(mb lease.Member, addr string) {
+	rs, witness, ok := lease.ReportsOf(mb.Meta)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.members[mb.Name] = mb
+	n.reports[mb.Name] = memberReports{rs: rs, witness: witness, ok: ok}
+	n.addrs[mb.Name] = addr
 }
 
 // HandOver moves what this node holds to another node (a leadership

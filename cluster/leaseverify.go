@@ -67,6 +67,15 @@ func (v *LeaseVerify) post() {
 	v.pending = !v.n.loop.post(lease.Unreachable{Reports: rs})
 }
 
+// memberReports is a member's metadata reports as lease.ReportsOf decodes
+// them: kept per member and decoded when its metadata changes, not at each
+// of the verification's reads (every 400 ms).
+type memberReports struct {
+	rs      []lease.Report
+	witness bool
+	ok      bool
+}
+
 // UnverifiedBy returns the alive members other than this node that report
 // they cannot reach vip through this node (or through its holder, not
 // named: pool and egress addresses), and how many alive members other
@@ -79,11 +88,12 @@ func (v *LeaseVerify) UnverifiedBy(vip string) (reporters []string, others int) 
 		if !m.Alive || name == self {
 			continue
 		}
-		rs, witness, ok := lease.ReportsOf(m.Meta)
-		if !ok || witness {
+		r := v.n.reports[name]
+		if !r.ok || r.witness {
 			continue
 		}
 		others++
+		rs := r.rs
 		if slices.Contains(rs, lease.Report{Key: vip, Holder: self}) || slices.Contains(rs, lease.Report{Key: vip}) {
 			reporters = append(reporters, name)
 		}
@@ -146,12 +156,12 @@ func (v *LeaseVerify) Reported() (map[string][]string, int) {
 		if !m.Alive || name == self {
 			continue
 		}
-		rs, witness, ok := lease.ReportsOf(m.Meta)
-		if !ok || witness {
+		mr := v.n.reports[name]
+		if !mr.ok || mr.witness {
 			continue
 		}
 		others++
-		for _, r := range rs {
+		for _, r := range mr.rs {
 			if r.Holder == self || r.Holder == "" {
 				out[r.Key] = append(out[r.Key], name)
 			}

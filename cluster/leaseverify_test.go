@@ -18,16 +18,21 @@ import (
 func TestLeaseVerifyUnverifiedBy(t *testing.T) {
 	const vip = "10.0.0.100/32"
 	n := &LeaseNode{cfg: LeaseConfig{Cluster: Config{Name: "n1"}},
-		members: map[string]lease.Member{
-			"n2":  {Name: "n2", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n1"]}`)},
-			"n3":  {Name: "n3", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32"]}`)},
-			"n4":  {Name: "n4", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n9"]}`)},
-			"n5":  {Name: "n5", Alive: false, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n1"]}`)},
-			"w":   {Name: "w", Alive: true, Meta: []byte(`{"lv":1,"r":1}`)},
-			"old": {Name: "old", Alive: true, Meta: []byte(`{"v":["10.0.0.100/32"],"u":["10.0.0.100/32"]}`)},
-			"n6":  {Name: "n6", Alive: true, Meta: []byte(`{"lv":1}`)},
-		},
-		addrs: map[string]string{"n2": "10.1.0.2:7950", "n3": "[fd00::3]:7950", "bad": "nonsense"},
+		members: map[string]lease.Member{}, reports: map[string]memberReports{}, addrs: map[string]string{}}
+	for _, m := range []struct {
+		lease.Member
+		addr string
+	}{
+		{lease.Member{Name: "n2", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n1"]}`)}, "10.1.0.2:7950"},
+		{lease.Member{Name: "n3", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32"]}`)}, "[fd00::3]:7950"},
+		{lease.Member{Name: "n4", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n9"]}`)}, ""},
+		{lease.Member{Name: "n5", Alive: false, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n1"]}`)}, ""},
+		{lease.Member{Name: "w", Alive: true, Meta: []byte(`{"lv":1,"r":1}`)}, ""},
+		{lease.Member{Name: "old", Alive: true, Meta: []byte(`{"v":["10.0.0.100/32"],"u":["10.0.0.100/32"]}`)}, ""},
+		{lease.Member{Name: "n6", Alive: true, Meta: []byte(`{"lv":1}`)}, ""},
+		{lease.Member{Name: "bad", Alive: false}, "nonsense"},
+	} {
+		n.putMember(m.Member, m.addr)
 	}
 	v := NewLeaseVerify(n)
 	rep, others := v.UnverifiedBy(vip)
@@ -39,6 +44,16 @@ func TestLeaseVerifyUnverifiedBy(t *testing.T) {
 	}
 	if all, others := v.Reported(); !slices.Equal(all[vip], []string{"n2", "n3"}) || len(all) != 1 || others != 4 {
 		t.Fatalf("Reported = %v, %d; want %s: [n2 n3], 4", all, others, vip)
+	}
+	// The reports are decoded when a member's metadata changes: n2
+	// withdraws its report, n5 comes back alive with its own.
+	n.putMember(lease.Member{Name: "n2", Alive: true, Meta: []byte(`{"lv":1}`)}, "10.1.0.2:7950")
+	n.putMember(lease.Member{Name: "n5", Alive: true, Meta: []byte(`{"lv":1,"ur":["10.0.0.100/32 n1"]}`)}, "")
+	if rep, others := v.UnverifiedBy(vip); !slices.Equal(rep, []string{"n3", "n5"}) || others != 5 {
+		t.Fatalf("after n2 withdrew and n5 came back: UnverifiedBy = %v, %d; want [n3 n5], 5", rep, others)
+	}
+	if all, others := v.Reported(); !slices.Equal(all[vip], []string{"n3", "n5"}) || others != 5 {
+		t.Fatalf("after n2 withdrew and n5 came back: Reported = %v, %d", all, others)
 	}
 	for _, tc := range []struct {
 		name string
