@@ -12,7 +12,9 @@ import (
 
 // envelopeVersion is the first byte of every message between machines. A
 // receiver drops versions it does not know (the Note names the version).
-const envelopeVersion = 1
+// Version 1 (never released) carried the header as JSON; version 2 in
+// protobuf's wire format (headerwire.go).
+const envelopeVersion = 2
 
 // maxEnvelope bounds what a decoder accepts (a hostile or broken peer must
 // not make a node allocate without bound).
@@ -117,17 +119,27 @@ type envelope struct {
 	msgs []*pb.Message
 }
 
-// encode frames an envelope: version byte, header length (uvarint), header
-// JSON, then for each raft message its length (uvarint) and protobuf bytes.
+// encode frames an envelope: version byte, header length (uvarint), the
+// header (headerwire.go), then for each raft message its length (uvarint)
+// and protobuf bytes.
 func encode(e *envelope) ([]byte, error) {
-	hb, err := json.Marshal(&e.h)
-	if err != nil {
-		return nil, fmt.Errorf("encode header: %w", err)
+	out := make([]byte, 3, 160)
+	out[0] = envelopeVersion
+	// The header's length goes in front of it; most headers are shorter
+	// than 128 bytes (one byte of length), longer ones are moved up.
+	out = appendHeader(out, &e.h)
+	hl := len(out) - 3
+	var lb [binaryMaxVarint]byte
+	l := binary.AppendUvarint(lb[:0], uint64(hl))
+	switch {
+	case len(l) < 2:
+		copy(out[2:], out[3:])
+		out = out[:len(out)-1]
+	case len(l) > 2:
+		out = append(out, l[2:]...)
+		copy(out[1+len(l):], out[3:3+hl])
 	}
-	out := make([]byte, 0, 16+len(hb))
-	out = append(out, envelopeVersion)
-	out = binary.AppendUvarint(out, uint64(len(hb)))
-	out = append(out, hb...)
+	copy(out[1:], l)
 	for _, m := range e.msgs {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -167,7 +179,7 @@ func decode(b []byte) (*envelope, error) {
 		return nil, err
 	}
 	e := &envelope{}
-	if err := json.Unmarshal(hb, &e.h); err != nil {
+	if err := parseHeader(hb, &e.h); err != nil {
 		return nil, fmt.Errorf("decode header: %w", err)
 	}
 	for len(b) > 0 {

@@ -1,8 +1,8 @@
 package lease
 
 import (
-	"bytes"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -327,10 +327,10 @@ func TestStaleTransferCannotWin(t *testing.T) {
 	n := three(t)
 	var stale []pkt
 	n.drop = func(p pkt) bool {
-		if p.to != "c" || !bytes.Contains(p.data, []byte(`"x":"c"`)) {
+		e, err := decode(p.data)
+		if p.to != "c" || err != nil || e.h.Transfer != "c" {
 			return false
 		}
-		e, _ := decode(p.data)
 		for _, m := range e.msgs {
 			if m.GetType() == pb.MsgTimeoutNow {
 				stale = append(stale, p)
@@ -443,8 +443,20 @@ func FuzzDecode(f *testing.F) {
 	b, _ := encode(e)
 	f.Add(b)
 	f.Add([]byte{1, 2, '{', '}'})
+	full, _ := encode(&envelope{h: fullHeader()})
+	f.Add(full)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = decode(b)
+		// Whatever decodes encodes again to the same header.
+		if e, err := decode(b); err == nil {
+			again, err := encode(e)
+			if err != nil {
+				t.Fatalf("re-encode: %v", err)
+			}
+			e2, err := decode(again)
+			if err != nil || !reflect.DeepEqual(e2.h, e.h) || len(e2.msgs) != len(e.msgs) {
+				t.Fatalf("decode(encode(%+v)) = %+v, %v", e.h, e2, err)
+			}
+		}
 		cfg := ProfileConfig("fast")
 		cfg.Name = "x"
 		m, err := New(cfg, nil, time.Unix(0, 0))

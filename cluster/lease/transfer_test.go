@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"bytes"
 	"slices"
 	"testing"
 	"time"
@@ -133,7 +132,7 @@ func TestPlannedTransferMakeBeforeBreak(t *testing.T) {
 		{
 			name: "confirmation lost: the old holder lets go at the bound", autoHeld: true,
 			drop: func(string) func(p pkt) bool {
-				return func(p pkt) bool { return bytes.Contains(p.data, []byte(`"od":`)) }
+				return func(p pkt) bool { e, err := decode(p.data); return err == nil && len(e.h.OvDone) > 0 }
 			},
 			check: func(t *testing.T, r result) {
 				if r.maxOv < o-5*time.Millisecond || r.maxOv > o {
@@ -233,7 +232,10 @@ func TestOverlapNotAgreedFallsBack(t *testing.T) {
 	if key == "" {
 		t.Fatalf("setup: no pool address on a follower (p1 %v, p2 %v)", n.holders("p1"), n.holders("p2"))
 	}
-	n.drop = func(p pkt) bool { return p.from == holder && bytes.Contains(p.data, []byte(`"oh":`)) }
+	n.drop = func(p pkt) bool {
+		e, err := decode(p.data)
+		return p.from == holder && err == nil && e.h.Ack != nil && len(e.h.Ack.OvHeld) > 0
+	}
 	n.step(holder, Leave{})
 	n.run(3 * time.Second)
 	if w.maxOv[key] != 0 {
