@@ -84,6 +84,20 @@ type unverifiedState struct {
 	seen      map[exclKey]time.Time // {key, reporter}
 }
 
+// quiet: no report of this node or in any member's metadata, and no
+// exclusion, strike or settling report remembered.
+func (u *unverifiedState) quiet(view map[string]meta) bool {
+	if len(u.own) > 0 || len(u.until) > 0 || len(u.strikes) > 0 || len(u.seen) > 0 || len(u.heldSince) > 0 {
+		return false
+	}
+	for _, md := range view {
+		if len(md.Unreach) > 0 || len(md.Excl) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 type heldSince struct {
 	node  string
 	since time.Time
@@ -195,6 +209,12 @@ func (m *Machine) updateUnverified() {
 		if m.now.Sub(s.last) >= UnverifiedMemory {
 			delete(m.unv.strikes, k)
 		}
+	}
+	if m.unv.quiet(m.viewMeta) {
+		// Nobody reports anything and nothing is remembered: the pass
+		// below would find nothing (every step of an idle cluster).
+		m.unv.sig = ""
+		return
 	}
 	// Who verifies: live non-witness members (this node included) and
 	// what each reports.

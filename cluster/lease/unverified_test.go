@@ -366,3 +366,33 @@ func TestUnverifiedExclusionOutlastsLeader(t *testing.T) {
 		t.Fatalf("%s went back to the excluded %s after the leadership moved to %s (held by %v)", key, holder, third, seen)
 	}
 }
+
+// TestUnverifiedQuiet: the pass over the reports is skipped only when
+// there is nothing to find: any report (this node's, or one in a
+// member's metadata, alive or not), exclusion of its own a member
+// publishes, or exclusion, strike or settling report remembered keeps it.
+func TestUnverifiedQuiet(t *testing.T) {
+	k := exclKey{"10.0.0.1/32", "n2"}
+	now := time.Unix(100, 0)
+	for _, tc := range []struct {
+		name  string
+		u     unverifiedState
+		view  map[string]meta
+		quiet bool
+	}{
+		{"nothing", unverifiedState{}, map[string]meta{"n2": {Alive: true}}, true},
+		{"empty maps", unverifiedState{until: map[exclKey]time.Time{}, strikes: map[exclKey]strike{}, heldSince: map[string]heldSince{}, seen: map[exclKey]time.Time{}}, nil, true},
+		{"own report", unverifiedState{own: []Report{{Key: k.key}}}, nil, false},
+		{"exclusion", unverifiedState{until: map[exclKey]time.Time{k: now}}, nil, false},
+		{"strike", unverifiedState{strikes: map[exclKey]strike{k: {n: 1, last: now}}}, nil, false},
+		{"settling report", unverifiedState{seen: map[exclKey]time.Time{k: now}}, nil, false},
+		{"held since", unverifiedState{heldSince: map[string]heldSince{k.key: {node: "n2", since: now}}}, nil, false},
+		{"a member reports", unverifiedState{}, map[string]meta{"n2": {Alive: true}, "n3": {Alive: true, Unreach: []string{k.key}}}, false},
+		{"a dead member reports", unverifiedState{}, map[string]meta{"n3": {Unreach: []string{k.key}}}, false},
+		{"a member is excluded", unverifiedState{}, map[string]meta{"n3": {Alive: true, Excl: []string{k.key}}}, false},
+	} {
+		if got := tc.u.quiet(tc.view); got != tc.quiet {
+			t.Errorf("%s: quiet = %v, want %v", tc.name, got, tc.quiet)
+		}
+	}
+}
