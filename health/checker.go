@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -149,6 +150,14 @@ type Checker struct {
 	tracker *Tracker
 	drain   Drain
 	status  Status
+
+	// Run's way to probe at once (gridclock's kick) when the apiserver
+	// closes the kept connection between probes; the probe in flight and
+	// the last such early probe (unix nanoseconds) bound it to one per
+	// interval.
+	kick     atomic.Pointer[func()]
+	inFlight atomic.Bool
+	kickedAt atomic.Int64
 
 	connMu sync.Mutex // the kept probe connection (conn)
 	tr     *http.Transport
@@ -406,9 +415,7 @@ func (c *Checker) client(pc probeCreds) (*http.Client, *http.Transport) {
 	}
 	tr := &http.Transport{
 		Proxy:                  nil, // never send the probe through a proxy
-		DialContext:            rawDialer(c.cfg.Timeout),
-		TLSClientConfig:        conf,
-		TLSHandshakeTimeout:    c.cfg.Timeout,
+		DialTLSContext:         tlsDialer(conf, c.cfg.Timeout, c.peerClosed),
 		ResponseHeaderTimeout:  c.cfg.Timeout,
 		MaxIdleConns:           1,
 		MaxIdleConnsPerHost:    1,
@@ -423,25 +430,82 @@ func (c *Checker) client(pc probeCreds) (*http.Client, *http.Transport) {
 	}, tr
 }
 
-// rawDialer dials the probe's connections with raw reads and writes
+// tlsDialer dials the probe's connections and runs their TLS handshake
+// (within timeout). The socket reads and writes with raw calls
 // (internal/rawconn): the probe runs every interval on every node, and
 // each regular socket call woke the Go runtime's monitor thread, which
 // then polled every 20 µs through the rest of the probe (on an idle
 // node, the monitor thread's wake-ups cost as much as the probes). The
 // dial itself is a regular one; the connection is kept between probes.
-func rawDialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// The handshake is done here rather than by http.Transport so that the
+// end of the connection is seen above TLS (peerWatch): the apiserver's
+// close_notify ends the TLS stream, and TLS then reads no further.
+func tlsDialer(conf *tls.Config, timeout time.Duration, closed func()) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		rc, err := rawconn.Wrap(c)
-		if err != nil {
-			return c, nil // no socket of its own: the regular calls
+		if rc, err := rawconn.Wrap(c); err == nil {
+			c = rc
+		} // else no socket of its own: the regular calls
+		cfg := conf.Clone()
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			cfg.ServerName = host
 		}
-		return rc, nil
+		tc := tls.Client(c, cfg)
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return &peerWatch{Conn: tc, closed: closed}, nil
 	}
+}
+
+// peerWatch tells closed when a read finds the connection ended by the
+// other side (a TLS close_notify, the end of the stream, a reset). http.Transport keeps a read waiting on an idle kept
+// connection, so an apiserver that shuts down (and closes its idle
+// connections as it stops listening) is noticed then, not at the next
+// probe.
+type peerWatch struct {
+	net.Conn
+	closed func()
+}
+
+func (w *peerWatch) Read(b []byte) (int, error) {
+	n, err := w.Conn.Read(b)
+	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+		w.closed()
+	}
+	return n, err
+}
+
+// peerClosed: the apiserver ended the kept connection. Between probes,
+// the next probe runs now rather than at the next tick (an apiserver
+// stopped without a shutdown delay refuses at once, and the first refused
+// probe hands the VIPs over); at most one such early probe per interval,
+// so a server that closes every connection after its answer costs at
+// most a second probe per interval.
+func (c *Checker) peerClosed() {
+	k := c.kick.Load()
+	if k == nil || c.inFlight.Load() {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := c.kickedAt.Load()
+	if now-last < int64(c.cfg.Interval) || !c.kickedAt.CompareAndSwap(last, now) {
+		return
+	}
+	c.logger.Debug("health: the apiserver closed the probe connection; probing now")
+	(*k)()
 }
 
 // verifyChain checks the server's certificate chain against roots, for
@@ -522,16 +586,20 @@ func classifyError(err error) string {
 func (c *Checker) Run(ctx context.Context, report func(Status)) {
 	iv := c.cfg.Interval
 	defer c.closeConn()
-	wait, drain := gridclock.Ticker(ctx, iv, func(err error) {
+	wait, drain, kick := gridclock.Ticker(ctx, iv, func(err error) {
 		c.logger.Warn("health: probes tick on a Go timer", "err", err)
 	})
+	c.kick.Store(&kick)
+	defer c.kick.Store(nil)
 	due := time.Now()
 	for {
+		c.inFlight.Store(true)
 		r := c.Probe(ctx)
 		rz := ReadyzUnknown
 		if r.OK && c.cfg.ReadyzURL != "" {
 			rz = c.ProbeReadyz(ctx)
 		}
+		c.inFlight.Store(false)
 		if ctx.Err() != nil {
 			return
 		}

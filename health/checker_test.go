@@ -5,9 +5,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"io"
 	"log/slog"
 	"math/big"
@@ -869,8 +871,8 @@ func TestProbeConnectionIsRaw(t *testing.T) {
 	c := newChecker(t, Config{URL: ts.URL + "/livez"}, prometheus.NewRegistry())
 	_, tr := c.client(probeCreds{})
 	var dialed []net.Conn
-	dial := tr.DialContext
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := tr.DialTLSContext
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
 		dialed = append(dialed, conn)
 		return conn, err
@@ -891,7 +893,112 @@ func TestProbeConnectionIsRaw(t *testing.T) {
 	if len(dialed) != 1 {
 		t.Fatalf("%d connections for 3 probes, want 1", len(dialed))
 	}
-	if _, ok := dialed[0].(*rawconn.Conn); !ok {
-		t.Fatalf("the probe's connection is a %T, want *rawconn.Conn", dialed[0])
+	w, ok := dialed[0].(*peerWatch)
+	if !ok {
+		t.Fatalf("the probe's connection is a %T, want *peerWatch", dialed[0])
+	}
+	tc, ok := w.Conn.(*tls.Conn)
+	if !ok {
+		t.Fatalf("the probe's connection carries a %T, want *tls.Conn", w.Conn)
+	}
+	if _, ok := tc.NetConn().(*rawconn.Conn); !ok {
+		t.Fatalf("the probe's socket is a %T, want *rawconn.Conn", tc.NetConn())
+	}
+}
+
+// TestRunProbesWhenServerCloses: when the apiserver closes the kept
+// connection between probes (it stops listening and closes its idle
+// connections as it shuts down), the next probe runs at once rather
+// than at the next tick, at most once per interval; the probe after it
+// is on the grid again. An apiserver stopped without a shutdown delay is
+// refused at once: the first refused probe asks for the handover.
+func TestRunProbesWhenServerCloses(t *testing.T) {
+	const iv = 2 * time.Second
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	c := newChecker(t, Config{URL: ts.URL + "/livez", Interval: iv}, nil)
+	reports, stop := runChecker(t, c)
+	defer stop()
+	nextReport(t, reports) // at start
+	// Close between probes, at least 700 ms before the next tick.
+	if time.Until(time.Now().Truncate(iv).Add(iv)) < 900*time.Millisecond {
+		nextReport(t, reports)
+	}
+	time.Sleep(100 * time.Millisecond)
+	closed := time.Now()
+	ts.CloseClientConnections()
+	s := nextReport(t, reports)
+	if el := s.Checked.Sub(closed); el > 500*time.Millisecond || s.Reason != ReasonOK {
+		t.Fatalf("after the server closed the connection: %+v %v later, want an OK probe at once", s, el)
+	}
+	// A second close in the same interval waits for the tick.
+	ts.CloseClientConnections()
+	s = nextReport(t, reports)
+	if ph := s.Checked.Sub(s.Checked.Truncate(iv)); ph > 300*time.Millisecond {
+		t.Fatalf("second close in one interval probed at phase %v, want the tick (%+v)", ph, s)
+	}
+	// The server stops: its listener and connections close together,
+	// after the tick that follows (more than an interval after the
+	// first early probe).
+	nextReport(t, reports)
+	time.Sleep(100 * time.Millisecond)
+	closed = time.Now()
+	ts.Close()
+	s = nextReport(t, reports)
+	if el := s.Checked.Sub(closed); el > 500*time.Millisecond || s.Reason != ReasonRefused || !s.HandOver {
+		t.Fatalf("after the server stopped: %+v %v later, want a refused probe asking for the handover at once", s, el)
+	}
+}
+
+// TestPeerWatch: a read that finds the connection ended by the other side
+// (end of stream, reset) tells closed; this side's Close does not.
+func TestPeerWatch(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pair := func() (*peerWatch, net.Conn, *atomic.Int32) {
+		t.Helper()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := rawconn.Wrap(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n atomic.Int32
+		return &peerWatch{Conn: rc, closed: func() { n.Add(1) }}, s, &n
+	}
+	buf := make([]byte, 8)
+
+	w, s, n := pair()
+	_, _ = s.Write([]byte("x"))
+	if _, err := w.Read(buf); err != nil || n.Load() != 0 {
+		t.Fatalf("a read of data: %v, closed told %d times", err, n.Load())
+	}
+	s.Close()
+	if _, err := w.Read(buf); !errors.Is(err, io.EOF) || n.Load() != 1 {
+		t.Fatalf("after the peer closed: %v, closed told %d times, want EOF and once", err, n.Load())
+	}
+	w.Close()
+
+	w, s, n = pair()
+	_ = s.(*net.TCPConn).SetLinger(0) // a reset
+	s.Close()
+	if _, err := w.Read(buf); err == nil || n.Load() != 1 {
+		t.Fatalf("after the peer reset: %v, closed told %d times, want an error and once", err, n.Load())
+	}
+	w.Close()
+
+	w, s, n = pair()
+	defer s.Close()
+	go func() { time.Sleep(50 * time.Millisecond); w.Close() }()
+	if _, err := w.Read(buf); err == nil || n.Load() != 0 {
+		t.Fatalf("after this side's Close: %v, closed told %d times, want an error and never", err, n.Load())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -108,16 +109,34 @@ func (c *Clock) Realign(now time.Time) error {
 	return nil
 }
 
+// Fire makes the clock tick now (a Wait in progress returns); it then
+// ticks every interval from now, off the grid until Arm. Safe to call
+// from any goroutine.
+func (c *Clock) Fire() error {
+	spec := unix.ItimerSpec{Interval: unix.NsecToTimespec(int64(c.iv)), Value: unix.Timespec{Nsec: 1}}
+	var serr error
+	if err := c.rc.Control(func(fd uintptr) { serr = unix.TimerfdSettime(int(fd), 0, &spec, nil) }); err != nil {
+		return fmt.Errorf("grid clock: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("grid clock: %w", serr)
+	}
+	return nil
+}
+
 // Close stops the clock; a Wait in progress returns an error.
 func (c *Clock) Close() error { return c.f.Close() }
 
 // Ticker returns a wait for the next multiple of iv on the wall clock: a
 // Clock, or a Go timer on the same grid if the clock cannot be had (onErr
 // hears why; also when a clock cannot be re-armed). The wait returns
-// false once ctx is done; the clock is closed then.
-func Ticker(ctx context.Context, iv time.Duration, onErr func(error)) (wait func() bool, drain func()) {
+// false once ctx is done; the clock is closed then. kick, from any
+// goroutine, makes the wait in progress (or the next one) return at once;
+// the wait after it is on the grid again.
+func Ticker(ctx context.Context, iv time.Duration, onErr func(error)) (wait func() bool, drain func(), kick func()) {
 	clock, err := New(iv, time.Now())
 	if err == nil {
+		var kicked atomic.Bool
 		stop := context.AfterFunc(ctx, func() { clock.Close() })
 		wait = func() bool {
 			if err := clock.Wait(); err != nil || ctx.Err() != nil {
@@ -125,26 +144,47 @@ func Ticker(ctx context.Context, iv time.Duration, onErr func(error)) (wait func
 				clock.Close()
 				return false
 			}
-			if err := clock.Realign(time.Now()); err != nil {
+			if kicked.Swap(false) {
+				// Fired off the grid: back on it.
+				err = clock.Arm(time.Now())
+			} else {
+				err = clock.Realign(time.Now())
+			}
+			if err != nil {
 				onErr(err)
 			}
 			return true
 		}
 		drain = func() { _ = clock.Drain() }
-		return wait, drain
+		kick = func() {
+			kicked.Store(true)
+			if err := clock.Fire(); err != nil && ctx.Err() == nil {
+				onErr(err)
+			}
+		}
+		return wait, drain, kick
 	}
 	onErr(err)
 	timer := time.NewTimer(time.Until(time.Now().Truncate(iv).Add(iv)))
+	kicks := make(chan struct{}, 1)
 	wait = func() bool {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return false
 		case <-timer.C:
+		case <-kicks:
+			timer.Stop()
 		}
 		timer.Reset(time.Until(time.Now().Truncate(iv).Add(iv)))
 		return true
 	}
 	drain = func() { timer.Reset(time.Until(time.Now().Truncate(iv).Add(iv))) }
-	return wait, drain
+	kick = func() {
+		select {
+		case kicks <- struct{}{}:
+		default:
+		}
+	}
+	return wait, drain, kick
 }

@@ -125,7 +125,7 @@ func TestTicker(t *testing.T) {
 	iv := 40 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	var errs []error
-	wait, drain := Ticker(ctx, iv, func(err error) { errs = append(errs, err) })
+	wait, drain, _ := Ticker(ctx, iv, func(err error) { errs = append(errs, err) })
 	for range 3 {
 		if !wait() {
 			t.Fatal("wait ended before the context")
@@ -150,6 +150,43 @@ func TestTicker(t *testing.T) {
 		}
 	case <-time.After(time.Second):
 		t.Fatal("cancelling the context did not end the wait")
+	}
+	if len(errs) != 0 {
+		t.Fatalf("errors %v", errs)
+	}
+}
+
+// TestTickerKick: a kick ends the wait in progress at once, a kick while
+// nobody waits makes the next wait return at once, and the wait after a
+// kick is on the grid again.
+func TestTickerKick(t *testing.T) {
+	iv := 2 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var errs []error
+	wait, _, kick := Ticker(ctx, iv, func(err error) { errs = append(errs, err) })
+	start := time.Now()
+	time.AfterFunc(30*time.Millisecond, kick)
+	if !wait() {
+		t.Fatal("wait ended")
+	}
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Fatalf("a kick 30 ms in ended the wait after %v", el)
+	}
+	kick()
+	start = time.Now()
+	if !wait() {
+		t.Fatal("wait ended")
+	}
+	if el := time.Since(start); el > 100*time.Millisecond {
+		t.Fatalf("the wait after a kick while nobody waited took %v", el)
+	}
+	if !wait() {
+		t.Fatal("wait ended")
+	}
+	now := time.Now()
+	if ph := now.Sub(now.Truncate(iv)); ph > 100*time.Millisecond {
+		t.Fatalf("the wait after the kicks returned at phase %v, not on the grid", ph)
 	}
 	if len(errs) != 0 {
 		t.Fatalf("errors %v", errs)
