@@ -131,7 +131,8 @@ func TestHeldMemoIsCurrent(t *testing.T) {
 // reads after it stay within a small allocation budget. Before the memo
 // of holds and the lazy raft status, a tick and its Status allocated 55
 // times; before the placement's key was compared field by field, 32;
-// before the pass over the reports was skipped when nobody reports, 21.
+// before the pass over the reports was skipped when nobody reports, 21;
+// before an empty exclusion list was sorted without sort.Slice, 19.
 func TestLeaderStepGarbage(t *testing.T) {
 	n := three(t)
 	n.run(2 * time.Second)
@@ -146,8 +147,8 @@ func TestLeaderStepGarbage(t *testing.T) {
 	})
 	n.q = nil
 	t.Logf("%.1f allocations per leader tick and status", allocs)
-	if allocs > 24 {
-		t.Errorf("%.1f allocations per leader tick and status, want <= 24", allocs)
+	if allocs > 21 {
+		t.Errorf("%.1f allocations per leader tick and status, want <= 21", allocs)
 	}
 }
 

@@ -387,6 +387,9 @@ func (m *Machine) UnverifiedStatus() []string {
 }
 
 func sortedExcl[V any](mp map[exclKey]V) []exclKey {
+	if len(mp) == 0 {
+		return nil // every step of an idle cluster: no sort.Slice garbage
+	}
 	ks := make([]exclKey, 0, len(mp))
 	for k := range mp {
 		ks = append(ks, k)

@@ -67,20 +67,26 @@ func (t *fdTimer) C() <-chan time.Time { return t.c }
 // loop waits for each expiry and delivers it unless the timer was
 // re-armed for later or stopped meanwhile.
 func (t *fdTimer) loop() {
-	var buf [8]byte
+	var (
+		buf  [8]byte
+		rerr error
+	)
+	// One callback for every read (a closure made per read was three
+	// allocations per expiry).
+	read := func(fd uintptr) bool {
+		_, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+		switch e {
+		case unix.EAGAIN, unix.EINTR:
+			return false
+		case 0:
+		default:
+			rerr = e
+		}
+		return true
+	}
 	for {
-		var rerr error
-		err := t.rc.Read(func(fd uintptr) bool {
-			_, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-			switch e {
-			case unix.EAGAIN, unix.EINTR:
-				return false
-			case 0:
-			default:
-				rerr = e
-			}
-			return true
-		})
+		rerr = nil
+		err := t.rc.Read(read)
 		if err != nil || rerr != nil {
 			return // closed (Stop)
 		}
