@@ -414,7 +414,9 @@ func (c *Checker) client(pc probeCreds) (*http.Client, *http.Transport) {
 		conf.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 	}
 	tr := &http.Transport{
-		Proxy:                  nil, // never send the probe through a proxy
+		Proxy: nil, // never send the probe through a proxy
+		// http:// URLs, then https:// ones (the handshake done here).
+		DialContext:            plainDialer(c.cfg.Timeout, c.peerClosed),
 		DialTLSContext:         tlsDialer(conf, c.cfg.Timeout, c.peerClosed),
 		ResponseHeaderTimeout:  c.cfg.Timeout,
 		MaxIdleConns:           1,
@@ -441,15 +443,11 @@ func (c *Checker) client(pc probeCreds) (*http.Client, *http.Transport) {
 // end of the connection is seen above TLS (peerWatch): the apiserver's
 // close_notify ends the TLS stream, and TLS then reads no further.
 func tlsDialer(conf *tls.Config, timeout time.Duration, closed func()) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
+		c, err := rawDial(ctx, timeout, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		if rc, err := rawconn.Wrap(c); err == nil {
-			c = rc
-		} // else no socket of its own: the regular calls
 		cfg := conf.Clone()
 		if cfg.ServerName == "" {
 			host, _, err := net.SplitHostPort(addr)
@@ -468,6 +466,32 @@ func tlsDialer(conf *tls.Config, timeout time.Duration, closed func()) func(ctx 
 		}
 		return &peerWatch{Conn: tc, closed: closed}, nil
 	}
+}
+
+// plainDialer dials the connections of an http:// URL: raw calls, watched
+// for the end of the connection as tlsDialer's are.
+func plainDialer(timeout time.Duration, closed func()) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := rawDial(ctx, timeout, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &peerWatch{Conn: c, closed: closed}, nil
+	}
+}
+
+// rawDial dials addr; the connection reads and writes with raw calls
+// unless it has no socket of its own.
+func rawDial(ctx context.Context, timeout time.Duration, network, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if rc, err := rawconn.Wrap(c); err == nil {
+		return rc, nil
+	}
+	return c, nil
 }
 
 // peerWatch tells closed when a read finds the connection ended by the

@@ -913,8 +913,24 @@ func TestProbeConnectionIsRaw(t *testing.T) {
 // is on the grid again. An apiserver stopped without a shutdown delay is
 // refused at once: the first refused probe asks for the handover.
 func TestRunProbesWhenServerCloses(t *testing.T) {
+	for _, scheme := range []string{"https", "http"} {
+		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
+			h := func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }
+			var ts *httptest.Server
+			if scheme == "https" {
+				ts = tlsServer(t, h)
+			} else {
+				ts = httptest.NewServer(http.HandlerFunc(h))
+				t.Cleanup(ts.Close)
+			}
+			testProbesWhenServerCloses(t, ts)
+		})
+	}
+}
+
+func testProbesWhenServerCloses(t *testing.T, ts *httptest.Server) {
 	const iv = 2 * time.Second
-	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 	c := newChecker(t, Config{URL: ts.URL + "/livez", Interval: iv}, nil)
 	reports, stop := runChecker(t, c)
 	defer stop()
