@@ -515,9 +515,9 @@ func (w *peerWatch) Read(b []byte) (int, error) {
 // peerClosed: the apiserver ended the kept connection. Between probes,
 // the next probe runs now rather than at the next tick (an apiserver
 // stopped without a shutdown delay refuses at once, and the first refused
-// probe hands the VIPs over); at most one such early probe per interval,
-// so a server that closes every connection after its answer costs at
-// most a second probe per interval.
+// probe hands the VIPs over). The early probe takes the next tick's
+// place, so the fail threshold spans as many intervals as without it; at
+// most one early probe per interval.
 func (c *Checker) peerClosed() {
 	k := c.kick.Load()
 	if k == nil || c.inFlight.Load() {

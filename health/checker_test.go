@@ -1018,3 +1018,31 @@ func TestPeerWatch(t *testing.T) {
 		t.Fatalf("after this side's Close: %v, closed told %d times, want an error and never", err, n.Load())
 	}
 }
+
+// TestRunKickKeepsThreshold: the early probe after the apiserver closed
+// the connection takes the next tick's place, so the fail threshold
+// still spans its intervals: from the first failed probe (the early one)
+// to the verdict, threshold-1 whole intervals.
+func TestRunKickKeepsThreshold(t *testing.T) {
+	const iv = 200 * time.Millisecond
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	c := newChecker(t, Config{URL: ts.URL + "/livez", Interval: iv, FailThreshold: 3, Timeout: 150 * time.Millisecond}, nil)
+	reports, stop := runChecker(t, c)
+	defer stop()
+	nextReport(t, reports)
+	nextReport(t, reports) // on the grid, the connection kept
+	time.Sleep(30 * time.Millisecond)
+	closed := time.Now()
+	ts.Close()
+	first := nextReport(t, reports)
+	if first.Reason != ReasonRefused || first.Checked.Sub(closed) > iv/2 {
+		t.Fatalf("first probe after the server stopped: %q %v after, want refused at once", first.Reason, first.Checked.Sub(closed))
+	}
+	s := first
+	for s.Healthy {
+		s = nextReport(t, reports)
+	}
+	if d := s.Checked.Sub(first.Checked); d < 2*iv-20*time.Millisecond {
+		t.Fatalf("unhealthy %v after the first failed probe, want at least 2 intervals (%v): the early probe added a failure instead of moving one", d, 2*iv)
+	}
+}

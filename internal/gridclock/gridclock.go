@@ -57,8 +57,12 @@ func New(iv time.Duration, now time.Time) (*Clock, error) {
 
 // Arm makes the clock tick at the next multiple of the interval after
 // now, then every interval. A tick already due and not read is dropped.
-func (c *Clock) Arm(now time.Time) error {
-	first := now.Truncate(c.iv).Add(c.iv).Sub(now)
+func (c *Clock) Arm(now time.Time) error { return c.armAt(now, 1) }
+
+// armAt makes the clock tick at the n-th multiple of the interval after
+// now, then every interval.
+func (c *Clock) armAt(now time.Time, n int) error {
+	first := now.Truncate(c.iv).Add(time.Duration(n) * c.iv).Sub(now)
 	spec := unix.ItimerSpec{Interval: unix.NsecToTimespec(int64(c.iv)), Value: unix.NsecToTimespec(int64(first))}
 	var serr error
 	if err := c.rc.Control(func(fd uintptr) { serr = unix.TimerfdSettime(int(fd), 0, &spec, nil) }); err != nil {
@@ -131,8 +135,10 @@ func (c *Clock) Close() error { return c.f.Close() }
 // Clock, or a Go timer on the same grid if the clock cannot be had (onErr
 // hears why; also when a clock cannot be re-armed). The wait returns
 // false once ctx is done; the clock is closed then. kick, from any
-// goroutine, makes the wait in progress (or the next one) return at once;
-// the wait after it is on the grid again.
+// goroutine, makes the wait in progress (or the next one) return at once,
+// in place of the next multiple: the wait after it returns at the
+// multiple after that, so a kick moves a tick earlier and never adds one
+// (a probe's fail threshold spans the same time with or without kicks).
 func Ticker(ctx context.Context, iv time.Duration, onErr func(error)) (wait func() bool, drain func(), kick func()) {
 	clock, err := New(iv, time.Now())
 	if err == nil {
@@ -145,8 +151,9 @@ func Ticker(ctx context.Context, iv time.Duration, onErr func(error)) (wait func
 				return false
 			}
 			if kicked.Swap(false) {
-				// Fired off the grid: back on it.
-				err = clock.Arm(time.Now())
+				// Fired off the grid in place of the next multiple:
+				// back on the grid at the one after it.
+				err = clock.armAt(time.Now(), 2)
 			} else {
 				err = clock.Realign(time.Now())
 			}
@@ -175,6 +182,8 @@ func Ticker(ctx context.Context, iv time.Duration, onErr func(error)) (wait func
 		case <-timer.C:
 		case <-kicks:
 			timer.Stop()
+			timer.Reset(time.Until(time.Now().Add(iv).Truncate(iv).Add(iv)))
+			return true
 		}
 		timer.Reset(time.Until(time.Now().Truncate(iv).Add(iv)))
 		return true

@@ -158,7 +158,8 @@ func TestTicker(t *testing.T) {
 
 // TestTickerKick: a kick ends the wait in progress at once, a kick while
 // nobody waits makes the next wait return at once, and the wait after a
-// kick is on the grid again.
+// kick is on the grid again, at the multiple after the next one (the kick
+// took the next one's place).
 func TestTickerKick(t *testing.T) {
 	iv := 2 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
@@ -181,12 +182,16 @@ func TestTickerKick(t *testing.T) {
 	if el := time.Since(start); el > 100*time.Millisecond {
 		t.Fatalf("the wait after a kick while nobody waited took %v", el)
 	}
+	kickedAt := time.Now()
 	if !wait() {
 		t.Fatal("wait ended")
 	}
 	now := time.Now()
 	if ph := now.Sub(now.Truncate(iv)); ph > 100*time.Millisecond {
 		t.Fatalf("the wait after the kicks returned at phase %v, not on the grid", ph)
+	}
+	if want := kickedAt.Truncate(iv).Add(2 * iv); now.Before(want) {
+		t.Fatalf("the wait after a kick returned at the next multiple (%v), want the one after (%v)", now.Truncate(iv), want)
 	}
 	if len(errs) != 0 {
 		t.Fatalf("errors %v", errs)
