@@ -62,8 +62,13 @@ func (c *Clock) Arm(now time.Time) error { return c.armAt(now, 1) }
 // armAt makes the clock tick at the n-th multiple of the interval after
 // now, then every interval.
 func (c *Clock) armAt(now time.Time, n int) error {
-	first := now.Truncate(c.iv).Add(time.Duration(n) * c.iv).Sub(now)
-	spec := unix.ItimerSpec{Interval: unix.NsecToTimespec(int64(c.iv)), Value: unix.NsecToTimespec(int64(first))}
+	return c.set(now.Truncate(c.iv).Add(time.Duration(n) * c.iv).Sub(now))
+}
+
+// set makes the clock tick after first (at least 1 ns: zero disarms),
+// then every interval.
+func (c *Clock) set(first time.Duration) error {
+	spec := unix.ItimerSpec{Interval: unix.NsecToTimespec(int64(c.iv)), Value: unix.NsecToTimespec(int64(max(first, time.Nanosecond)))}
 	var serr error
 	if err := c.rc.Control(func(fd uintptr) { serr = unix.TimerfdSettime(int(fd), 0, &spec, nil) }); err != nil {
 		return fmt.Errorf("grid clock: %w", err)
@@ -116,17 +121,7 @@ func (c *Clock) Realign(now time.Time) error {
 // Fire makes the clock tick now (a Wait in progress returns); it then
 // ticks every interval from now, off the grid until Arm. Safe to call
 // from any goroutine.
-func (c *Clock) Fire() error {
-	spec := unix.ItimerSpec{Interval: unix.NsecToTimespec(int64(c.iv)), Value: unix.Timespec{Nsec: 1}}
-	var serr error
-	if err := c.rc.Control(func(fd uintptr) { serr = unix.TimerfdSettime(int(fd), 0, &spec, nil) }); err != nil {
-		return fmt.Errorf("grid clock: %w", err)
-	}
-	if serr != nil {
-		return fmt.Errorf("grid clock: %w", serr)
-	}
-	return nil
-}
+func (c *Clock) Fire() error { return c.set(time.Nanosecond) }
 
 // Close stops the clock; a Wait in progress returns an error.
 func (c *Clock) Close() error { return c.f.Close() }
