@@ -108,7 +108,8 @@ type Machine struct {
 
 	// leader lease
 	readSeq  uint64
-	reads    map[string]time.Time // ctx -> send time, this term
+	reads    map[string]time.Time // ctx -> send time, this term: the rounds no majority answered yet
+	renewed  time.Time            // when the last renewal round went out
 	leaseEnd time.Time
 	lead     *leaderState
 
@@ -455,7 +456,7 @@ func (m *Machine) tickOnce() {
 	if m.rn.BasicStatus().RaftState == raft.StateLeader {
 		m.rn.Tick()
 		m.ready()
-		if m.ticks%int64(m.cfg.HeartbeatTicks) == 0 {
+		if m.ticks%int64(m.cfg.HeartbeatTicks) == 0 || m.renewalOverdue() {
 			m.renew()
 		}
 		return
@@ -802,9 +803,22 @@ func (m *Machine) renew() {
 	// it runs five times a second on the leader).
 	ctx := strconv.AppendUint(append(strconv.AppendUint(make([]byte, 0, 24), m.rn.BasicStatus().GetTerm(), 10), '/'), m.readSeq, 10)
 	m.reads[string(ctx)] = m.now
+	m.renewed = m.now
 	m.rn.ReadIndex(ctx)
 	m.lead.beat = true
 	m.ready()
+}
+
+// renewalOverdue: no majority answered the last renewal round within a
+// tick (a heartbeat or its answers lost, or a voter slow to answer). The
+// leader sends another round at once instead of waiting for the next
+// renewal: a lost packet then costs the lease a tick, not a renewal
+// interval, and the lease outlives several lost rounds in a row. Answered
+// rounds cost nothing: on a healthy network the answers arrive within a
+// millisecond and no retry goes out. A leader cut off from its majority
+// retries every tick until raft's CheckQuorum makes it step down.
+func (m *Machine) renewalOverdue() bool {
+	return len(m.reads) > 0 && m.now.Sub(m.renewed) >= m.cfg.Tick/2
 }
 
 // readDone: a majority acknowledged the renewal ctx after it was sent.
@@ -968,6 +982,9 @@ func (m *Machine) next() time.Time {
 	if m.lead != nil {
 		h := int64(m.cfg.HeartbeatTicks)
 		atTick((m.ticks/h + 1) * h)
+		if len(m.reads) > 0 && m.lead.transferTo == "" {
+			atTick(m.ticks + 1) // renewalOverdue
+		}
 		at(m.newLeaderPlaces()) // leader.go: newLeaderUnheard
 		return best
 	}
