@@ -63,6 +63,7 @@ type peerState struct {
 	boot       int64
 	grantedGen uint64
 	grantEnd   time.Time // leader's clock: every grant it gave ends before this
+	heldTo     time.Time // leader's clock, about: when p's hold from the grants sent so far ends (liveness only)
 	pending    *grant
 	ov         map[string]ovSpec // planned transfers' specs for its next full assignment (transfer.go)
 	ovHeld     map[string]bool   // keys it still holds in an overlap (its latest ack)
@@ -567,8 +568,12 @@ func (m *Machine) leaderDecide() {
 		}
 		p.markSent()
 		if p.pending != nil {
-			e.h.Grant = m.freshen(p, p.pending)
+			g := m.freshen(p, p.pending)
+			e.h.Grant = g
 			p.pending = nil
+			if g.Seq == p.ackSeq {
+				p.heldTo = later(p.heldTo, p.ackAt.Add(time.Duration(g.D)))
+			}
 		}
 	}
 	l.beat = false
@@ -647,13 +652,60 @@ func (m *Machine) onAck(from string, a *ack) {
 	if g == nil {
 		return
 	}
-	if p.grantedGen != p.gen || p.grantEnd.Sub(m.now) < 2*time.Duration(m.cfg.HeartbeatTicks)*m.cfg.Tick {
+	// The grant rides on the next heartbeat (no packet of its own) when
+	// what p already holds lasts past it with a tick to spare; otherwise
+	// it goes now. The first answers of a round are granted against the
+	// lease before the round completes (a renewal interval shorter), so a
+	// rule on this grant's own length let a hold run out before the next
+	// heartbeat once the renewal interval was more than a third of the
+	// lease.
+	h := int64(m.cfg.HeartbeatTicks)
+	nextBeat := m.base.Add(time.Duration((m.ticks/h+1)*h) * m.cfg.Tick)
+	if p.grantedGen != p.gen {
+		p.heldTo = time.Time{} // what it held was another assignment
+	}
+	if !p.heldTo.After(nextBeat.Add(m.cfg.Tick)) {
 		m.env(from).h.Grant = g
 		p.pending = nil
+		p.heldTo = later(p.heldTo, m.now.Add(time.Duration(g.D)))
 	} else {
 		p.pending = g
 	}
 	p.grantedGen = p.gen
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// grantWaiting: the lease was just acquired (a new leader's first round,
+// or one after a lapse); the followers that acknowledged their current
+// assignment while there was no lease to grant from are granted now, as
+// freshen would (the same ack, the lease as it stands), instead of at
+// their next ack a renewal later. In a planned handover that renewal
+// could come after what the old leader granted them ran out.
+func (m *Machine) grantWaiting() {
+	l := m.lead
+	if l == nil || !m.leaseValid() {
+		return
+	}
+	for _, name := range sortedKeys(l.peers) {
+		p := l.peers[name]
+		if len(p.keys) == 0 || p.ackedGen != p.gen || p.ackSeq == 0 || p.grantedGen == p.gen {
+			continue
+		}
+		g := m.grantOn(p, p.ackSeq, p.ackAt)
+		if g == nil {
+			continue
+		}
+		m.env(name).h.Grant = g
+		p.pending = nil
+		p.grantedGen = p.gen
+		p.heldTo = later(p.heldTo, p.ackAt.Add(time.Duration(g.D)))
+	}
 }
 
 // grantOn is a grant to p for its ack seq of the current assignment,

@@ -23,8 +23,13 @@ func manyAddresses(pools, egress int) []Address {
 // cluster: size voters (a bootstrapped, the others joined and promoted)
 // that place want, run until the pool addresses settled over them.
 func cluster(t *testing.T, size int, want []Address) *tnet {
+	return clusterWith(t, size, want, nil)
+}
+
+// clusterWith is cluster with every node's config changed by edit.
+func clusterWith(t *testing.T, size int, want []Address, edit func(*Config)) *tnet {
 	n := newNet(t)
-	n.want = want
+	n.want, n.edit = want, edit
 	n.add("a", false, Voter)
 	n.run(10 * time.Millisecond)
 	for i := 1; i < size; i++ {

@@ -102,7 +102,8 @@ type Machine struct {
 	prevState      raft.StateType
 	prevTerm       uint64
 	prevLead       uint64
-	leaderTransfer string // what our leader's last header announced (Transfer)
+	leaderTransfer string    // what our leader's last header announced (Transfer)
+	heldVote       *heldVote // a transferee's vote request that came before our leader's announcement (receive.go)
 	leaderName     string
 	lastLead       uint64 // the last leader this node followed (not a rival when it falls silent)
 
@@ -834,10 +835,14 @@ func (m *Machine) readDone(ctx string) {
 	}
 	end := sent.Add(m.cfg.LeaseLength())
 	if end.After(m.leaseEnd) {
-		if !m.leaseEnd.After(m.now) {
+		acquired := !m.leaseEnd.After(m.now)
+		if acquired {
 			m.note("lease acquired", "until", end)
 		}
 		m.leaseEnd = end
+		if acquired {
+			m.grantWaiting()
+		}
 	}
 }
 

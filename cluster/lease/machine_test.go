@@ -23,6 +23,7 @@ type tnet struct {
 	after func()                        // called after every millisecond of run
 	want  []Address                     // what every node wants (nil: vip, p1, p2)
 	seen  func(name string, out Output) // called with every Output
+	edit  func(c *Config)               // changes the profile's config of every node added (nil: none)
 }
 
 // wanted is what every node is told to place.
@@ -54,6 +55,9 @@ func newNet(t *testing.T) *tnet {
 func (n *tnet) add(name string, expect bool, role Role) *tnode {
 	cfg := ProfileConfig("default")
 	cfg.Name, cfg.ExpectPeers, cfg.Role = name, expect, role
+	if n.edit != nil {
+		n.edit(&cfg)
+	}
 	cfg.Incarnation = uint64(len(n.order)+1) * 7919
 	m, err := New(cfg, nil, n.now)
 	if err != nil {

@@ -74,6 +74,7 @@ func (m *Machine) receive(r Receive) {
 	}
 	if fromLeader || (h.From == m.leaderName && h.Term == bs.GetTerm()) {
 		m.leaderTransfer = h.Transfer
+		m.answerHeldVote()
 	}
 	if m.lead != nil && h.Ack != nil {
 		// the sender is alive even if its ack is for an older term
@@ -95,6 +96,7 @@ func (m *Machine) receive(r Receive) {
 			continue
 		}
 		if (t == pb.MsgVote || t == pb.MsgPreVote) && m.refuseVote(msg, h) {
+			m.holdVote(msg, h)
 			continue
 		}
 		if t == pb.MsgTimeoutNow && (h.Transfer != m.cfg.Name || h.Handoff == nil || msg.GetTerm() != m.rn.BasicStatus().GetTerm()) {
@@ -176,6 +178,49 @@ func (m *Machine) refuseVote(msg *pb.Message, h *header) bool {
 		return false
 	}
 	return true
+}
+
+// heldVote is a transfer campaign's vote request this voter refused only
+// because its leader's announcement of that transfer had not arrived yet:
+// the leader sends the announcement and the transferee's MsgTimeoutNow
+// together, and the transferee's votes may overtake the announcement.
+// Refused outright, the transfer failed and the cluster waited out the
+// leader's lease for an election (the simulator, 5 nodes, a graceful stop:
+// kept pool addresses without a holder for 500 to 850 ms).
+type heldVote struct {
+	msg  *pb.Message
+	h    *header
+	term uint64 // this node's term when it came
+	at   time.Time
+}
+
+// holdVote keeps a refused transfer vote for up to a tick, to be answered
+// if the announcement follows (answerHeldVote). The decision is the same
+// rule (refuseVote), taken when this node knows what its leader announced.
+func (m *Machine) holdVote(msg *pb.Message, h *header) {
+	if msg.GetType() != pb.MsgVote || !bytes.Equal(msg.GetContext(), campaignTransfer) || m.leaderTransfer != "" || m.lead != nil {
+		return
+	}
+	m.heldVote = &heldVote{msg: msg, h: h, term: m.rn.BasicStatus().GetTerm(), at: m.now}
+}
+
+// answerHeldVote: our leader's header arrived; a held vote request from
+// the transferee it announces is stepped now, one from anyone else dropped.
+func (m *Machine) answerHeldVote() {
+	v := m.heldVote
+	if v == nil {
+		return
+	}
+	m.heldVote = nil
+	if v.h.From != m.leaderTransfer || m.now.Sub(v.at) > m.cfg.Tick || m.rn.BasicStatus().GetTerm() != v.term {
+		return
+	}
+	if m.refuseVote(v.msg, v.h) {
+		return
+	}
+	if err := m.rn.Step(v.msg); err == nil {
+		m.ready()
+	}
 }
 
 // --- grantee side ---
