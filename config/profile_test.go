@@ -57,7 +57,7 @@ func TestProfileLines(t *testing.T) {
 	for _, want := range []string{
 		"# VIPD_PROFILE=fast: VIPD_HEALTH_TIMEOUT=1s (set by the profile)",
 		"# VIPD_PROFILE=fast: VIPD_HEALTH_INTERVAL=200ms (given explicitly: the profile's 200ms is not used)",
-		"# VIPD_PROFILE=fast: lease heartbeat interval 40ms",
+		"# VIPD_PROFILE=fast: lease heartbeat interval 50ms",
 		"# VIPD_PROFILE=fast: gossip interval 20ms",
 	} {
 		if !strings.Contains(lines, want) {
@@ -65,7 +65,7 @@ func TestProfileLines(t *testing.T) {
 		}
 	}
 	d, _ := load(t)
-	if l := strings.Join(d.ProfileLines(), "\n"); !strings.Contains(l, "lease heartbeat interval 200ms") || strings.Contains(l, "VIPD_HEALTH_TIMEOUT") {
+	if l := strings.Join(d.ProfileLines(), "\n"); !strings.Contains(l, "lease heartbeat interval 250ms") || strings.Contains(l, "VIPD_HEALTH_TIMEOUT") {
 		t.Errorf("default profile lines:\n%s", l)
 	}
 	if !slices.Contains(c.Explicit, "VIPD_HEALTH_INTERVAL") || slices.Contains(c.Explicit, "VIPD_HEALTH_TIMEOUT") {

@@ -247,7 +247,7 @@ var table = []Setting{
 		"voter: votes and may hold addresses; witness: votes and never holds (the third vote of a two-node cluster: needs no apiserver and no VIP interface, runs on any small machine).",
 		[]string{RoleVoter, RoleWitness}, func(c *Config) *string { return &c.Role }),
 	intSetting("VIPD_NICE", "nice", "-10", SecCluster,
-		"Scheduling priority (nice value) of every vipd thread, set at start: the lease must be renewed by a majority every few ticks (fast profile: 40 ms, lease 127 ms), and a node starved of CPU by other processes loses it. -10 lets vipd run before ordinary processes (corosync and keepalived also raise their priority); 0 leaves it as started. Needs CAP_SYS_NICE (root has it); without it vipd warns once and runs as started. Child processes (vipd-controllers feeds) inherit it.",
+		"Scheduling priority (nice value) of every vipd thread, set at start: the lease must be renewed by a majority every few ticks (fast profile: 50 ms, lease 127 ms), and a node starved of CPU by other processes loses it. -10 lets vipd run before ordinary processes (corosync and keepalived also raise their priority); 0 leaves it as started. Needs CAP_SYS_NICE (root has it); without it vipd warns once and runs as started. Child processes (vipd-controllers feeds) inherit it.",
 		-20, 19, func(c *Config) *int { return &c.Nice }),
 	enumSetting("VIPD_PROFILE", "profile", ProfileDefault, SecCluster,
 		"Timing profile: fast tightens the lease election's timers and the failure detector for LANs that can afford it (see Profiles below); explicit settings win over the profile.",

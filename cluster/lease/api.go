@@ -118,7 +118,7 @@ func ProfileConfig(profile string) Config {
 		return Config{
 			Tick:           10 * time.Millisecond,
 			ElectionTicks:  15,
-			HeartbeatTicks: 4,
+			HeartbeatTicks: 5,
 			Drift:          0.01,
 			GrantFor:       2 * time.Second,
 			RemoveAfter:    20 * time.Second,
@@ -130,7 +130,7 @@ func ProfileConfig(profile string) Config {
 		return Config{
 			Tick:           50 * time.Millisecond,
 			ElectionTicks:  16,
-			HeartbeatTicks: 4,
+			HeartbeatTicks: 5,
 			Drift:          0.01,
 			GrantFor:       5 * time.Second,
 			RemoveAfter:    20 * time.Second,

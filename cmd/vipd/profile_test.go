@@ -56,7 +56,7 @@ func TestCheckConfigProfile(t *testing.T) {
 	t.Setenv("VIPD_PROFILE", "fast")
 	code, out, errs := run(t, nil, "check-config")
 	if code != 0 || !strings.Contains(out, "VIPD_PROFILE=fast\n") || !strings.Contains(out, "VIPD_HEALTH_INTERVAL=200ms\n") ||
-		!strings.Contains(out, "# VIPD_PROFILE=fast: lease heartbeat interval 40ms") {
+		!strings.Contains(out, "# VIPD_PROFILE=fast: lease heartbeat interval 50ms") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
 	code, out, errs = run(t, nil, "check-config", "--health-interval", "300ms")

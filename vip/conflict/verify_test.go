@@ -206,11 +206,15 @@ func TestVerifierOnTheGrid(t *testing.T) {
 	}
 	out := v.Step(Holder{Addr: vip6, Name: "n2"}, t0.Add(517*time.Millisecond))
 	out = v.Step(Probed{Addrs: out.Probe}, t0.Add(560*time.Millisecond))
-	if !out.Next.Equal(t0.Add(800 * time.Millisecond)) {
-		t.Fatalf("next %v, want the reports at 800ms", out.Next.Sub(t0))
+	if !out.Next.Equal(t0.Add(2 * ReportsEvery)) {
+		t.Fatalf("next %v, want the reports at %v", out.Next.Sub(t0), 2*ReportsEvery)
 	}
-	out = v.Step(Tick{}, t0.Add(801*time.Millisecond))
-	if !out.Next.Equal(t0.Add(VerifyEvery)) {
-		t.Fatalf("next %v, want the round at %v", out.Next.Sub(t0), VerifyEvery)
+	out = v.Step(Tick{}, t0.Add(2*ReportsEvery+time.Millisecond))
+	// 2*ReportsEvery is VerifyEvery: this step took the round too
+	if !out.Next.Equal(t0.Add(3 * ReportsEvery)) {
+		t.Fatalf("next %v, want the reports at %v", out.Next.Sub(t0), 3*ReportsEvery)
+	}
+	if len(out.Probe) == 0 {
+		t.Fatalf("the round due at %v was not taken at %v", VerifyEvery, 2*ReportsEvery+time.Millisecond)
 	}
 }
