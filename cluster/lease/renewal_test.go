@@ -121,8 +121,6 @@ func TestGrantsOutliveTheNextHeartbeat(t *testing.T) {
 			w := track(n)
 			// every other round, one follower's answers come a
 			// millisecond late: it answers first, then after the majority
-			var late []pkt
-			delayed := map[*byte]bool{} // a packet is delayed once
 			slow := ""
 			for _, name := range n.order {
 				if name != leader {
@@ -130,19 +128,9 @@ func TestGrantsOutliveTheNextHeartbeat(t *testing.T) {
 					break
 				}
 			}
-			n.drop = func(p pkt) bool {
-				if p.from == slow && p.to == leader && n.now.Sub(n.now.Truncate(2*renewal)) >= renewal && !delayed[&p.data[0]] {
-					delayed[&p.data[0]] = true
-					late = append(late, p)
-					return true
-				}
-				return false
-			}
-			prev := n.after
-			n.after = func() {
-				n.q, late = append(n.q, late...), nil
-				prev()
-			}
+			n.delayOnce(func(p pkt) bool {
+				return p.from == slow && p.to == leader && n.now.Sub(n.now.Truncate(2*renewal)) >= renewal
+			})
 			n.run(5 * time.Second)
 			held := 0
 			for _, k := range w.keys {
@@ -176,29 +164,20 @@ func TestTransferVoteBeforeAnnouncement(t *testing.T) {
 			w := track(n)
 			// the announcement to every voter but the transferee comes a
 			// millisecond late, after the transferee's vote request
-			var late []pkt
 			var announced time.Time
-			delayed := map[*byte]bool{}
-			n.drop = func(p pkt) bool {
-				if p.from != leader || delayed[&p.data[0]] {
+			delayed := n.delayOnce(func(p pkt) bool {
+				if p.from != leader {
 					return false
 				}
 				e, err := decode(p.data)
 				if err != nil || e.h.Transfer == "" || e.h.Transfer == p.to {
 					return false
 				}
-				if len(delayed) == 0 {
+				if announced.IsZero() {
 					announced = n.now // the transfer itself begins (after the VIP's make-before-break)
 				}
-				delayed[&p.data[0]] = true
-				late = append(late, p)
 				return true
-			}
-			prev := n.after
-			n.after = func() {
-				n.q, late = append(n.q, late...), nil
-				prev()
-			}
+			})
 			start := n.now
 			n.step(leader, Transfer{})
 			var took time.Duration
@@ -210,7 +189,7 @@ func TestTransferVoteBeforeAnnouncement(t *testing.T) {
 					}
 				}
 			}
-			if len(delayed) == 0 {
+			if *delayed == 0 {
 				t.Fatal("setup: no announcement was delayed")
 			}
 			if took == 0 || took > 50*time.Millisecond {
@@ -224,4 +203,30 @@ func TestTransferVoteBeforeAnnouncement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// delayOnce holds every packet that match selects for a millisecond (it is
+// delivered after the packets queued behind it), once. It replaces n.drop
+// and chains n.after; the count is how many packets it delayed.
+func (n *tnet) delayOnce(match func(p pkt) bool) *int {
+	var late []pkt
+	delayed := map[*byte]bool{}
+	count := new(int)
+	n.drop = func(p pkt) bool {
+		if len(p.data) == 0 || delayed[&p.data[0]] || !match(p) {
+			return false
+		}
+		delayed[&p.data[0]] = true
+		*count++
+		late = append(late, p)
+		return true
+	}
+	prev := n.after
+	n.after = func() {
+		n.q, late = append(n.q, late...), nil
+		if prev != nil {
+			prev()
+		}
+	}
+	return count
 }
