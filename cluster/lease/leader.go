@@ -24,6 +24,7 @@ type leaderState struct {
 	from      map[string]string // key -> the node that let it go for its holder (a planned move)
 	eligSince map[string]time.Time
 	placed    placeKey // what the last placement pass decided on
+	redo      bool     // a move waited in the last pass: the next one runs whatever changed
 	beat      bool
 
 	transferTo   string
@@ -371,10 +372,11 @@ func (m *Machine) place() {
 	// every address is placed: skip the pass over every address (a leader
 	// with 1,000 addresses steps on every message it receives).
 	key := placeKey{elig: elig, poolCands: poolCands, legacy: sortedKeys(legacy), cp: cp, unv: m.unv.sig, wantGen: m.wantGen}
-	if key.equal(&l.placed) && len(l.releasing) == 0 && len(l.assign) == len(m.want) {
+	if !l.redo && key.equal(&l.placed) && len(l.releasing) == 0 && len(l.assign) == len(m.want) {
 		return
 	}
 	l.placed = key.clone()
+	l.redo = false
 	for k, r := range l.releasing {
 		p := l.peers[r.from]
 		// released when its ack shows it let go (also of an overlap:
@@ -406,7 +408,13 @@ func (m *Machine) place() {
 		if r, ok := l.releasing[a.Key]; ok && cur == "" && r.ovTo != "" && desired != "" && m.eligible(r.ovTo) {
 			desired = r.ovTo // the successor the old holder agreed to
 		}
-		if desired == cur || m.ovSuccessor(a.Key, cur) || m.ovWait(a.Key, cur, desired) || m.unheardHolder(cur) {
+		if desired == cur {
+			continue
+		}
+		if m.ovSuccessor(a.Key, cur) || m.ovWait(a.Key, cur, desired) || m.unheardHolder(cur) {
+			// the move waits (an overlap under way, a holder not heard
+			// yet): the next pass decides again, whatever else changed
+			l.redo = true
 			continue
 		}
 		planned := m.plannedMove(a.Key, cur, desired)
@@ -421,6 +429,7 @@ func (m *Machine) place() {
 		}
 		src, ok := m.ovSource(a.Key, desired)
 		if !ok {
+			l.redo = true // not before the overlap or release under way ends
 			continue
 		}
 		l.assign[a.Key] = desired
@@ -453,6 +462,13 @@ func (m *Machine) poolHolder(a Address, cur string, elig []string, settled map[s
 	cands := elig
 	if a.Restricted {
 		cands = allowed(elig, a)
+	}
+	if cur != m.cfg.Name && !m.quorumFresh() {
+		// a leader no majority answers now (cut off, its lease running
+		// out) takes nothing new: the holder it cannot hear is more
+		// likely on the other side with the majority, and the address
+		// would move to this node only to move back after the election
+		cands = without(cands, m.cfg.Name)
 	}
 	if cur != "" && !m.eligible(cur) {
 		cands = m.preferFresh(cands) // a successor that answers now (transfer.go)
@@ -497,6 +513,22 @@ func (m *Machine) newLeaderUnheard() bool {
 // newLeaderPlaces is when a new leader places pool and egress addresses
 // without a holder even if some member has not answered.
 func (m *Machine) newLeaderPlaces() time.Time { return m.lead.since.Add(m.cfg.Tick) }
+
+// quorumFresh: a majority answered a renewal round sent within the last
+// renewal interval and a tick (the leader's lease is being renewed now).
+func (m *Machine) quorumFresh() bool {
+	last := m.leaseEnd.Add(-m.cfg.LeaseLength())
+	return m.now.Sub(last) <= time.Duration(m.cfg.HeartbeatTicks+1)*m.cfg.Tick
+}
+
+// without returns names without name (a new slice when it was there).
+func without(names []string, name string) []string {
+	i := slices.Index(names, name)
+	if i < 0 {
+		return names
+	}
+	return slices.Delete(slices.Clone(names), i, i+1)
+}
 
 // allowed returns the names that may hold a.
 func allowed(names []string, a Address) []string {
@@ -658,20 +690,57 @@ func (m *Machine) onAck(from string, a *ack) {
 	// lease before the round completes (a renewal interval shorter), so a
 	// rule on this grant's own length let a hold run out before the next
 	// heartbeat once the renewal interval was more than a third of the
-	// lease.
-	h := int64(m.cfg.HeartbeatTicks)
-	nextBeat := m.base.Add(time.Duration((m.ticks/h+1)*h) * m.cfg.Tick)
+	// lease. For the same reason an answer that comes while its round is
+	// still open waits for the round (grantPending, at most a tick: the
+	// round completes or is sent again) as long as what p holds lasts
+	// that tick: granted from the lease before the round, a hold that must
+	// reach the next heartbeat could end short of it.
 	if p.grantedGen != p.gen {
 		p.heldTo = time.Time{} // what it held was another assignment
 	}
-	if !p.heldTo.After(nextBeat.Add(m.cfg.Tick)) {
-		m.env(from).h.Grant = g
-		p.pending = nil
-		p.heldTo = later(p.heldTo, m.now.Add(time.Duration(g.D)))
-	} else {
-		p.pending = g
-	}
 	p.grantedGen = p.gen
+	if len(m.reads) > 0 && p.heldTo.After(m.now.Add(m.cfg.Tick)) {
+		p.pending = g
+		return
+	}
+	m.grantNowOrAtBeat(from, p, g)
+}
+
+// nextBeat is when the leader's next renewal round goes out.
+func (m *Machine) nextBeat() time.Time {
+	h := int64(m.cfg.HeartbeatTicks)
+	return m.base.Add(time.Duration((m.ticks/h+1)*h) * m.cfg.Tick)
+}
+
+// grantNowOrAtBeat sends g to p now unless what p holds outlasts the next
+// heartbeat by a tick; then g rides on that heartbeat.
+func (m *Machine) grantNowOrAtBeat(name string, p *peerState, g *grant) {
+	if p.heldTo.After(m.nextBeat().Add(m.cfg.Tick)) {
+		p.pending = g
+		return
+	}
+	m.env(name).h.Grant = g
+	p.pending = nil
+	if g.Seq == p.ackSeq {
+		p.heldTo = later(p.heldTo, p.ackAt.Add(time.Duration(g.D)))
+	}
+}
+
+// grantPending: a renewal round completed and extended the lease; the
+// grants held back for it (onAck) are reckoned against the new lease and
+// go now or with the next heartbeat.
+func (m *Machine) grantPending() {
+	l := m.lead
+	if l == nil || !m.leaseValid() {
+		return
+	}
+	for _, name := range sortedKeys(l.peers) {
+		p := l.peers[name]
+		if p.pending == nil {
+			continue
+		}
+		m.grantNowOrAtBeat(name, p, m.freshen(p, p.pending))
+	}
 }
 
 func later(a, b time.Time) time.Time {

@@ -843,6 +843,7 @@ func (m *Machine) readDone(ctx string) {
 		if acquired {
 			m.grantWaiting()
 		}
+		m.grantPending()
 	}
 }
 

@@ -310,7 +310,10 @@ func TestVoteFences(t *testing.T) {
 		n := three(t)
 		n.nodes["a"].up = false
 		cfg := n.nodes["b"].cfg
-		n.now = n.now.Add(time.Duration(cfg.ElectionTicks-2) * cfg.Tick)
+		// E-2 ticks after the last message b had from the leader (up to
+		// a renewal interval before a went down)
+		mb := n.nodes["b"].m
+		n.now = mb.base.Add(time.Duration(mb.lastLeaderTick+int64(cfg.ElectionTicks)-2) * cfg.Tick)
 		n.step("b", Tick{})
 		term := n.nodes["b"].m.Status().Term
 		if got := votes(n.step("b", Receive{From: "c", Data: voteFrom(t, n, "c", "b", term+1, false)})); got != 0 {

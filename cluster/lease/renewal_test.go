@@ -113,7 +113,7 @@ func TestRenewalRetry(t *testing.T) {
 // next heartbeat, and its hold ran out before it (renewals every 250 ms
 // with a lease of 685 ms: the simulator saw pool addresses held by nobody).
 func TestGrantsOutliveTheNextHeartbeat(t *testing.T) {
-	for _, hb := range []int{4, 5, 6} {
+	for _, hb := range []int{4, 5, 6, 7} {
 		t.Run(fmt.Sprintf("renewal every %d ticks", hb), func(t *testing.T) {
 			n := clusterWith(t, 5, manyAddresses(12, 2), func(c *Config) { c.HeartbeatTicks = hb })
 			leader := leaderOf(t, n)

@@ -309,8 +309,13 @@ func TestHandoverOnlyToLiveSuccessor(t *testing.T) {
 			if tc.to != "" {
 				to = best
 			}
+			// the silence starts right after a renewal round the others
+			// answered, and lasts past the freshness window (a heartbeat
+			// and a half) but not the lease
+			om := n.nodes[old].m
+			n.run(om.nextBeat().Sub(n.now) + 5*time.Millisecond)
 			n.drop = func(p pkt) bool { return silent[p.from] }
-			n.run(time.Duration(ProfileConfig("default").HeartbeatTicks) * ProfileConfig("default").Tick * 2)
+			n.run(om.freshWindow() + om.cfg.Tick)
 			n.step(old, Transfer{To: to})
 			n.run(100 * time.Millisecond)
 			hs := n.holders("vip")
@@ -375,7 +380,7 @@ func TestTransfereeStoppedBeforeItsFirstRound(t *testing.T) {
 	n.step(old, Transfer{})
 	succ := ""
 	var carried bool
-	for i := 0; i < 2000 && succ == ""; i++ {
+	for i := 0; i < 10000 && succ == ""; i++ {
 		n.now = n.now.Add(100 * time.Microsecond)
 		for _, name := range n.order {
 			n.step(name, Tick{})

@@ -26,11 +26,14 @@ func manyAddrs() []lease.Address {
 // leader's lease: docs/lease.md). The leader's own addresses move once.
 func TestLeaderChangeKeepsPoolHoldsSim(t *testing.T) {
 	budget := map[string]time.Duration{"default": time.Second, "fast": 250 * time.Millisecond} // TestFailoverBudget's
+	// 1-10, and 11 and 37: a partitioned leader took its unheard
+	// followers' addresses for the rest of its lease (fast profile)
+	seeds := []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 37}
 	for _, profile := range []string{"default", "fast"} {
 		cfg := lease.ProfileConfig(profile)
 		for _, size := range []int{3, 5} {
 			for _, act := range []string{"handover", "graceful stop", "crash", "partition"} {
-				for seed := int64(1); seed <= 10; seed++ {
+				for _, seed := range seeds {
 					t.Run(fmt.Sprintf("%s/%d nodes/%s/seed %d", profile, size, act, seed), func(t *testing.T) {
 						s := New(cfg, seed)
 						s.Want(manyAddrs())
