@@ -43,7 +43,7 @@ var profileTimings = []ProfileTiming{
 	{Name: "gossip interval", Default: "5s", Fast: "20ms", Doc: "how often metadata changes (health, verification reports) are gossiped (they also ride on every probe and its answer; the lease election sends its own messages directly)"},
 	{Name: "gossip full sync interval", Default: "30s", Fast: "10s", Doc: "each member exchanges its whole view with a random member this often (over TCP), repairing anything gossip missed"},
 	{Name: "lease tick", Default: "50ms", Fast: "10ms", Doc: "the lease election's clock step: its timers count ticks (cluster/lease)"},
-	{Name: "lease heartbeat interval", Default: "250ms", Fast: "50ms", Doc: "the leader renews its lease with a majority of the voters this often"},
+	{Name: "lease heartbeat interval", Default: "350ms", Fast: "50ms", Doc: "the leader renews its lease with a majority of the voters this often"},
 	{Name: "lease election timeout", Default: "800ms", Fast: "150ms", Doc: "a voter that hears no leader for this long (randomised up to twice as long) starts an election; the holder lets go of an address before a new leader can grant it"},
 	{Name: "l2 conflict probe wait", Default: "50ms", Fast: "25ms", Doc: "before binding, a new holder waits this long for another host to answer its ARP probe or neighbour solicitation for the VIP (l2)"},
 }

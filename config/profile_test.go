@@ -65,7 +65,7 @@ func TestProfileLines(t *testing.T) {
 		}
 	}
 	d, _ := load(t)
-	if l := strings.Join(d.ProfileLines(), "\n"); !strings.Contains(l, "lease heartbeat interval 250ms") || strings.Contains(l, "VIPD_HEALTH_TIMEOUT") {
+	if l := strings.Join(d.ProfileLines(), "\n"); !strings.Contains(l, "lease heartbeat interval 350ms") || strings.Contains(l, "VIPD_HEALTH_TIMEOUT") {
 		t.Errorf("default profile lines:\n%s", l)
 	}
 	if !slices.Contains(c.Explicit, "VIPD_HEALTH_INTERVAL") || slices.Contains(c.Explicit, "VIPD_HEALTH_TIMEOUT") {

@@ -130,7 +130,7 @@ func ProfileConfig(profile string) Config {
 		return Config{
 			Tick:           50 * time.Millisecond,
 			ElectionTicks:  16,
-			HeartbeatTicks: 5,
+			HeartbeatTicks: 7,
 			Drift:          0.01,
 			GrantFor:       5 * time.Second,
 			RemoveAfter:    20 * time.Second,

@@ -19,9 +19,9 @@ const (
 	// VerifyMisses unanswered rounds in a row make an address unreachable.
 	VerifyMisses = 2
 	// ReportsEvery is how often the holder reads the others' reports: a
-	// X
+	// multiple of both profiles' lease renewal intervals (350 and 50
 	// ms), so that the reads fall on the leader's renewals (gridAfter).
-	ReportsEvery = 500 * time.Millisecond
+	ReportsEvery = 700 * time.Millisecond
 	// VerifyMaxRound bounds one round: with more addresses than this to
 	// verify, rounds take turns (1,000 pool addresses never cost 1,000
 	// probes a second).

@@ -161,7 +161,7 @@ func TestVerifierRoundsTakeTurns(t *testing.T) {
 // (an address another node holds), and for the reports only while this
 // node holds one.
 func TestVerifierNext(t *testing.T) {
-	t0 := time.Unix(1_000_000, 0)
+	t0 := time.Unix(1_000_000, 0).Truncate(7 * time.Second) // on the grids of the reads and the rounds
 	for _, tc := range []struct {
 		name    string
 		holders []Holder
@@ -198,23 +198,27 @@ func TestVerifierNext(t *testing.T) {
 // intervals (the instants of the health probes and the lease renewals),
 // however late a step came.
 func TestVerifierOnTheGrid(t *testing.T) {
-	t0 := time.Unix(1_000_000, 0)
+	// t0 on both grids (the reads' and the rounds')
+	t0 := time.Unix(1_000_000, 0).Truncate(7 * time.Second)
+	if t0.Truncate(ReportsEvery) != t0 || t0.Truncate(VerifyEvery) != t0 {
+		t.Fatalf("setup: %v is not on the grids of %v and %v", t0, ReportsEvery, VerifyEvery)
+	}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	v := NewVerifier(0)
-	v.Step(Holder{Addr: vip, Name: "n1", Self: true}, t0.Add(123*time.Millisecond))
-	if out := v.Step(Tick{}, t0.Add(130*time.Millisecond)); !out.Next.Equal(t0.Add(ReportsEvery)) {
+	v.Step(Holder{Addr: vip, Name: "n1", Self: true}, at(123))
+	if out := v.Step(Tick{}, at(130)); !out.Next.Equal(t0.Add(ReportsEvery)) {
 		t.Fatalf("reports: next %v, want %v", out.Next.Sub(t0), ReportsEvery)
 	}
-	out := v.Step(Holder{Addr: vip6, Name: "n2"}, t0.Add(517*time.Millisecond))
-	out = v.Step(Probed{Addrs: out.Probe}, t0.Add(560*time.Millisecond))
-	if !out.Next.Equal(t0.Add(2 * ReportsEvery)) {
-		t.Fatalf("next %v, want the reports at %v", out.Next.Sub(t0), 2*ReportsEvery)
+	out := v.Step(Holder{Addr: vip6, Name: "n2"}, at(517))
+	out = v.Step(Probed{Addrs: out.Probe}, at(560))
+	if !out.Next.Equal(t0.Add(ReportsEvery)) {
+		t.Fatalf("next %v, want the reports at %v", out.Next.Sub(t0), ReportsEvery)
 	}
-	out = v.Step(Tick{}, t0.Add(2*ReportsEvery+time.Millisecond))
-	// 2*ReportsEvery is VerifyEvery: this step took the round too
-	if !out.Next.Equal(t0.Add(3 * ReportsEvery)) {
-		t.Fatalf("next %v, want the reports at %v", out.Next.Sub(t0), 3*ReportsEvery)
-	}
+	out = v.Step(Tick{}, t0.Add(VerifyEvery+time.Millisecond))
 	if len(out.Probe) == 0 {
-		t.Fatalf("the round due at %v was not taken at %v", VerifyEvery, 2*ReportsEvery+time.Millisecond)
+		t.Fatalf("the round due at %v was not taken at %v", VerifyEvery, VerifyEvery+time.Millisecond)
+	}
+	if want := gridAfter(t0.Add(VerifyEvery), ReportsEvery); !out.Next.Equal(want) {
+		t.Fatalf("next %v, want the reports at %v", out.Next.Sub(t0), want.Sub(t0))
 	}
 }
