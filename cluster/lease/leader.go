@@ -600,12 +600,7 @@ func (m *Machine) leaderDecide() {
 		}
 		p.markSent()
 		if p.pending != nil {
-			g := m.freshen(p, p.pending)
-			e.h.Grant = g
-			p.pending = nil
-			if g.Seq == p.ackSeq {
-				p.heldTo = later(p.heldTo, p.ackAt.Add(time.Duration(g.D)))
-			}
+			m.sendGrant(name, p, m.freshen(p, p.pending))
 		}
 	}
 	l.beat = false
@@ -719,6 +714,12 @@ func (m *Machine) grantNowOrAtBeat(name string, p *peerState, g *grant) {
 		p.pending = g
 		return
 	}
+	m.sendGrant(name, p, g)
+}
+
+// sendGrant puts g in this step's envelope to p and notes how long p
+// holds on it.
+func (m *Machine) sendGrant(name string, p *peerState, g *grant) {
 	m.env(name).h.Grant = g
 	p.pending = nil
 	if g.Seq == p.ackSeq {
@@ -734,12 +735,17 @@ func (m *Machine) grantPending() {
 	if l == nil || !m.leaseValid() {
 		return
 	}
+	held := false
+	for _, p := range l.peers {
+		held = held || p.pending != nil
+	}
+	if !held {
+		return // the common case, every renewal: no sorted list to build
+	}
 	for _, name := range sortedKeys(l.peers) {
-		p := l.peers[name]
-		if p.pending == nil {
-			continue
+		if p := l.peers[name]; p.pending != nil {
+			m.grantNowOrAtBeat(name, p, m.freshen(p, p.pending))
 		}
-		m.grantNowOrAtBeat(name, p, m.freshen(p, p.pending))
 	}
 }
 
@@ -770,10 +776,8 @@ func (m *Machine) grantWaiting() {
 		if g == nil {
 			continue
 		}
-		m.env(name).h.Grant = g
-		p.pending = nil
+		m.sendGrant(name, p, g)
 		p.grantedGen = p.gen
-		p.heldTo = later(p.heldTo, p.ackAt.Add(time.Duration(g.D)))
 	}
 }
 
