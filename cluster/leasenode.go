@@ -67,14 +67,12 @@ const maxReliableInFlight = 16
 // the authenticated transport, failure hints and metadata; the lease
 // machine (cluster/lease) for every decision, driven by a leaseLoop.
 type LeaseNode struct {
-	cfg    LeaseConfig
-	peers  []string
-	log    *slog.Logger
-	ml     *memberlist.Memberlist
-	tr     *transport    // memberlist's transport: the lease's small messages go straight through it (leasepacket.go)
-	sealer *packetSealer // seals them as memberlist would (nil: gossip not encrypted)
-	loop   *leaseLoop
-	state  stateFile
+	cfg   LeaseConfig
+	peers []string
+	log   *slog.Logger
+	ml    *memberlist.Memberlist
+	loop  *leaseLoop
+	state stateFile
 
 	syncReq  chan struct{}
 	pushReq  chan struct{} // metadata changed: push it to every member
@@ -228,23 +226,11 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 			}
 		}
 	}
-	sealer, err := newPacketSealer(cfg.Cluster.Keys)
-	if err != nil {
-		return nil, fmt.Errorf("VIPD_GOSSIP_KEY_FILE %s: %w", cfg.Cluster.KeyFile, err)
-	}
-	ml, tr, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() { n.postVeto(keyEvent{}) })
+	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() { n.postVeto(keyEvent{}) })
 	if err != nil {
 		return nil, err
 	}
-	n.ml, n.tr, n.sealer = ml, tr, sealer
-	scratch := make([]byte, 0, 2048) // the reader goroutine's: NotifyMsg copies what it keeps
-	tr.setTap(func(pkt []byte) bool {
-		msg, ok := leaseMessage(sealer, scratch[:0], pkt)
-		if ok {
-			(*leaseDelegate)(n).NotifyMsg(msg)
-		}
-		return ok
-	})
+	n.ml = ml
 	n.localAddr = ml.LocalNode().Address()
 	return n, nil
 }
@@ -475,7 +461,7 @@ func (n *LeaseNode) Send(to string, data []byte) error {
 		return err
 	}
 	if len(b) <= reliableAbove {
-		if err := n.sendPacket(node, b); err != nil {
+		if err := n.ml.SendBestEffort(node, b); err != nil {
 			n.mSendErr.Inc()
 			return fmt.Errorf("send to %s: %w", to, err)
 		}
@@ -585,21 +571,6 @@ func (n *LeaseNode) putMember(mb lease.Member, addr string) {
 	n.members[mb.Name] = mb
 	n.reports[mb.Name] = memberReports{rs: rs, witness: witness, ok: ok}
 	n.addrs[mb.Name] = addr
-}
-
-// sendPacket sends lease message b to node as the memberlist user message
-// memberlist's SendBestEffort would send, sealed with ciphers made once
-// (leasepacket.go).
-func (n *LeaseNode) sendPacket(node *memberlist.Node, b []byte) error {
-	a, ok := netip.AddrFromSlice(node.Addr)
-	if !ok {
-		return fmt.Errorf("member %s has no address", node.Name)
-	}
-	pkt, err := leasePacket(n.sealer, b)
-	if err != nil {
-		return err
-	}
-	return n.tr.writePacket(pkt, netip.AddrPortFrom(a.Unmap(), node.Port))
 }
 
 // HandOver moves what this node holds to another node (a leadership

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	sockaddr "github.com/hashicorp/go-sockaddr"
@@ -33,28 +32,8 @@ type transport struct {
 	done     chan struct{}
 	log      *slog.Logger
 
-	// tap, when set, sees every packet read first and keeps those it
-	// returns true for (the lease messages: leasepacket.go); the others
-	// go to memberlist. Only the reader goroutine calls it.
-	tap atomic.Pointer[func([]byte) bool]
-
 	wg       sync.WaitGroup
 	stopOnce sync.Once
-}
-
-// setTap sets the function that sees every packet read before memberlist
-// does (nil: none).
-func (t *transport) setTap(f func([]byte) bool) {
-	if f == nil {
-		t.tap.Store(nil)
-		return
-	}
-	t.tap.Store(&f)
-}
-
-// writePacket sends one packet to ap (the lease's own packets).
-func (t *transport) writePacket(b []byte, ap netip.AddrPort) error {
-	return t.raw.writeTo(b, ap)
 }
 
 // maxPacket is the largest UDP datagram (memberlist's read buffer).
@@ -220,9 +199,6 @@ func (t *transport) readPackets() {
 		}
 		if n < 1 {
 			continue // memberlist needs a message type byte
-		}
-		if tap := t.tap.Load(); tap != nil && (*tap)(buf[:n]) {
-			continue
 		}
 		p := &memberlist.Packet{Buf: append([]byte(nil), buf[:n]...), From: net.UDPAddrFromAddrPort(ap), Timestamp: now}
 		select {
