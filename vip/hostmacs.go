@@ -10,12 +10,19 @@ import (
 )
 
 // hostMACsMaxAge is how old the set of this host's MACs may be when a MAC
-// not in it is looked up: older, the links are listed again first. The
-// netlink watch marks the set stale on every link change, so this only
-// matters while that watch is down; it bounds the netlink dumps that the
+// not in it is looked up while no netlink watch follows the links: older,
+// the links are listed again first. It bounds the netlink dumps that the
 // holder's answers to the verification rounds (a foreign MAC every
 // second) and a host flooding claims can cause.
 const hostMACsMaxAge = 10 * time.Second
+
+// hostMACsWatchedMaxAge replaces hostMACsMaxAge while the netlink watch
+// runs: the watch marks the set stale on every link change and on every
+// notification it could not read, so the age only guards against a
+// change the kernel never reported. A dump of every link costs 1 to 3 ms
+// of CPU on a small VM (parsing every attribute of every link), which
+// every 10 s was several percent of an idle follower's CPU.
+const hostMACsWatchedMaxAge = 5 * time.Minute
 
 // hostMACs is the set of this host's own link-layer addresses: every
 // interface of the network namespace (bonds, their slaves' permanent
@@ -25,14 +32,16 @@ const hostMACsMaxAge = 10 * time.Second
 // segment answers the holder's own probe.
 //
 // The set is listed lazily: when a MAC not in it is looked up and the set
-// is stale (a link changed, see invalidate) or older than hostMACsMaxAge.
+// is stale (a link changed, see invalidate) or older than hostMACsMaxAge
+// (hostMACsWatchedMaxAge while the netlink watch runs, see watched).
 type hostMACs struct {
 	list func() ([]netlink.Link, error) // netlink.LinkList; tests replace it
 
-	mu    sync.Mutex
-	set   map[string]bool
-	read  time.Time
-	stale bool
+	mu      sync.Mutex
+	set     map[string]bool
+	read    time.Time
+	stale   bool
+	watched bool
 }
 
 func newHostMACs() *hostMACs { return &hostMACs{list: netlink.LinkList, stale: true} }
@@ -41,6 +50,15 @@ func newHostMACs() *hostMACs { return &hostMACs{list: netlink.LinkList, stale: t
 func (h *hostMACs) invalidate() {
 	h.mu.Lock()
 	h.stale = true
+	h.mu.Unlock()
+}
+
+// watching tells whether the netlink watch follows the links from now on
+// (it subscribed) or no longer (it stopped). Either way the set is read
+// again at the next miss: changes before a subscription were not seen.
+func (h *hostMACs) watching(on bool) {
+	h.mu.Lock()
+	h.watched, h.stale = on, true
 	h.mu.Unlock()
 }
 
@@ -53,7 +71,11 @@ func (h *hostMACs) own(mac net.HardwareAddr, now time.Time) (bool, error) {
 	if h.set[string(mac)] && !h.stale {
 		return true, nil
 	}
-	if !h.stale && now.Sub(h.read) < hostMACsMaxAge && h.set != nil {
+	maxAge := hostMACsMaxAge
+	if h.watched {
+		maxAge = hostMACsWatchedMaxAge
+	}
+	if !h.stale && now.Sub(h.read) < maxAge && h.set != nil {
 		return false, nil
 	}
 	links, err := h.list()

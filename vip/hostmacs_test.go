@@ -56,6 +56,21 @@ func TestHostMACs(t *testing.T) {
 			fail = errors.New("netlink: boom")
 			h.invalidate()
 		}, mac: other, at: 3*hostMACsMaxAge + 2*time.Millisecond, err: true, lists: 5},
+		{name: "the watch subscribes: listed again at the next miss", do: func() {
+			fail = nil
+			h.watching(true)
+		}, mac: other, at: 4 * hostMACsMaxAge, lists: 6},
+		{name: "watched: a foreign MAC past the unwatched max age needs no listing", mac: other, at: 6 * hostMACsMaxAge, lists: 6},
+		{name: "watched: a link change still marks the set stale", do: func() {
+			links = append(links, &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "eth1", HardwareAddr: eth1}})
+			h.invalidate()
+		}, mac: eth1, at: 6*hostMACsMaxAge + time.Millisecond, own: true, lists: 7},
+		{name: "watched: just within the watched max age, no listing", mac: other, at: 6*hostMACsMaxAge + time.Millisecond + hostMACsWatchedMaxAge - time.Millisecond, lists: 7},
+		{name: "watched: older than the watched max age, listed again", mac: other, at: 6*hostMACsMaxAge + time.Millisecond + hostMACsWatchedMaxAge, lists: 8},
+		{name: "the watch stops: listed again at the next miss", do: func() {
+			h.watching(false)
+		}, mac: other, at: 6*hostMACsMaxAge + time.Millisecond + hostMACsWatchedMaxAge + time.Millisecond, lists: 9},
+		{name: "unwatched again: the short max age applies", mac: other, at: 6*hostMACsMaxAge + 2*time.Millisecond + hostMACsWatchedMaxAge + hostMACsMaxAge, lists: 10},
 	}
 	for _, s := range steps {
 		if s.do != nil {

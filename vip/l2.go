@@ -226,11 +226,14 @@ func (l *L2) upLink() (netlink.Link, *net.Interface, error) {
 	if why := linkDownReason(link.Attrs()); why != "" {
 		return link, nil, fmt.Errorf("interface %s is %s: %w", l.ifname, why, ErrLinkDown)
 	}
-	ifi, err := net.InterfaceByName(l.ifname)
-	if err != nil {
-		return link, nil, fmt.Errorf("interface %s: %w", l.ifname, err)
-	}
-	return link, ifi, nil
+	return link, netInterface(link.Attrs()), nil
+}
+
+// netInterface is the net.Interface of a link netlink just described:
+// net.InterfaceByName would dump every link of the host again (1 to 3 ms
+// of CPU on a small VM, at every announcement and check).
+func netInterface(a *netlink.LinkAttrs) *net.Interface {
+	return &net.Interface{Index: a.Index, MTU: a.MTU, Name: a.Name, HardwareAddr: a.HardwareAddr, Flags: a.Flags}
 }
 
 func (l *L2) addr(vip netip.Prefix) *netlink.Addr {

@@ -171,8 +171,10 @@ func (l *L2) watchOnce(ctx context.Context, out chan WatchEvent, up func()) (err
 	if link, _ := l.lookup(); link != nil {
 		seen[link.Attrs().Index] = linkKey{link.Attrs().Name, linkDownReason(link.Attrs())}
 	}
-	// Changes before the subscription were not seen.
-	l.macs.invalidate()
+	// Changes before the subscription were not seen; from now on every
+	// link change marks the set of this host's MACs stale.
+	l.macs.watching(true)
+	defer l.macs.watching(false)
 	up()
 	lost := func(what string) error {
 		if err := lastErr(); err != nil {
@@ -210,6 +212,7 @@ func (l *L2) watchOnce(ctx context.Context, out chan WatchEvent, up func()) (err
 		case <-hint:
 			// A notification could not be read (or the socket failed, and
 			// its channel closes next): something may have been missed.
+			l.macs.invalidate()
 			if err := lastErr(); err != nil {
 				l.log.Debug("netlink watch: a notification could not be read", "interface", l.ifname, "err", err)
 			}

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"reflect"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -493,4 +495,33 @@ func TestL2Watch(t *testing.T) {
 		})
 		waitFor(t, "goroutines back to "+strconv.Itoa(before), 5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
 	})
+}
+
+// TestNetInterface: the net.Interface built from netlink's description of
+// a link (upLink) is what net.InterfaceByName reads from the kernel, for a
+// link up and down, with its MAC and MTU changed.
+func TestNetInterface(t *testing.T) {
+	if !inNetns(t) {
+		return
+	}
+	setupLinks(t)
+	check := func(what string) {
+		t.Helper()
+		link, err := netlink.LinkByName("vw0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := net.InterfaceByName("vw0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := netInterface(link.Attrs()); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: netInterface = %+v, net.InterfaceByName = %+v", what, got, want)
+		}
+	}
+	check("up")
+	ipCmd(t, "link", "set", "vw0", "mtu", "1400", "address", "02:00:00:00:0a:01")
+	check("new MTU and MAC")
+	ipCmd(t, "link", "set", "vw0", "down")
+	check("down")
 }
