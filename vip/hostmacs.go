@@ -33,7 +33,7 @@ const hostMACsWatchedMaxAge = 5 * time.Minute
 //
 // The set is listed lazily: when a MAC not in it is looked up and the set
 // is stale (a link changed, see invalidate) or older than hostMACsMaxAge
-// (hostMACsWatchedMaxAge while the netlink watch runs, see watched).
+// (hostMACsWatchedMaxAge while the netlink watch runs, see watching).
 type hostMACs struct {
 	list func() ([]netlink.Link, error) // netlink.LinkList; tests replace it
 
