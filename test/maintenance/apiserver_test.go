@@ -23,6 +23,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -760,6 +761,7 @@ func (a *apiLab) try1(ctx context.Context, addr string, cut *bool) (string, erro
 		return err
 	})
 	if err != nil {
+		*cut = establishedThenReset(err)
 		return "", err
 	}
 	*cut = true
@@ -780,6 +782,18 @@ func (a *apiLab) try1(ctx context.Context, addr string, cut *bool) (string, erro
 		return "", fmt.Errorf("answer %q", tail(strings.SplitN(string(b), "\r\n", 2)[0], 80))
 	}
 	return tc.ConnectionState().PeerCertificates[0].Subject.CommonName, nil
+}
+
+// establishedThenReset tells a dial error of a connection that was
+// established and then reset before the dialer looked at it: Linux
+// reports a reset in SYN_SENT as ECONNREFUSED (tcp_reset) and
+// ECONNRESET only in a later state, so "connect: connection reset by
+// peer" is a connection the old holder accepted (SYN-ACK) whose ACK the
+// move rerouted to the new holder, which reset it. That is a connection
+// cut in flight, like a reset during the TLS handshake, not an attempt
+// that nobody answered. One CI run counted it as unanswered.
+func establishedThenReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET)
 }
 
 // outcome is what the client saw in a window.
@@ -953,4 +967,38 @@ vrrp_instance VI_1 {
 		time.Sleep(4 * time.Second)
 	}
 	results["keepalived: rolling restart (3s delay)"] = pr.outage(from, time.Now()).String()
+}
+
+// TestEstablishedThenReset: the prober's line between an attempt nobody
+// answered and one cut in flight. A refused port (a reset to the SYN,
+// from the kernel on loopback) and a timeout stay unanswered; a reset
+// after the handshake is a cut.
+func TestEstablishedThenReset(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	_, refused := net.Dial("tcp", closed)
+	if !errors.Is(refused, syscall.ECONNREFUSED) {
+		t.Fatalf("dial of a closed port: %v, want ECONNREFUSED", refused)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, canceled := (&net.Dialer{}).DialContext(ctx, "tcp", closed)
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"refused", refused, false},
+		{"canceled", canceled, false},
+		{"timeout", &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}, false},
+		{"reset after the handshake", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNRESET)}, true},
+	} {
+		if got := establishedThenReset(c.err); got != c.want {
+			t.Errorf("%s (%v): establishedThenReset = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
 }
