@@ -121,6 +121,7 @@ type leaseLoop struct {
 	sentHealth  *bool
 	ovt         *overlapTracker          // planned transfers' overlaps (leaseoverlap.go); nil: not followed
 	ovs         map[string]lease.Overlap // the last Output's overlaps
+	late        lateness                 // wake-ups past the deadline and long steps (zero: not watched)
 
 	mu       sync.Mutex
 	status   lease.Status
@@ -177,6 +178,7 @@ func (l *leaseLoop) run(ctx context.Context) error {
 			return ctx.Err()
 		case ev = <-l.events:
 		case <-timer.C():
+			l.late.woke(l.clock.Now(), l.log)
 		}
 		if err := l.step(timer, ev); err != nil {
 			return err
@@ -198,6 +200,7 @@ func (l *leaseLoop) run(ctx context.Context) error {
 // out the outputs.
 func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 	now := l.clock.Now()
+	defer func(ev lease.Event) { l.late.stepped(now, l.clock.Now(), ev, l.log) }(ev)
 	switch e := ev.(type) {
 	case lease.Health:
 		l.healthy = e.Healthy
@@ -252,6 +255,7 @@ func (l *leaseLoop) step(timer Timer, ev lease.Event) error {
 		wait = max(next.Sub(now), 0)
 	}
 	timer.Reset(wait)
+	l.late.due = now.Add(wait)
 	for k, h := range st.Holders {
 		if h != "" && h != st.Name && l.kinds[k] != lease.Pool {
 			l.lastOther[k] = h // the holder a handover would come from

@@ -207,6 +207,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		n.mBroken.WithLabelValues(a.Key).Set(0)
 	}
 	n.loop = newLeaseLoop(m, cfg.Clock, n, st, log)
+	n.loop.late = newLateness(cfg.Machine)
 	n.loop.ovt = newOverlapTracker(cfg.Machine.Name, log)
 	core := map[string]bool{}
 	for _, a := range cfg.Addresses {
