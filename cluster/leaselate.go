@@ -26,6 +26,12 @@ type lateness struct {
 // lateLogEvery is the shortest time between two lateness warnings.
 const lateLogEvery = 10 * time.Second
 
+// The lateness warnings (the lab's stress bench counts them).
+const (
+	LateWakeWarning = "lease election: this node woke late for its deadline (starved of CPU?)"
+	LongStepWarning = "lease election: one step took long"
+)
+
 // newLateness watches for half the silence a lease of cfg outlives: a
 // node that loses that much to one wake-up or step keeps its lease only
 // while nothing else is lost.
@@ -43,7 +49,7 @@ func (w *lateness) woke(now time.Time, log *slog.Logger) {
 		return
 	}
 	if late := now.Sub(w.due); late > w.limit {
-		w.warn(now, log, "lease election: this node woke late for its deadline (starved of CPU?)", "late", late.Round(time.Millisecond))
+		w.warn(now, log, LateWakeWarning, "late", late.Round(time.Millisecond))
 	}
 }
 
@@ -53,7 +59,7 @@ func (w *lateness) stepped(start, end time.Time, ev lease.Event, log *slog.Logge
 		return
 	}
 	if d := end.Sub(start); d > w.limit {
-		w.warn(end, log, "lease election: one step took long", "took", d.Round(time.Millisecond), "event", fmt.Sprintf("%T", ev))
+		w.warn(end, log, LongStepWarning, "took", d.Round(time.Millisecond), "event", fmt.Sprintf("%T", ev))
 	}
 }
 

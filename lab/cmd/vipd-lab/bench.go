@@ -430,8 +430,8 @@ func printReport(r benchReport) {
 		if s.Failovers > 0 {
 			met = "NO"
 		}
-		fmt.Printf("\nstress (%d nodes, %s, stress-ng on %d cores, %v): %d failovers, %d heartbeat verdicts (target: no failover): %s\n",
-			s.Nodes, s.Profile, s.StressCores, time.Duration(s.Seconds*float64(time.Second)).Round(time.Second), s.Failovers, s.Silences, met)
+		fmt.Printf("\nstress (%d nodes, %s, stress-ng on %d cores, %v): %d failovers, %d lateness warnings (target: no failover): %s\n",
+			s.Nodes, s.Profile, s.StressCores, time.Duration(s.Seconds*float64(time.Second)).Round(time.Second), s.Failovers, s.Late, met)
 	}
 }
 

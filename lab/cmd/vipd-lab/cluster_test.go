@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	vcluster "github.com/vipd/vipd/cluster"
 )
@@ -40,5 +44,20 @@ func TestFormedAlive(t *testing.T) {
 				t.Fatalf("formedAlive = %d, %v; want %d", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// The stress bench counts the lease loop's lateness warnings as vipd
+// writes them (slog's text handler), and nothing else.
+func TestLateWarnings(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	log.Info("VIP held", "vip", "10.0.0.1/32")
+	log.Warn(vcluster.LateWakeWarning, "late", 90*time.Millisecond, "limit", 33*time.Millisecond)
+	log.Warn("lease election queue full: event dropped")
+	log.Warn(vcluster.LongStepWarning, "took", 200*time.Millisecond, "event", "lease.Receive")
+	got := lateWarnings(buf.String())
+	if len(got) != 2 || !strings.Contains(got[0], "late=90ms") || !strings.Contains(got[1], "took=200ms") {
+		t.Fatalf("lateWarnings = %q, want the two lateness warnings", got)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	vcluster "github.com/vipd/vipd/cluster"
 )
 
 // stressResult is one profile's false-failover run: a 5-node cluster left
@@ -21,9 +23,31 @@ type stressResult struct {
 	// settled (the VIP moving, or held by none or two): the target is 0.
 	Failovers int      `json:"failovers"`
 	Changes   []string `json:"changes,omitempty"`
-	// Silences counts the heartbeat verdicts ("holder heartbeats
-	// stopped") logged by the nodes (fast profile).
-	Silences int `json:"heartbeat_verdicts"`
+	// Late counts the lease loops' lateness warnings (a wake-up or step
+	// that lost over half the silence the lease outlives: "lease
+	// election: this node woke late ..." / "... one step took long"), at
+	// most one per node per 10 s; LateLines are the first of them, each
+	// after its node's name. A holder change without one on the old
+	// holder was messages lost on the way, not a starved node.
+	Late      int      `json:"late_warnings"`
+	LateLines []string `json:"late_warning_lines,omitempty"`
+}
+
+// lateMarks are the lease loop's lateness warnings (cluster/leaselate.go).
+var lateMarks = []string{vcluster.LateWakeWarning, vcluster.LongStepWarning}
+
+// lateWarnings returns the lines of out that are lateness warnings.
+func lateWarnings(out string) []string {
+	var ls []string
+	for _, line := range strings.Split(out, "\n") {
+		for _, m := range lateMarks {
+			if strings.Contains(line, m) {
+				ls = append(ls, line)
+				break
+			}
+		}
+	}
+	return ls
 }
 
 // stressRun runs the default and the fast profile side by side (two labs
@@ -119,9 +143,19 @@ func stressOne(ctx context.Context, im impl, d time.Duration, stressBin string, 
 			res.Changes = append(res.Changes, fmt.Sprintf("%s: %v", s.At.Sub(from).Round(time.Millisecond), s.Holders))
 		}
 	}
-	for _, p := range c.vipd {
-		res.Silences += strings.Count(p.Output(), "holder heartbeats stopped")
+	for _, n := range c.Nodes {
+		p := c.vipd[n.Name]
+		if p == nil {
+			continue
+		}
+		ls := lateWarnings(p.Output())
+		res.Late += len(ls)
+		for _, l := range ls {
+			if len(res.LateLines) < 20 {
+				res.LateLines = append(res.LateLines, n.Name+": "+l)
+			}
+		}
 	}
-	fmt.Fprintf(os.Stderr, "   %s: %d failovers, %d heartbeat verdicts in %v\n", im.name, res.Failovers, res.Silences, time.Duration(res.Seconds*float64(time.Second)).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "   %s: %d failovers, %d lateness warnings in %v\n", im.name, res.Failovers, res.Late, time.Duration(res.Seconds*float64(time.Second)).Round(time.Second))
 	return res, nil
 }
