@@ -1,34 +1,22 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vipd/vipd/cluster/lease"
+	"github.com/vipd/vipd/internal/testenv"
 )
 
 // syncBuf is a log sink the loop's goroutine writes and the test reads.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+type syncBuf struct{ testenv.Buffer }
 
 func (s *syncBuf) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []string
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(s.String()), "\n") {
 		if l != "" {
 			out = append(out, l)
 		}
