@@ -57,6 +57,42 @@ func TestRollingUpgradeFromPreviousRelease(t *testing.T) {
 			testUpgrade(t, tc.from, tc.fromEnv, tc.env)
 		})
 	}
+	// An upgrade rolled back, then done again: the previous release
+	// starts on state directories the lease election wrote, and the
+	// second upgrade finds the lease state of the first, which the
+	// cluster has moved past.
+	t.Run("rollback-and-again", func(t *testing.T) {
+		t.Parallel()
+		testRollback(t, prev)
+	})
+}
+
+// testRollback upgrades a cluster of the previous release to this one,
+// rolls every node back, and upgrades again, the holder last each time:
+// one holder throughout, no outage over maxOutage, the VIP moving at most
+// once per pass, and at the end one agreed configuration of all three.
+func testRollback(t *testing.T, prev string) {
+	c := newCluster(t, 3)
+	c.env = testEnv()
+	ctx := ctxT(t, 240*time.Second)
+	all := []string{"n1", "n2", "n3"}
+	for _, name := range all {
+		c.run(prev, name, c.addrs(others(all, name)...))
+	}
+	first := c.holder(ctx)
+	start := time.Now()
+	c.switchAll(ctx, all, c.bin, nil, "upgraded")
+	c.formed(ctx, formWithin, all, nil)
+	c.switchAll(ctx, all, prev, nil, "rolled back")
+	c.switchAll(ctx, all, c.bin, nil, "upgraded again")
+	c.formed(ctx, formWithin, all, nil)
+	time.Sleep(3 * time.Second)
+	v := c.requireOneHolder(start, time.Now(), plannedOverlap, maxOutage)
+	if len(v.moves)-1 > 3 {
+		t.Errorf("the VIP moved %d times in three passes (%v), want at most once a pass", len(v.moves)-1, v.moves)
+	}
+	c.settled(ctx)
+	t.Logf("holder before %s; the VIP moved %d times: %v", first, len(v.moves)-1, v.moves)
 }
 
 func testUpgrade(t *testing.T, from string, fromEnv, upgradedEnv []string) {
@@ -76,22 +112,7 @@ func testUpgrade(t *testing.T, from string, fromEnv, upgradedEnv []string) {
 	}
 	first := c.holder(ctx)
 	start := time.Now()
-	upgraded := []string{}
-	for len(upgraded) < len(all) {
-		// Next: a node not yet upgraded that does not hold, else the holder.
-		h := c.mon.Now()
-		left := others(all, upgraded...)
-		next := left[0]
-		if len(h) == 1 && next == h[0] && len(left) > 1 {
-			next = left[1]
-		}
-		c.stop(next)
-		c.run(c.bin, next, c.addrs(others(all, next)...), upgradedEnv...)
-		upgraded = append(upgraded, next)
-		t.Logf("%v: %s upgraded (holders were %v)", time.Since(c.origin).Round(time.Millisecond), next, h)
-		c.waitMember(ctx, next, 3)
-		time.Sleep(2 * time.Second)
-	}
+	c.switchAll(ctx, all, c.bin, upgradedEnv, "upgraded")
 	if len(upgradedEnv) > 0 {
 		c.formed(ctx, formWithin, all, nil)
 	}
@@ -102,6 +123,30 @@ func testUpgrade(t *testing.T, from string, fromEnv, upgradedEnv []string) {
 	}
 	c.settled(ctx)
 	t.Logf("holder before %s; the VIP moved %d times: %v", first, len(v.moves)-1, v.moves)
+}
+
+// switchAll restarts every node in turn on bin with env, as an operator
+// upgrades (or rolls back) a cluster: SIGTERM, the binary swapped, started
+// again on the same state directory; the nodes that do not hold first, the
+// holder last. Mixed versions run side by side meanwhile.
+func (c *cluster) switchAll(ctx context.Context, all []string, bin string, env []string, what string) {
+	c.t.Helper()
+	done := []string{}
+	for len(done) < len(all) {
+		// Next: a node not yet switched that does not hold, else the holder.
+		h := c.mon.Now()
+		left := others(all, done...)
+		next := left[0]
+		if len(h) == 1 && next == h[0] && len(left) > 1 {
+			next = left[1]
+		}
+		c.stop(next)
+		c.run(bin, next, c.addrs(others(all, next)...), env...)
+		done = append(done, next)
+		c.t.Logf("%v: %s %s (holders were %v)", time.Since(c.origin).Round(time.Millisecond), next, what, h)
+		c.waitMember(ctx, next, len(all))
+		time.Sleep(2 * time.Second)
+	}
 }
 
 // waitMember waits until the node's memberlist counts n members alive
