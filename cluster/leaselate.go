@@ -19,8 +19,7 @@ type lateness struct {
 	limit     time.Duration // 0: not watched
 	tolerance time.Duration // the silence the lease outlives (L - R - T), for the log
 	due       time.Time     // the deadline the loop's timer is armed for
-	logged    time.Time     // the last warning
-	missed    int           // late events not logged since
+	lim       logLimit      // one warning per lateLogEvery
 }
 
 // lateLogEvery is the shortest time between two lateness warnings.
@@ -40,7 +39,7 @@ func newLateness(cfg lease.Config) lateness {
 	if tol <= 0 {
 		return lateness{}
 	}
-	return lateness{limit: tol / 2, tolerance: tol}
+	return lateness{limit: tol / 2, tolerance: tol, lim: logLimit{every: lateLogEvery}}
 }
 
 // woke is called when the loop's timer fired, at now.
@@ -64,14 +63,13 @@ func (w *lateness) stepped(start, end time.Time, ev lease.Event, log *slog.Logge
 }
 
 func (w *lateness) warn(now time.Time, log *slog.Logger, msg string, attrs ...any) {
-	if !w.logged.IsZero() && now.Sub(w.logged) < lateLogEvery {
-		w.missed++
+	ok, missed := w.lim.allow(now)
+	if !ok {
 		return
 	}
 	attrs = append(attrs, "limit", w.limit, "lease_outlives", w.tolerance.Round(time.Millisecond))
-	if w.missed > 0 {
-		attrs = append(attrs, "more_since_last_warning", w.missed)
+	if missed > 0 {
+		attrs = append(attrs, "more_since_last_warning", missed)
 	}
 	log.Warn(msg, attrs...)
-	w.logged, w.missed = now, 0
 }

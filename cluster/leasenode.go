@@ -88,6 +88,7 @@ type LeaseNode struct {
 	want    map[lease.Kind][]lease.Address
 	running bool
 
+	peerAddrs  map[netip.Addr]bool  // VIPD_PEERS' addresses (names resolved at each join)
 	localAddr  string               // this node's gossip address (set once after Create)
 	vetoPosted map[string]time.Time // postVeto's last post by kind
 	broken     map[string]string    // VIPs this node could not hold, with why (until it holds them)
@@ -102,6 +103,7 @@ type LeaseNode struct {
 	mBroken  *prometheus.GaugeVec
 	mSendErr prometheus.Counter
 	mRecvBad prometheus.Counter
+	mReject  *prometheus.CounterVec
 }
 
 // NewLease reads the persisted state, creates the lease machine and the
@@ -178,6 +180,7 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		reports:    map[string]memberReports{},
 		addrs:      map[string]string{},
 		vetoPosted: map[string]time.Time{},
+		peerAddrs:  literalPeers(peers),
 		broken:     map[string]string{},
 		handovers:  map[string]HandoverResult{},
 		want:       map[lease.Kind][]lease.Address{lease.ControlPlane: cfg.Addresses},
@@ -202,7 +205,12 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		mRecvBad: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vipd_election_messages_dropped_total", Help: "Lease election messages received and dropped as unreadable (bad envelope, oversized, from this node's own name).",
 		}),
+		mReject: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vipd_cluster_gossip_rejected_total", Help: "Packets and connections on the gossip port that could not be authenticated, by sender: peer (in VIPD_PEERS or a member: another key) or other (ignored).",
+		}, []string{"sender"}),
 	}
+	n.mReject.WithLabelValues("peer")
+	n.mReject.WithLabelValues("other")
 	for _, a := range cfg.Addresses {
 		n.mBroken.WithLabelValues(a.Key).Set(0)
 	}
@@ -221,19 +229,91 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 		nameConflict := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "vipd_cluster_name_conflict", Help: "1 while another node gossiped under this node's name (VIPD_NODE_NAME) within the last 30 s; this node then holds nothing as the only voter of a cluster of its own.",
 		}, func() float64 { return b2f(n.nameConflict(n.cfg.Clock.Now())) })
-		for _, c := range append([]prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, nameConflict, leaseRemaining{n}}, n.loop.ovt.collectors()...) {
+		for _, c := range append([]prometheus.Collector{n.mMembers, n.mQuorum, n.mTerm, n.mLeader, n.mBroken, n.mSendErr, n.mRecvBad, n.mReject, nameConflict, leaseRemaining{n}}, n.loop.ovt.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
-	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), func() { n.postVeto(keyEvent{}) })
+	ml, _, err := newMemberlist(cfg.Cluster, log, (*leaseDelegate)(n), (*leaseEvents)(n), (*leaseConflicts)(n), n.keyError, cfg.Clock.Now)
 	if err != nil {
 		return nil, err
 	}
 	n.ml = ml
 	n.localAddr = ml.LocalNode().Address()
 	return n, nil
+}
+
+// keyError is told the sender of gossip memberlist could not authenticate
+// and reports whether it counts as a node with another key: a peer
+// (VIPD_PEERS) or a member, or a sender the log line did not name. Only
+// then does a node that is alone in its cluster stand back (keyEvent):
+// a stray or forged packet from anywhere else (a port scan) must not take
+// the VIP from the kubeadm first node.
+func (n *LeaseNode) keyError(from netip.Addr) bool {
+	if from.IsValid() && !n.knownSender(from) {
+		n.mReject.WithLabelValues("other").Inc()
+		return false
+	}
+	n.mReject.WithLabelValues("peer").Inc()
+	n.postVeto(keyEvent{})
+	return true
+}
+
+// knownSender reports whether a is the address of a peer or a member.
+func (n *LeaseNode) knownSender(a netip.Addr) bool {
+	a = a.Unmap()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.peerAddrs[a] {
+		return true
+	}
+	for _, s := range n.addrs {
+		if ap, err := netip.ParseAddrPort(s); err == nil && ap.Addr().Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
+// literalPeers returns the addresses of the peers given as IP addresses.
+func literalPeers(peers []string) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, p := range peers {
+		host, _, err := net.SplitHostPort(withPort(p))
+		if err != nil {
+			continue
+		}
+		if a, err := netip.ParseAddr(host); err == nil {
+			out[a.Unmap()] = true
+		}
+	}
+	return out
+}
+
+// resolvePeers adds the addresses of the peers given by name (a name that
+// does not resolve now keeps what it resolved to before).
+func (n *LeaseNode) resolvePeers(ctx context.Context) {
+	for _, p := range n.peers {
+		host, _, err := net.SplitHostPort(withPort(p))
+		if err != nil {
+			continue
+		}
+		if _, err := netip.ParseAddr(host); err == nil {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		as, err := net.DefaultResolver.LookupNetIP(rctx, "ip", host)
+		cancel()
+		if err != nil {
+			continue
+		}
+		n.mu.Lock()
+		for _, a := range as {
+			n.peerAddrs[a.Unmap()] = true
+		}
+		n.mu.Unlock()
+	}
 }
 
 // postVeto hands a key error or name conflict to the loop, at most once a
@@ -407,6 +487,7 @@ func (n *LeaseNode) Run(ctx context.Context, decide func([]LeaseDecision)) error
 func (n *LeaseNode) syncLoop(ctx context.Context) {
 	t := time.NewTicker(safetyEvery)
 	defer t.Stop()
+	n.resolvePeers(ctx) // before the first join: its errors name the peers' addresses
 	n.join()
 	for {
 		select {
@@ -414,6 +495,7 @@ func (n *LeaseNode) syncLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			if n.ml.NumMembers()-1 < len(n.peers) {
+				n.resolvePeers(ctx)
 				n.join()
 			}
 		case <-n.syncReq:

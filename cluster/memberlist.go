@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -77,7 +78,11 @@ const DefaultPort = 7950
 
 // newMemberlist creates the memberlist of a node: vipd's timings and transport, the gossip keyring, and the
 // given delegates. It binds the gossip port and joins nobody yet.
-func newMemberlist(cfg Config, log *slog.Logger, d memberlist.Delegate, ev memberlist.EventDelegate, cf memberlist.ConflictDelegate, keyMismatch func()) (*memberlist.Memberlist, *transport, error) {
+//
+// keyMismatch is told the sender of each packet or connection memberlist
+// could not authenticate (invalid when the line names none) and reports
+// whether that sender counts as a node with another key (see log2slog).
+func newMemberlist(cfg Config, log *slog.Logger, d memberlist.Delegate, ev memberlist.EventDelegate, cf memberlist.ConflictDelegate, keyMismatch func(from netip.Addr) bool, now func() time.Time) (*memberlist.Memberlist, *transport, error) {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
 	mc.BindAddr = cfg.Bind.Addr().String()
@@ -104,7 +109,7 @@ func newMemberlist(cfg Config, log *slog.Logger, d memberlist.Delegate, ev membe
 	mc.Delegate = d
 	mc.Events = ev
 	mc.Conflict = cf
-	mc.Logger = log2slog(log, keyMismatch)
+	mc.Logger = log2slog(log, keyMismatch, now)
 	if len(cfg.Keys) > 0 {
 		ring, err := memberlist.NewKeyring(cfg.Keys, cfg.Keys[0])
 		if err != nil {
@@ -208,9 +213,36 @@ func b2f(b bool) float64 {
 	return 0
 }
 
+// How often the rejections of unauthenticated gossip are logged: a node
+// with another key retries every few seconds, a flood of stray packets
+// arrives many times a second; each is counted, the log says how many.
+const (
+	keyErrorLogEvery = 10 * time.Second
+	strayLogEvery    = time.Minute
+)
+
+// StrayGossipWarning is logged (at most once a minute) for packets and
+// connections on the gossip port that could not be authenticated and come
+// from an address that is neither in VIPD_PEERS nor a member.
+const StrayGossipWarning = "gossip port: unauthenticated traffic from an address that is not a peer or member ignored"
+
 // log2slog routes memberlist's log lines ("[LEVEL] memberlist: ...") into
 // slog at the matching level.
-func log2slog(l *slog.Logger, keyMismatch func()) *log.Logger {
+//
+// Lines saying memberlist could not authenticate a packet or connection
+// (isKeyError) go to keyMismatch with the sender they name. It reports
+// whether the sender counts: a peer or a member, whose traffic under
+// another key means one side runs with the wrong key (logged as an error
+// naming VIPD_GOSSIP_KEY_FILE, at most once per keyErrorLogEvery). Anything
+// else on the port (a scanner, a stray or forged packet) is no evidence
+// about keys: it is logged as StrayGossipWarning, at most once per
+// strayLogEvery, and changes nothing.
+func log2slog(l *slog.Logger, keyMismatch func(from netip.Addr) bool, now func() time.Time) *log.Logger {
+	var (
+		mu    sync.Mutex
+		key   = logLimit{every: keyErrorLogEvery}
+		stray = logLimit{every: strayLogEvery}
+	)
 	return log.New(writerFunc(func(p []byte) (int, error) {
 		s := strings.TrimSpace(string(p))
 		lvl := slog.LevelDebug
@@ -223,14 +255,52 @@ func log2slog(l *slog.Logger, keyMismatch func()) *log.Logger {
 		if i := strings.Index(s, "memberlist: "); i >= 0 {
 			s = s[i+len("memberlist: "):]
 		}
-		if isKeyError(s) {
-			lvl = slog.LevelError
-			keyMismatch()
-			s = "gossip from a node with another key or no key rejected (check VIPD_GOSSIP_KEY_FILE): " + s
+		if !isKeyError(s) {
+			l.Log(context.Background(), lvl, s)
+			return len(p), nil
 		}
-		l.Log(context.Background(), lvl, s)
+		from := sourceOf(s)
+		counts := keyMismatch(from)
+		mu.Lock()
+		lim, msg := &stray, StrayGossipWarning
+		lvl = slog.LevelWarn
+		if counts {
+			lim, msg = &key, "gossip from a node with another key or no key rejected (check VIPD_GOSSIP_KEY_FILE)"
+			lvl = slog.LevelError
+		}
+		ok, missed := lim.allow(now())
+		mu.Unlock()
+		if ok {
+			attrs := []any{"err", s}
+			if missed > 0 {
+				attrs = append(attrs, "more_since_last_warning", missed)
+			}
+			l.Log(context.Background(), lvl, msg, attrs...)
+		}
 		return len(p), nil
 	}), "", 0)
+}
+
+// sourceOf returns the sender a memberlist log line names: "from=ADDR"
+// (packets and connections it received) or "failed to join ADDR:" (its
+// own join); invalid when there is none.
+func sourceOf(s string) netip.Addr {
+	var tok string
+	if i := strings.Index(s, "from="); i >= 0 {
+		tok = s[i+len("from="):]
+	} else if i := strings.Index(s, "failed to join "); i >= 0 {
+		tok = s[i+len("failed to join "):]
+	} else {
+		return netip.Addr{}
+	}
+	if j := strings.IndexAny(tok, " ,;"); j >= 0 {
+		tok = tok[:j]
+	}
+	ap, err := netip.ParseAddrPort(strings.TrimSuffix(tok, ":"))
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
 }
 
 type writerFunc func([]byte) (int, error)
