@@ -245,13 +245,14 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 }
 
 // keyError is told the sender of gossip memberlist could not authenticate
-// and reports whether it counts as a node with another key: a peer
-// (VIPD_PEERS) or a member, or a sender the log line did not name. Only
-// then does a node that is alone in its cluster stand back (keyEvent):
-// a stray or forged packet from anywhere else (a port scan) must not take
-// the VIP from the kubeadm first node.
-func (n *LeaseNode) keyError(from netip.Addr) bool {
-	if from.IsValid() && !n.knownSender(from) {
+// and reports whether it counts as a node with another key: a peer this
+// node joined (ours), a peer (VIPD_PEERS) or member sending to it, or a
+// sender the log line did not name. Only then does a node that is alone
+// in its cluster stand back (keyEvent): a stray or forged packet from
+// anywhere else (a port scan) must not take the VIP from the kubeadm
+// first node.
+func (n *LeaseNode) keyError(from netip.Addr, ours bool) bool {
+	if !ours && from.IsValid() && !n.knownSender(from) {
 		n.mReject.WithLabelValues("other").Inc()
 		return false
 	}
@@ -292,7 +293,8 @@ func literalPeers(peers []string) map[netip.Addr]bool {
 }
 
 // resolvePeers adds the addresses of the peers given by name (a name that
-// does not resolve now keeps what it resolved to before).
+// does not resolve now keeps what it resolved to before), so that their
+// gossip to this node counts too (its own joins count without).
 func (n *LeaseNode) resolvePeers(ctx context.Context) {
 	for _, p := range n.peers {
 		host, _, err := net.SplitHostPort(withPort(p))
@@ -487,8 +489,8 @@ func (n *LeaseNode) Run(ctx context.Context, decide func([]LeaseDecision)) error
 func (n *LeaseNode) syncLoop(ctx context.Context) {
 	t := time.NewTicker(safetyEvery)
 	defer t.Stop()
-	n.resolvePeers(ctx) // before the first join: its errors name the peers' addresses
 	n.join()
+	n.resolvePeers(ctx)
 	for {
 		select {
 		case <-ctx.Done():

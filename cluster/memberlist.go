@@ -80,9 +80,10 @@ const DefaultPort = 7950
 // given delegates. It binds the gossip port and joins nobody yet.
 //
 // keyMismatch is told the sender of each packet or connection memberlist
-// could not authenticate (invalid when the line names none) and reports
-// whether that sender counts as a node with another key (see log2slog).
-func newMemberlist(cfg Config, log *slog.Logger, d memberlist.Delegate, ev memberlist.EventDelegate, cf memberlist.ConflictDelegate, keyMismatch func(from netip.Addr) bool, now func() time.Time) (*memberlist.Memberlist, *transport, error) {
+// could not authenticate (invalid when the line names none; ours when it
+// was this node's own join to a peer) and reports whether that sender
+// counts as a node with another key (see log2slog).
+func newMemberlist(cfg Config, log *slog.Logger, d memberlist.Delegate, ev memberlist.EventDelegate, cf memberlist.ConflictDelegate, keyMismatch func(from netip.Addr, ours bool) bool, now func() time.Time) (*memberlist.Memberlist, *transport, error) {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
 	mc.BindAddr = cfg.Bind.Addr().String()
@@ -231,13 +232,14 @@ const StrayGossipWarning = "gossip port: unauthenticated traffic from an address
 //
 // Lines saying memberlist could not authenticate a packet or connection
 // (isKeyError) go to keyMismatch with the sender they name. It reports
-// whether the sender counts: a peer or a member, whose traffic under
+// whether the sender counts: a peer this node joined, a peer or a member
+// sending to it, whose traffic under
 // another key means one side runs with the wrong key (logged as an error
 // naming VIPD_GOSSIP_KEY_FILE, at most once per keyErrorLogEvery). Anything
 // else on the port (a scanner, a stray or forged packet) is no evidence
 // about keys: it is logged as StrayGossipWarning, at most once per
 // strayLogEvery, and changes nothing.
-func log2slog(l *slog.Logger, keyMismatch func(from netip.Addr) bool, now func() time.Time) *log.Logger {
+func log2slog(l *slog.Logger, keyMismatch func(from netip.Addr, ours bool) bool, now func() time.Time) *log.Logger {
 	var (
 		mu    sync.Mutex
 		key   = logLimit{every: keyErrorLogEvery}
@@ -259,8 +261,7 @@ func log2slog(l *slog.Logger, keyMismatch func(from netip.Addr) bool, now func()
 			l.Log(context.Background(), lvl, s)
 			return len(p), nil
 		}
-		from := sourceOf(s)
-		counts := keyMismatch(from)
+		counts := keyMismatch(sourceOf(s))
 		mu.Lock()
 		lim, msg := &stray, StrayGossipWarning
 		lvl = slog.LevelWarn
@@ -282,25 +283,25 @@ func log2slog(l *slog.Logger, keyMismatch func(from netip.Addr) bool, now func()
 }
 
 // sourceOf returns the sender a memberlist log line names: "from=ADDR"
-// (packets and connections it received) or "failed to join ADDR:" (its
-// own join); invalid when there is none.
-func sourceOf(s string) netip.Addr {
+// (packets and connections it received) or, with ours, "failed to join
+// ADDR:" (this node's own join to a peer); invalid when there is none.
+func sourceOf(s string) (from netip.Addr, ours bool) {
 	var tok string
 	if i := strings.Index(s, "from="); i >= 0 {
 		tok = s[i+len("from="):]
 	} else if i := strings.Index(s, "failed to join "); i >= 0 {
-		tok = s[i+len("failed to join "):]
+		tok, ours = s[i+len("failed to join "):], true
 	} else {
-		return netip.Addr{}
+		return netip.Addr{}, false
 	}
 	if j := strings.IndexAny(tok, " ,;"); j >= 0 {
 		tok = tok[:j]
 	}
 	ap, err := netip.ParseAddrPort(strings.TrimSuffix(tok, ":"))
 	if err != nil {
-		return netip.Addr{}
+		return netip.Addr{}, ours
 	}
-	return ap.Addr().Unmap()
+	return ap.Addr().Unmap(), ours
 }
 
 type writerFunc func([]byte) (int, error)

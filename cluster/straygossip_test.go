@@ -14,19 +14,22 @@ import (
 
 // The sender each kind of memberlist log line names.
 func TestSourceOf(t *testing.T) {
-	for _, tc := range []struct{ line, want string }{
-		{"Decrypt packet failed: no installed keys could decrypt the message from=10.0.0.12:7950", "10.0.0.12"},
-		{"Decrypt packet failed: unsupported encryption version 104 from=[fd00::12]:41000", "fd00::12"},
-		{"Decrypt packet failed: no installed keys could decrypt the message from=[::ffff:10.0.0.9]:7950", "10.0.0.9"},
-		{"failed to receive: encryption is configured but remote state is not encrypted from=192.0.2.7:51234", "192.0.2.7"},
-		{"failed to join 10.0.0.13:7950: no installed keys could decrypt the message", "10.0.0.13"},
-		{"failed to join [fd00::13]:7950: no installed keys could decrypt the message", "fd00::13"},
-		{"Decrypt packet failed: payload is too small to decrypt: 3 from=<unknown address>", ""},
-		{"no installed keys could decrypt the message", ""},
+	for _, tc := range []struct {
+		line, want string
+		ours       bool
+	}{
+		{"Decrypt packet failed: no installed keys could decrypt the message from=10.0.0.12:7950", "10.0.0.12", false},
+		{"Decrypt packet failed: unsupported encryption version 104 from=[fd00::12]:41000", "fd00::12", false},
+		{"Decrypt packet failed: no installed keys could decrypt the message from=[::ffff:10.0.0.9]:7950", "10.0.0.9", false},
+		{"failed to receive: encryption is configured but remote state is not encrypted from=192.0.2.7:51234", "192.0.2.7", false},
+		{"failed to join 10.0.0.13:7950: no installed keys could decrypt the message", "10.0.0.13", true},
+		{"failed to join [fd00::13]:7950: no installed keys could decrypt the message", "fd00::13", true},
+		{"Decrypt packet failed: payload is too small to decrypt: 3 from=<unknown address>", "", false},
+		{"no installed keys could decrypt the message", "", false},
 	} {
-		got := sourceOf(tc.line)
-		if (tc.want == "" && got.IsValid()) || (tc.want != "" && got != netip.MustParseAddr(tc.want)) {
-			t.Errorf("sourceOf(%q) = %v, want %q", tc.line, got, tc.want)
+		got, ours := sourceOf(tc.line)
+		if (tc.want == "" && got.IsValid()) || (tc.want != "" && got != netip.MustParseAddr(tc.want)) || ours != tc.ours {
+			t.Errorf("sourceOf(%q) = %v %v, want %q %v", tc.line, got, ours, tc.want, tc.ours)
 		}
 	}
 }
@@ -41,7 +44,10 @@ func TestLog2SlogRejections(t *testing.T) {
 	peer := netip.MustParseAddr("10.0.0.12")
 	var told []netip.Addr
 	lg := log2slog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		func(from netip.Addr) bool { told = append(told, from); return from == peer || !from.IsValid() },
+		func(from netip.Addr, ours bool) bool {
+			told = append(told, from)
+			return ours || from == peer || !from.IsValid()
+		},
 		func() time.Time { return now })
 	seen := 0
 	lines := func() []string { l := buf.lines()[seen:]; seen += len(l); return l }
@@ -83,9 +89,9 @@ func TestLog2SlogRejections(t *testing.T) {
 	}
 }
 
-// Only a peer's or member's rejected gossip counts: an address in
-// VIPD_PEERS or of a member (and a line that names nobody); anyone else's
-// is counted as other and changes nothing.
+// Only a peer's or member's rejected gossip counts: this node's own join to
+// a peer, an address in VIPD_PEERS or of a member (and a line that names
+// nobody); anyone else's is counted as other and changes nothing.
 func TestLeaseNodeKeyErrorSenders(t *testing.T) {
 	a := startNode(t, "a", [][]byte{keyA})
 	a.n.mu.Lock()
@@ -94,21 +100,23 @@ func TestLeaseNodeKeyErrorSenders(t *testing.T) {
 	a.n.mu.Unlock()
 	for _, tc := range []struct {
 		from   string
+		ours   bool
 		counts bool
 	}{
-		{"10.0.0.12", true}, {"::ffff:10.0.0.12", true}, {"fd00::12", true}, {"10.0.0.20", true}, {"", true},
-		{"10.0.0.99", false}, {"192.0.2.7", false}, {"fd00::99", false},
+		{"10.0.0.12", false, true}, {"::ffff:10.0.0.12", false, true}, {"fd00::12", false, true}, {"10.0.0.20", false, true},
+		{"", false, true}, {"10.0.0.77", true, true},
+		{"10.0.0.99", false, false}, {"192.0.2.7", false, false}, {"fd00::99", false, false},
 	} {
 		var from netip.Addr
 		if tc.from != "" {
 			from = netip.MustParseAddr(tc.from)
 		}
-		if got := a.n.keyError(from); got != tc.counts {
-			t.Errorf("keyError(%q) = %v, want %v", tc.from, got, tc.counts)
+		if got := a.n.keyError(from, tc.ours); got != tc.counts {
+			t.Errorf("keyError(%q, ours %v) = %v, want %v", tc.from, tc.ours, got, tc.counts)
 		}
 	}
-	if p, o := testutil.ToFloat64(a.n.mReject.WithLabelValues("peer")), testutil.ToFloat64(a.n.mReject.WithLabelValues("other")); p != 5 || o != 3 {
-		t.Fatalf("vipd_cluster_gossip_rejected_total: peer %v other %v, want 5 and 3", p, o)
+	if p, o := testutil.ToFloat64(a.n.mReject.WithLabelValues("peer")), testutil.ToFloat64(a.n.mReject.WithLabelValues("other")); p != 6 || o != 3 {
+		t.Fatalf("vipd_cluster_gossip_rejected_total: peer %v other %v, want 6 and 3", p, o)
 	}
 }
 
