@@ -68,7 +68,8 @@ type Config struct {
 	GossipBind    netip.AddrPort
 	GossipKeyFile string
 	Priority      int
-	Nice          int // VIPD_NICE
+	Nice          int    // VIPD_NICE
+	MemoryLock    string // VIPD_MEMORY_LOCK: on, off
 	Quorum        Quorum
 	StateDir      string
 	MemberExpiry  time.Duration

@@ -36,7 +36,7 @@ func TestDefaults(t *testing.T) {
 		HealthCAFile: "/etc/kubernetes/pki/ca.crt", HealthClientCert: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		HealthClientKey: "/var/lib/kubelet/pki/kubelet-client-current.pem",
 		GossipBind:      netip.MustParseAddrPort("0.0.0.0:7950"), StateDir: "/var/lib/vipd", MemberExpiry: 10 * time.Minute, Profile: ProfileDefault, VerifyInterval: time.Second,
-		Election: ElectionLease, Role: RoleVoter, Nice: -10,
+		Election: ElectionLease, Role: RoleVoter, Nice: -10, MemoryLock: "off",
 		BFDDetectMult: 3, BFDTxInterval: 300 * time.Millisecond, BFDRxInterval: 300 * time.Millisecond,
 		BGPRestartTime: 10 * time.Second, BFDMultihopMinTTL: 254,
 		CloudProvider: "digitalocean", DOAPIURL: "https://api.digitalocean.com/", DOMetadataURL: "http://169.254.169.254/metadata/v1",

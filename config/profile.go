@@ -31,6 +31,7 @@ type ProfileTiming struct {
 var fastSettings = []ProfileSetting{
 	{Env: "VIPD_HEALTH_INTERVAL", Value: "200ms"},
 	{Env: "VIPD_HEALTH_TIMEOUT", Value: "1s"},
+	{Env: "VIPD_MEMORY_LOCK", Value: "on"},
 }
 
 // profileTimings are the internal timings each profile sets. The values

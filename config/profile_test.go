@@ -33,6 +33,32 @@ func TestProfile(t *testing.T) {
 	}
 }
 
+// VIPD_MEMORY_LOCK: off by default, on in the fast profile unless given;
+// a bad value is one line naming the setting and the accepted values.
+func TestMemoryLock(t *testing.T) {
+	for _, tc := range []struct {
+		kv   []string
+		want string
+	}{
+		{nil, "off"},
+		{[]string{"VIPD_PROFILE", "fast"}, "on"},
+		{[]string{"VIPD_PROFILE", "fast", "VIPD_MEMORY_LOCK", "off"}, "off"},
+		{[]string{"VIPD_MEMORY_LOCK", "on"}, "on"},
+	} {
+		c, err := load(t, tc.kv...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.MemoryLock != tc.want {
+			t.Errorf("%v: VIPD_MEMORY_LOCK %q, want %q", tc.kv, c.MemoryLock, tc.want)
+		}
+	}
+	_, err := load(t, "VIPD_MEMORY_LOCK", "yes")
+	if want := `invalid VIPD_MEMORY_LOCK="yes": want one of off, on`; err == nil || err.Error() != want {
+		t.Fatalf("VIPD_MEMORY_LOCK=yes: %v, want %q", err, want)
+	}
+}
+
 func TestProfileInvalid(t *testing.T) {
 	for _, v := range []string{"turbo", "Fast", "fast,default"} {
 		_, err := load(t, "VIPD_PROFILE", v)

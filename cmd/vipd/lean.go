@@ -73,7 +73,11 @@ func leanRuntime() {
 //
 // From the first trim on, the runtime's tables for walking stacks are also
 // dropped after each garbage collection: see gcTables.
-func trimAfter(ctx context.Context, d time.Duration, log *slog.Logger) {
+//
+// With lock (VIPD_MEMORY_LOCK=on), the first trim is the last: what vipd
+// touches from then on stays in RAM (lockMemory), and nothing is dropped
+// again. Where the lock is refused, it trims as without.
+func trimAfter(ctx context.Context, d time.Duration, lock bool, log *slog.Logger) {
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -94,6 +98,14 @@ func trimAfter(ctx context.Context, d time.Duration, log *slog.Logger) {
 		return
 	}
 	log.Debug("resident set trimmed", "binary_bytes", n)
+	if lock {
+		if err := lockMemory(); err != nil {
+			log.Warn("VIPD_MEMORY_LOCK=on: cannot lock vipd's memory, running unlocked (vipd.service sets LimitMEMLOCK=infinity; elsewhere raise the memlock limit or grant CAP_IPC_LOCK)", "err", err)
+		} else {
+			log.Info("memory locked: what vipd touches stays in RAM (VIPD_MEMORY_LOCK=on)")
+			return
+		}
+	}
 	if tables, err := gcTables(); err != nil {
 		log.Debug("no trim of the GC tables", "err", err)
 	} else {
@@ -109,6 +121,54 @@ func trimAfter(ctx context.Context, d time.Duration, log *slog.Logger) {
 		}
 		next = retrimEvery
 	}
+}
+
+// lockMemory locks vipd's pages in RAM as they are touched: those resident
+// now and every one faulted in later (MCL_ONFAULT: nothing is read in to
+// lock it, so the resident set stays what vipd uses). A host that reclaims
+// idle memory ahead of need (DAMON's pageout, memory.reclaim) evicts the
+// binary's pages a renewal or a collection reads only every few seconds;
+// read back from disk on a loaded machine they stalled five vipd
+// processes for up to 1.3 s at once (docs/l2.md), longer than the fast
+// profile's lease outlives. Locked pages cannot be dropped, so the trims
+// end here.
+//
+// It locks only where every later mapping may be locked too: a memlock
+// limit that is not unlimited, without CAP_IPC_LOCK, would let the lock
+// succeed now and make the runtime's next heap growth fail (a fatal out of
+// memory), so it is refused up front.
+func lockMemory() error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
+		return fmt.Errorf("memlock limit: %w", err)
+	}
+	if err := lockRefused(lim.Cur, capIPCLock()); err != nil {
+		return err
+	}
+	if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT); err != nil {
+		return fmt.Errorf("mlockall: %w", err)
+	}
+	return nil
+}
+
+// lockRefused explains why memory must not be locked under a memlock
+// limit of limit bytes, with or without CAP_IPC_LOCK; nil when it may.
+func lockRefused(limit uint64, capLock bool) error {
+	if limit == unix.RLIM_INFINITY || capLock {
+		return nil
+	}
+	return fmt.Errorf("the memlock limit is %d bytes and vipd lacks CAP_IPC_LOCK: heap growth after the lock would fail", limit)
+}
+
+// capIPCLock reports whether the calling thread has CAP_IPC_LOCK in its
+// effective set.
+func capIPCLock() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[unix.CAP_IPC_LOCK/32].Effective&(1<<(unix.CAP_IPC_LOCK%32)) != 0
 }
 
 // trimResident drops the resident pages of the read-only mappings of the

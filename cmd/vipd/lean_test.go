@@ -7,12 +7,17 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vipd/vipd/internal/testenv"
 )
 
 // exeResidentKB sums the resident kilobytes of this test binary's
@@ -68,7 +73,7 @@ func TestTrimAfterStops(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		trimAfter(ctx, time.Millisecond, slog.New(slog.DiscardHandler))
+		trimAfter(ctx, time.Millisecond, false, slog.New(slog.DiscardHandler))
 	}()
 	time.Sleep(50 * time.Millisecond) // past the first trim, waiting for the next
 	cancel()
@@ -76,6 +81,101 @@ func TestTrimAfterStops(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("trimAfter did not return after its context ended")
+	}
+}
+
+// TestLockMemory: with VIPD_MEMORY_LOCK=on the first trim locks what vipd
+// touches (VmLck > 0) and is the last (trimAfter returns); where the lock
+// is refused (no CAP_IPC_LOCK and a finite memlock limit, under which the
+// runtime's next heap growth would fail) vipd warns once and keeps
+// trimming. (vipd.service's way, no CAP_IPC_LOCK and LimitMEMLOCK=infinity,
+// needs CAP_SYS_RESOURCE to set up here: TestLockRefused covers its rule.)
+// Each case runs in a child process: a lock would outlive its test.
+func TestLockMemory(t *testing.T) {
+	if mode := os.Getenv("VIPD_TEST_LOCK_CHILD"); mode != "" {
+		lockChild(t, mode)
+		return
+	}
+	testenv.RequireRoot(t)
+	for _, mode := range []string{"allowed", "refused"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestLockMemory$", "-test.v")
+		cmd.Env = append(os.Environ(), "VIPD_TEST_LOCK_CHILD="+mode)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestLockMemory") {
+			t.Fatalf("%s: %v\n%s", mode, err, out)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "lock_test:") {
+				t.Logf("%s: %s", mode, strings.TrimSpace(l))
+			}
+		}
+	}
+}
+
+func lockChild(t *testing.T, mode string) {
+	var buf testenv.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	if mode == "refused" {
+		// This thread runs trimAfter below: without CAP_IPC_LOCK in its
+		// effective set and under a 64 KB memlock limit.
+		runtime.LockOSThread() // never unlocked: the thread dies with the child
+		if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: 64 << 10, Max: 64 << 10}); err != nil {
+			t.Fatal(err)
+		}
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			t.Fatal(err)
+		}
+		data[unix.CAP_IPC_LOCK/32].Effective &^= 1 << (unix.CAP_IPC_LOCK % 32)
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	trimAfter(ctx, time.Millisecond, true, log)
+	took := time.Since(start)
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locked string
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, "VmLck:") {
+			locked = strings.Join(strings.Fields(l)[1:], " ")
+		}
+	}
+	t.Logf("lock_test: VmLck %s, trimAfter returned after %v; log: %s", locked, took.Round(time.Millisecond), strings.TrimSpace(buf.String()))
+	switch mode {
+	case "allowed":
+		if locked == "0 kB" || locked == "" || took >= 400*time.Millisecond || !strings.Contains(buf.String(), "memory locked") {
+			t.Fatalf("locking allowed: VmLck %q, trimAfter returned after %v (want at once: no trims after the lock)", locked, took)
+		}
+	case "refused":
+		if locked != "0 kB" || took < 400*time.Millisecond || !strings.Contains(buf.String(), "cannot lock vipd's memory") {
+			t.Fatalf("locking refused: VmLck %q, trimAfter returned after %v (want it trimming until its context ended), no warning", locked, took)
+		}
+	}
+}
+
+// The lock is taken only where every later mapping may be locked too.
+func TestLockRefused(t *testing.T) {
+	for _, tc := range []struct {
+		limit  uint64
+		cap    bool
+		refuse bool
+	}{
+		{unix.RLIM_INFINITY, false, false}, // vipd.service: LimitMEMLOCK=infinity
+		{8 << 20, true, false},             // root, or CAP_IPC_LOCK granted
+		{unix.RLIM_INFINITY, true, false},
+		{8 << 20, false, true}, // systemd's default limit, no capability
+		{0, false, true},
+	} {
+		if err := lockRefused(tc.limit, tc.cap); (err != nil) != tc.refuse {
+			t.Errorf("lockRefused(%d, %v) = %v, want refused %v", tc.limit, tc.cap, err, tc.refuse)
+		}
 	}
 }
 

@@ -539,7 +539,8 @@ func (d *daemon) parts() *lifecycle.Parts {
 			Start: func() (err error) { cs, err = startControlServer(d.cfg.StateDir, d, d.log); return err },
 			Stop:  func(context.Context) error { cs.Close(); return nil }})
 	}
-	parts.Add(lifecycle.Part{Name: "memory trim", Run: func(ctx context.Context) error { trimAfter(ctx, trimDelay, d.log); return nil }})
+	lock := d.cfg.MemoryLock == "on"
+	parts.Add(lifecycle.Part{Name: "memory trim", Run: func(ctx context.Context) error { trimAfter(ctx, trimDelay, lock, d.log); return nil }})
 	// The controllers child stops after the VIPs are released: its cordon
 	// watch may ask for a handover until then.
 	if d.ctrl != nil {

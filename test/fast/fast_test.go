@@ -6,7 +6,10 @@ package fast
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +68,28 @@ func TestFastProfile(t *testing.T) {
 	for name, p := range procs {
 		if !strings.Contains(p.Output(), "profile=fast") {
 			t.Fatalf("vipd %s does not log its profile:\n%s", name, p.Output())
+		}
+	}
+
+	// The profile locks each node's memory 5 s after start
+	// (VIPD_MEMORY_LOCK=on): what a renewal needs is never read back from
+	// disk on a loaded machine.
+	for name, p := range procs {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := regexp.MustCompile(`VmLck:\s+(\d+) kB`).FindSubmatch(st); m != nil && string(m[1]) != "0" &&
+				strings.Contains(p.Output(), "memory locked") {
+				t.Logf("vipd %s: VmLck %s kB", name, m[1])
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("vipd %s has not locked its memory 15 s after start:\n%s", name, p.Output())
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
 

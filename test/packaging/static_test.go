@@ -84,7 +84,7 @@ func TestUnitFileVerifies(t *testing.T) {
 		"EnvironmentFile=/etc/vipd/vipd.env", "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE",
 		"AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE", "NoNewPrivileges=yes", "ProtectSystem=strict",
 		"StateDirectory=vipd", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
-		"KillSignal=SIGTERM", "TimeoutStopSec=5",
+		"KillSignal=SIGTERM", "TimeoutStopSec=5", "LimitMEMLOCK=infinity",
 	} {
 		if !strings.Contains(string(unit), "\n"+want+"\n") {
 			t.Errorf("vipd.service lacks %q", want)
