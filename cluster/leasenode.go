@@ -88,7 +88,7 @@ type LeaseNode struct {
 	want    map[lease.Kind][]lease.Address
 	running bool
 
-	peerAddrs  map[netip.Addr]bool  // VIPD_PEERS' addresses (names resolved at each join)
+	peerAddrs  map[netip.Addr]bool  // VIPD_PEERS' addresses (names resolved at each join retry)
 	localAddr  string               // this node's gossip address (set once after Create)
 	vetoPosted map[string]time.Time // postVeto's last post by kind
 	broken     map[string]string    // VIPs this node could not hold, with why (until it holds them)
@@ -277,16 +277,26 @@ func (n *LeaseNode) knownSender(a netip.Addr) bool {
 	return false
 }
 
+// peerHost splits a VIPD_PEERS entry into its host and, when the host is
+// an IP address, that address.
+func peerHost(p string) (host string, addr netip.Addr, ok bool) {
+	host, _, err := net.SplitHostPort(withPort(p))
+	if err != nil {
+		return "", netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return host, netip.Addr{}, true
+	}
+	return host, a.Unmap(), true
+}
+
 // literalPeers returns the addresses of the peers given as IP addresses.
 func literalPeers(peers []string) map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
 	for _, p := range peers {
-		host, _, err := net.SplitHostPort(withPort(p))
-		if err != nil {
-			continue
-		}
-		if a, err := netip.ParseAddr(host); err == nil {
-			out[a.Unmap()] = true
+		if _, a, ok := peerHost(p); ok && a.IsValid() {
+			out[a] = true
 		}
 	}
 	return out
@@ -297,11 +307,8 @@ func literalPeers(peers []string) map[netip.Addr]bool {
 // gossip to this node counts too (its own joins count without).
 func (n *LeaseNode) resolvePeers(ctx context.Context) {
 	for _, p := range n.peers {
-		host, _, err := net.SplitHostPort(withPort(p))
-		if err != nil {
-			continue
-		}
-		if _, err := netip.ParseAddr(host); err == nil {
+		host, a, ok := peerHost(p)
+		if !ok || a.IsValid() {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
