@@ -1047,3 +1047,111 @@ func TestRunKickKeepsThreshold(t *testing.T) {
 		t.Fatalf("unhealthy %v after the first failed probe, want at least 2 intervals (%v): the early probe added a failure instead of moving one", d, 2*iv)
 	}
 }
+
+// TestReadyzCadence: which /livez probes are followed by a /readyz
+// request. A holder asks after every good probe; a node holding nothing
+// after its first good probe and then every readyzIdleEvery-th, and after
+// every probe while a drain lasts or right after a failed probe.
+func TestReadyzCadence(t *testing.T) {
+	type probe struct{ ok, holding, draining bool }
+	good, bad := probe{ok: true}, probe{}
+	held, draining := probe{ok: true, holding: true}, probe{ok: true, draining: true}
+	tests := []struct {
+		name   string
+		probes []probe
+		want   string // one letter per probe: a (asked) or - (not)
+	}{
+		{"holder asks every time", []probe{held, held, held, held, held, held, held}, "aaaaaaa"},
+		{"idle node asks first, then every 5th", []probe{good, good, good, good, good, good, good, good, good, good, good}, "a----a----a"},
+		{"a failed probe asks nothing, the next good one asks", []probe{good, good, bad, good, good, good, good, good, good}, "a--a----a"},
+		{"taking a VIP asks at once", []probe{good, good, held, good, good}, "a-a--"},
+		{"a drain asks every time", []probe{good, good, draining, draining, draining, good, good}, "a-aaa--"},
+		{"never asks after a failed probe", []probe{bad, bad, good}, "--a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rc readyzCadence
+			var got strings.Builder
+			for _, p := range tt.probes {
+				if rc.due(p.ok, p.holding, p.draining) {
+					got.WriteByte('a')
+				} else {
+					got.WriteByte('-')
+				}
+			}
+			if got.String() != tt.want {
+				t.Errorf("asked %q, want %q", got.String(), tt.want)
+			}
+		})
+	}
+}
+
+// TestRunReadyzWhileHoldingNothing runs a checker whose node holds
+// nothing: /readyz is asked after one /livez probe in readyzIdleEvery,
+// Status.Readyz keeps the last answer in between, a shutdown is still
+// seen (within readyzIdleEvery probes) and drained, and once the node
+// holds a VIP every probe asks again.
+func TestRunReadyzWhileHoldingNothing(t *testing.T) {
+	var shutdown, holding atomic.Bool
+	var livez, readyz atomic.Int64
+	ts := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			readyz.Add(1)
+			if shutdown.Load() {
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = w.Write([]byte("[+]ping ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n"))
+				return
+			}
+		case "/livez":
+			livez.Add(1)
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	c := newChecker(t, Config{URL: ts.URL + "/livez", ReadyzURL: ts.URL + "/readyz", Interval: 5 * time.Millisecond,
+		Holding: holding.Load}, nil)
+	reports, stop := runChecker(t, c)
+	defer stop()
+	for range 4 * readyzIdleEvery {
+		if s := nextReport(t, reports); s.Readyz != "serving" {
+			t.Fatalf("report %+v: Readyz %q, want the last answer (serving)", s, s.Readyz)
+		}
+	}
+	l, r := livez.Load(), readyz.Load()
+	if want := (l + readyzIdleEvery - 1) / readyzIdleEvery; r < want-1 || r > want+1 {
+		t.Fatalf("%d /livez probes, %d /readyz requests: want one in %d (about %d)", l, r, readyzIdleEvery, want)
+	}
+	shutdown.Store(true)
+	s := nextReport(t, reports)
+	for n := 0; !s.Draining; n++ {
+		if n > readyzIdleEvery {
+			t.Fatalf("no drain %d probes after the shutdown: %+v", n, s)
+		}
+		s = nextReport(t, reports)
+	}
+	if !s.HandOver || s.Readyz != "shutdown" {
+		t.Fatalf("first draining report = %+v, want a handover asked", s)
+	}
+	c.HandedOver(true)
+	// While the drain lasts every probe asks: the restart is seen at once.
+	shutdown.Store(false)
+	s = nextReport(t, reports)
+	for n := 0; s.Draining; n++ {
+		if n > 2 {
+			t.Fatalf("still draining %d probes after the restart: %+v", n, s)
+		}
+		s = nextReport(t, reports)
+	}
+	if !s.Eligible {
+		t.Fatalf("after the restart: %+v, want eligible", s)
+	}
+	holding.Store(true)
+	nextReport(t, reports) // a probe that may have started before
+	l, r = livez.Load(), readyz.Load()
+	for range 10 {
+		nextReport(t, reports)
+	}
+	if dl, dr := livez.Load()-l, readyz.Load()-r; dr < dl-1 {
+		t.Fatalf("holding a VIP: %d /readyz requests for %d /livez probes, want one each", dr, dl)
+	}
+}
