@@ -107,7 +107,7 @@ var table = []Setting{
 			return nil
 		}, format: func(c *Config) string { return c.HealthURL }},
 	{Env: "VIPD_HEALTH_READYZ_URL", Flag: "health-readyz-url", Section: SecHealth,
-		Doc:      "The local kube-apiserver readiness URL, probed after every good liveness probe while this node holds a VIP (after one in five while it holds none, or while a drain lasts after each): when its shutdown check fails (the apiserver got SIGTERM and serves out its --shutdown-delay-duration) this node hands its VIPs over at once. Empty: VIPD_HEALTH_URL with /livez replaced by /readyz (off when it does not end in /livez); off: not probed.",
+		Doc:      "The local kube-apiserver readiness URL, probed after every good liveness probe: when its shutdown check fails (the apiserver got SIGTERM and serves out its --shutdown-delay-duration) this node hands its VIPs over at once. Empty: VIPD_HEALTH_URL with /livez replaced by /readyz (off when it does not end in /livez); off: not probed.",
 		Accepted: "off, or an http or https URL on the same scheme, host and port as VIPD_HEALTH_URL, such as https://127.0.0.1:6443/readyz",
 		parse: func(c *Config, v string) error {
 			switch {

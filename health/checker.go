@@ -70,20 +70,10 @@ var reasons = []string{
 // exist yet are waited for (see the package comment).
 type Config struct {
 	URL string // VIPD_HEALTH_URL
-	// ReadyzURL is probed after good probes of URL to see the
+	// ReadyzURL is probed after every good probe of URL to see the
 	// apiserver's graceful shutdown early (VIPD_HEALTH_READYZ_URL);
-	// empty: not probed. How often: see Holding.
-	ReadyzURL string
-	// Holding tells whether this node holds (or is taking) an address
-	// now. A holder asks ReadyzURL after every good probe: a drain hands
-	// over what it holds, and the time that takes is what the apiserver's
-	// shutdown delay leaves. A node holding nothing asks after every
-	// readyzIdleEvery-th good probe (and after every probe while a drain
-	// lasts or right after a failed probe): its drain only keeps the VIP
-	// from being handed to it, and the second request of every probe was
-	// about a fifth of an idle node's CPU (docs/l2.md, "Idle cost"). Nil:
-	// always holding.
-	Holding       func() bool
+	// empty: not probed.
+	ReadyzURL     string
 	Interval      time.Duration // VIPD_HEALTH_INTERVAL
 	Timeout       time.Duration // VIPD_HEALTH_TIMEOUT
 	FailThreshold int           // VIPD_FAIL_THRESHOLD
@@ -160,7 +150,6 @@ type Checker struct {
 	tracker *Tracker
 	drain   Drain
 	status  Status
-	lastRz  Readyz // the readyz URL's last answer (record)
 
 	// Run's way to probe at once (gridclock's kick) when the apiserver
 	// closes the kept connection between probes; the probe in flight and
@@ -627,19 +616,18 @@ func (c *Checker) Run(ctx context.Context, report func(Status)) {
 	c.kick.Store(&kick)
 	defer c.kick.Store(nil)
 	due := time.Now()
-	var rc readyzCadence
 	for {
 		c.inFlight.Store(true)
 		r := c.Probe(ctx)
-		rz, asked := ReadyzUnknown, false
-		if c.cfg.ReadyzURL != "" && rc.due(r.OK, c.holding(), c.Status().Draining) {
-			rz, asked = c.ProbeReadyz(ctx), true
+		rz := ReadyzUnknown
+		if r.OK && c.cfg.ReadyzURL != "" {
+			rz = c.ProbeReadyz(ctx)
 		}
 		c.inFlight.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
-		st := c.record(r, rz, asked)
+		st := c.record(r, rz)
 		if report != nil {
 			report(st)
 		}
@@ -656,57 +644,15 @@ func (c *Checker) Run(ctx context.Context, report func(Status)) {
 	}
 }
 
-// readyzIdleEvery is how often (in good probes) a node that holds nothing
-// asks the readyz URL (see Config.Holding).
-const readyzIdleEvery = 5
-
-// readyzCadence decides after which /livez probes the readyz URL is
-// asked (see Config.Holding). Its zero value asks after the first good
-// probe.
-type readyzCadence struct {
-	asked      bool // asked at least once
-	skipped    int  // good probes since the last ask
-	lastFailed bool // the previous /livez probe failed
-}
-
-// due is told one /livez probe's outcome, whether this node holds an
-// address and whether a drain is under way, and reports whether to ask
-// the readyz URL now.
-func (rc *readyzCadence) due(ok, holding, draining bool) bool {
-	afterFailure := rc.lastFailed
-	rc.lastFailed = !ok
-	if !ok {
-		return false
-	}
-	if holding || draining || afterFailure || !rc.asked || rc.skipped+1 >= readyzIdleEvery {
-		rc.asked, rc.skipped = true, 0
-		return true
-	}
-	rc.skipped++
-	return false
-}
-
-// holding tells whether this node holds an address now (Config.Holding).
-func (c *Checker) holding() bool {
-	return c.cfg.Holding == nil || c.cfg.Holding()
-}
-
-// record applies one probe result and, when the readyz URL was asked, what
-// it said to the thresholds and the drain decision. Status.Readyz keeps the
-// last answer until the next ask or a failed probe.
-func (c *Checker) record(r Result, rz Readyz, asked bool) Status {
+// record applies one probe result (and what the readyz URL said) to the
+// thresholds and the drain decision.
+func (c *Checker) record(r Result, rz Readyz) Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	changed := c.tracker.Observe(r.OK, r.Checked)
 	dec := c.drain.Observe(r, rz, r.Checked)
-	switch {
-	case !r.OK:
-		c.lastRz = ReadyzUnknown
-	case asked:
-		c.lastRz = rz
-	}
 	st := Status{
-		Readyz:      c.lastRz.String(),
+		Readyz:      rz.String(),
 		Draining:    dec.Draining,
 		DrainReason: dec.Reason,
 		DrainSince:  dec.Since,

@@ -244,7 +244,7 @@ func TestClientCertificateLifecycle(t *testing.T) {
 		t.Helper()
 		clock.Advance(advance)
 		r := c.Probe(t.Context())
-		st := c.record(r, ReadyzUnknown, false)
+		st := c.record(r, ReadyzUnknown)
 		if got := lastCN.Load().(string); got != wantCN {
 			t.Fatalf("%s: server saw certificate %q, want %q", desc, got, wantCN)
 		}
@@ -371,7 +371,7 @@ func TestCertificateWinsOverToken(t *testing.T) {
 	writeAtomic(t, certPath, append(cert, key...))
 	clock := newFakeClock()
 	c := newChecker(t, Config{URL: ts.URL + "/livez", ClientCert: certPath, ClientKey: certPath, TokenPath: tokenPath}, nil, WithClock(clock))
-	c.record(c.Probe(t.Context()), ReadyzUnknown, false)
+	c.record(c.Probe(t.Context()), ReadyzUnknown)
 	if lastCN.Load() != "node" || lastAuth.Load() != "" || c.Status().Credential.Kind != CredentialClientCert {
 		t.Fatalf("both present: server saw cert %q auth %q, status %+v; want the certificate only", lastCN.Load(), lastAuth.Load(), c.Status().Credential)
 	}
@@ -379,7 +379,7 @@ func TestCertificateWinsOverToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(checkEvery)
-	c.record(c.Probe(t.Context()), ReadyzUnknown, false)
+	c.record(c.Probe(t.Context()), ReadyzUnknown)
 	if lastCN.Load() != "" || lastAuth.Load() != "Bearer tok" || c.Status().Credential.Kind != CredentialToken {
 		t.Fatalf("certificate gone: server saw cert %q auth %q, status %+v; want the token", lastCN.Load(), lastAuth.Load(), c.Status().Credential)
 	}
@@ -398,7 +398,7 @@ func TestCAFileAppears(t *testing.T) {
 		t.Helper()
 		clock.Advance(checkEvery)
 		r := c.Probe(t.Context())
-		st := c.record(r, ReadyzUnknown, false)
+		st := c.record(r, ReadyzUnknown)
 		if r.Reason != want || (st.Credential.CAFile != "") != wantCA {
 			t.Fatalf("%s: reason %q (err %v), CA %q; want %q, CA loaded %v", desc, r.Reason, r.Err, st.Credential.CAFile, want, wantCA)
 		}

@@ -15,10 +15,9 @@
 // # Drain
 //
 // With a readyz URL (VIPD_HEALTH_READYZ_URL) the checker also probes the
-// apiserver's /readyz after good /livez probes (every one while the node
-// holds a VIP, Config.Holding), on the same connection. kube-apiserver
-// fails its "shutdown" readiness check as soon as it receives SIGTERM and
-// keeps serving for --shutdown-delay-duration;
+// apiserver's /readyz after every good /livez probe, on the same
+// connection. kube-apiserver fails its "shutdown" readiness check as soon
+// as it receives SIGTERM and keeps serving for --shutdown-delay-duration;
 // a [Drain] turns that (or a /livez refused right after a good probe: a
 // stop without a delay closes the listener at once) into a request for a
 // planned handover, reported in Status.HandOver, and makes the node

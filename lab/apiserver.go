@@ -45,7 +45,6 @@ type APIServer struct {
 	hang    chan struct{} // closed when leaving Hanging
 	firstOK time.Time     // first 200 on /livez since the last SetMode(OK)
 	livez   int           // /livez requests seen
-	readyz  int           // /readyz requests seen
 }
 
 // StartAPIServer listens on addr (e.g. "0.0.0.0:6443") in the host's
@@ -120,21 +119,11 @@ func (a *APIServer) LivezCount() int {
 	return a.livez
 }
 
-// ReadyzCount returns how many /readyz requests were seen.
-func (a *APIServer) ReadyzCount() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.readyz
-}
-
 func (a *APIServer) serve(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	mode, hang := a.mode, a.hang
-	switch r.URL.Path {
-	case "/livez":
+	if r.URL.Path == "/livez" {
 		a.livez++
-	case "/readyz":
-		a.readyz++
 	}
 	a.mu.Unlock()
 	w.Header().Set("Content-Type", "text/plain")

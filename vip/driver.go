@@ -149,19 +149,6 @@ func (d *Driver) State() []VIPState {
 	return append([]VIPState(nil), d.state...)
 }
 
-// HoldsAny reports whether, in the last published view, this node holds
-// a VIP or is taking one.
-func (d *Driver) HoldsAny() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, s := range d.state {
-		if s.Held || s.Acquiring {
-			return true
-		}
-	}
-	return false
-}
-
 // Run drives the core until ctx is cancelled, then releases every VIP
 // (bounded by releaseTimeout) and returns. It runs once per Driver.
 func (d *Driver) Run(ctx context.Context, releaseTimeout time.Duration) {

@@ -206,12 +206,6 @@ func (e *eligibility) sync() {
 	e.d.driver.Send(vip.HealthChanged{Healthy: st.Eligible, Reason: reason})
 }
 
-// holdsVIP tells the health checker whether this node holds a VIP or is
-// taking one: a holder asks /readyz after every probe (health.Config).
-func (d *daemon) holdsVIP() bool {
-	return d.driver == nil || d.driver.HoldsAny()
-}
-
 // drainHandOver makes the planned transfer a drain asked for (the local
 // apiserver reports its graceful shutdown, or stopped listening): every
 // VIP held here goes to the best successor now, while the apiserver still
@@ -356,7 +350,6 @@ func newDaemon(ctx context.Context, c *config.Config, log *slog.Logger) (*daemon
 		FailThreshold: c.FailThreshold, RiseThreshold: c.RiseThreshold,
 		TokenPath: c.SATokenPath, CAFile: c.HealthCAFile,
 		ClientCert: c.HealthClientCert, ClientKey: c.HealthClientKey,
-		Holding: d.holdsVIP,
 	}, log, d.reg)
 	if err != nil {
 		return nil, usageError{err}
