@@ -130,3 +130,15 @@ func (b *netlinkBinder) forget() {
 	defer b.mu.Unlock()
 	b.snap = nil
 }
+
+// UnbindLocal removes vip from iface as the speaker binds it (a host
+// address, valid forever, preferred for 0 s) and reports whether it was
+// there: `vipd cleanup` after a vipd that did not release it.
+func UnbindLocal(iface string, vip netip.Prefix) (bool, error) {
+	b := newNetlinkBinder(iface)
+	ok, err := b.Bound(vip)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, b.Unbind(vip)
+}

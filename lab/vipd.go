@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,6 +20,35 @@ import (
 // (node name, eth0, a state directory of its own, debug logs) overridden
 // by env ("KEY=value").
 func (h *Host) StartVipd(bin string, env ...string) (*Proc, error) {
+	all, err := h.VipdEnv(env...)
+	if err != nil {
+		return nil, err
+	}
+	return h.Start("vipd "+h.Name, all, bin, "run")
+}
+
+// RunVipd runs a vipd command (args, such as "cleanup") in the host's
+// namespace with the environment StartVipd gives `vipd run` and env, and
+// returns its output (stdout and stderr) and exit code.
+func (h *Host) RunVipd(ctx context.Context, bin string, env []string, args ...string) (string, int, error) {
+	all, err := h.VipdEnv(env...)
+	if err != nil {
+		return "", 0, err
+	}
+	cmd := h.Command(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), all...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return string(out), exit.ExitCode(), nil
+	}
+	return string(out), 0, err
+}
+
+// VipdEnv returns the environment StartVipd gives vipd on this host: the
+// lab defaults (node name, eth0, a state directory of its own, debug logs,
+// the lab's gossip key for nodes with peers) followed by env.
+func (h *Host) VipdEnv(env ...string) ([]string, error) {
 	state := h.StateDir()
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, err
@@ -50,7 +80,7 @@ func (h *Host) StartVipd(bin string, env ...string) (*Proc, error) {
 		}
 		base = append(base, "VIPD_GOSSIP_KEY_FILE="+key)
 	}
-	return h.Start("vipd "+h.Name, append(base, env...), bin, "run")
+	return append(base, env...), nil
 }
 
 // StateDir is the VIPD_STATE_DIR StartVipd gives vipd on this host: the

@@ -105,7 +105,7 @@ for d in install kubeadm migration; do
 	[ -f "docs/$d.md" ] && cp "docs/$d.md" "$BUILD/doc/"
 done
 
-cp packaging/vipd.service packaging/vipd.env packaging/copyright LICENSE CHANGELOG.yml "$BUILD/"
+cp packaging/vipd.service packaging/vipd-cleanup.service packaging/vipd.env packaging/copyright LICENSE CHANGELOG.yml "$BUILD/"
 # Every file gets the commit's time, so the packages are reproducible.
 find "$BUILD" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 

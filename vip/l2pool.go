@@ -353,3 +353,32 @@ func (l *L2) AnnounceMany(_ context.Context, addrs []netip.Addr) (int, error) {
 	}
 	return sent, errors.Join(errs...)
 }
+
+// Labelled returns the IPv4 addresses bound on the interface with vipd's
+// label (VIPs and pool addresses as vipd binds them), for `vipd cleanup`.
+// It returns none when the label is the interface's own name (an
+// interface name too long for "NAME:vipd"): vipd's entries cannot be told
+// from the node's own then.
+func (l *L2) Labelled() ([]netip.Addr, error) {
+	if l.label == l.ifname {
+		return nil, nil
+	}
+	link, err := l.lookup()
+	if link == nil {
+		if errors.Is(err, ErrLinkDown) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	all, err := netlink.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses on %s: %w", l.ifname, err)
+	}
+	var out []netip.Addr
+	for _, a := range all {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && a.Label == l.label {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out, nil
+}

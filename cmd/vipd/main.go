@@ -87,6 +87,7 @@ Files:
   /etc/vipd/vipd.env          settings for the systemd unit (vipd.service)
   /var/lib/vipd/lease.state   the lease election's state (VIPD_STATE_DIR); see "vipd forget"
   /var/lib/vipd/vipd.sock     control socket of "vipd handover" and "vipd forget" (root only)
+  /var/lib/vipd/vipd.lock     locked by a running vipd; "vipd cleanup" refuses while it is
   127.0.0.1:9469              /metrics, /status, /healthz (VIPD_METRICS_ADDRESS)
 
 Exit status:

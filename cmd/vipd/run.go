@@ -83,6 +83,13 @@ func runDaemon(c *config.Config) error {
 			return err
 		}
 	}
+	// Held until exit: vipd cleanup refuses while it is (a lone node may
+	// have no state directory, and runs without it).
+	if release, err := holdRunLock(c.StateDir); err == nil {
+		defer release()
+	} else if usesStateDir(c) {
+		log.Warn("running without the run lock: vipd cleanup cannot tell that this vipd runs", "err", err)
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)

@@ -9,6 +9,7 @@ import (
 	"github.com/vipd/vipd/cluster"
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/internal/atomicfile"
+	"golang.org/x/sys/unix"
 )
 
 // usesGossip reports whether this configuration joins a cluster over
@@ -61,4 +62,38 @@ func checkStateDir(dir string) error {
 		_ = f.Close()
 	}
 	return nil
+}
+
+// RunLock is the file in VIPD_STATE_DIR that a running vipd holds a lock
+// on (flock) for its whole life: `vipd cleanup` refuses while it is held.
+// The kernel drops the lock when the process dies, however it dies.
+const RunLock = "vipd.lock"
+
+// holdRunLock takes the run lock in dir and returns what releases it. It
+// fails when dir cannot hold the file (a node without a state directory
+// runs without it) or another process holds it.
+func holdRunLock(dir string) (release func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, RunLock), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return func() { _ = f.Close() }, nil
+}
+
+// runLockHeld reports whether a process holds the run lock in dir.
+func runLockHeld(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, RunLock))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
 }

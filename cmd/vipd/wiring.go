@@ -19,7 +19,7 @@ import (
 // extraCommands are subcommands added by other parts (manifest, migrate,
 // forget), each in its own file.
 func extraCommands() []*cobra.Command {
-	return []*cobra.Command{newForgetCmd(), migrate.Command(), manifest.Command(version, manifestFlags)}
+	return []*cobra.Command{newForgetCmd(), newCleanupCmd(), migrate.Command(), manifest.Command(version, manifestFlags)}
 }
 
 // manifestFlags gives `vipd manifest` the same settings flags as `vipd run`.

@@ -379,7 +379,8 @@ func TestPackages(t *testing.T) {
 func checkRPM(ctx context.Context, t *testing.T, rpm string) {
 	out := run(ctx, t, "rpm", "-qlp", "--scripts", rpm)
 	for _, want := range []string{
-		"/usr/bin/vipd", "/usr/lib/vipd/vipd-controllers", "/usr/lib/systemd/system/vipd.service", "/etc/vipd/vipd.env", "/var/lib/vipd",
+		"/usr/bin/vipd", "/usr/lib/vipd/vipd-controllers", "/usr/lib/systemd/system/vipd.service", "/usr/lib/systemd/system/vipd-cleanup.service",
+		"/etc/vipd/vipd.env", "/var/lib/vipd",
 		"/usr/share/man/man8/vipd.8.gz", "/usr/share/bash-completion/completions/vipd", "/usr/share/zsh/site-functions/_vipd",
 		"postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet",
 		"systemctl enable vipd.service", "systemctl stop vipd.service", "systemctl try-restart vipd.service",
@@ -404,6 +405,7 @@ func checkDebContents(ctx context.Context, t *testing.T, deb string) {
 		`-rwxr-xr-x root/root +\d+ .* \./usr/bin/vipd\n`,
 		`-rwxr-xr-x root/root +\d+ .* \./usr/lib/vipd/vipd-controllers\n`,
 		`-rw-r--r-- root/root +\d+ .* \./lib/systemd/system/vipd.service\n`,
+		`-rw-r--r-- root/root +\d+ .* \./lib/systemd/system/vipd-cleanup.service\n`,
 		`-rw-r----- root/root +\d+ .* \./etc/vipd/vipd.env\n`,
 		`drwxr-x--- root/root +0 .* \./var/lib/vipd/\n`,
 		`\./usr/share/man/man8/vipd.8.gz\n`,
@@ -487,6 +489,7 @@ func installAndRun(ctx context.Context, t *testing.T, repo, deb string) {
 		t.Errorf("VIP %s does not answer from the peer: %v\n%s", n.vip, err, out)
 	}
 	checkSandbox(ctx, t, c)
+	checkFailedForGood(ctx, t, c, n)
 
 	// Stop: the VIP is released.
 	stopAt := time.Now()
@@ -565,6 +568,44 @@ func installAndRun(ctx context.Context, t *testing.T, repo, deb string) {
 
 // checkSandbox looks at the running vipd from inside: only the three
 // network capabilities, a read-only system and /proc/sys, writable state.
+// checkFailedForGood kills the holder's vipd until systemd gives up
+// restarting it (the unit's start limit: a crash loop): the unit fails,
+// OnFailure= runs vipd-cleanup.service, and the dead vipd's VIP leaves
+// eth0 instead of answering next to the holder the other nodes elect.
+// Then vipd is started again, holding as before.
+func checkFailedForGood(ctx context.Context, t *testing.T, c *container, n *network) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	kills := 0
+	for {
+		st := c.show(ctx, t, "vipd", "ActiveState")
+		if st == "failed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vipd not failed after %d kills (state %s):\n%s", kills, st, c.journal(ctx, "vipd"))
+		}
+		if pid := c.show(ctx, t, "vipd", "MainPID"); pid != "0" && n.hasVIP(ctx, t) {
+			if _, err := c.exec(ctx, "systemctl", "kill", "--signal=SIGKILL", "vipd"); err == nil {
+				kills++
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("vipd failed for good after %d kills (%s)", kills, c.show(ctx, t, "vipd", "Result"))
+	gone := n.waitVIP(ctx, t, false, 10*time.Second)
+	t.Logf("VIP removed %v after the unit failed", gone.Round(time.Millisecond))
+	if r := c.show(ctx, t, "vipd-cleanup", "Result"); r != "success" {
+		t.Errorf("vipd-cleanup.service result %q, want success:\n%s", r, c.journal(ctx, "vipd-cleanup"))
+	}
+	if j := c.journal(ctx, "vipd-cleanup"); !strings.Contains(j, "removed VIP "+n.vip+"/32 from eth0") {
+		t.Errorf("vipd-cleanup.service did not log the VIP it removed:\n%s", j)
+	}
+	c.must(ctx, t, "systemctl", "reset-failed", "vipd", "vipd-cleanup")
+	c.must(ctx, t, "systemctl", "start", "vipd")
+	n.waitVIP(ctx, t, true, 10*time.Second)
+}
+
 func checkSandbox(ctx context.Context, t *testing.T, c *container) {
 	t.Helper()
 	pid := c.show(ctx, t, "vipd", "MainPID")

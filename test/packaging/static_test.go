@@ -69,15 +69,37 @@ func TestUnitFileVerifies(t *testing.T) {
 	if err := os.WriteFile(stub, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "vipd.service")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(unit), "/usr/bin/vipd", stub)), 0o644); err != nil {
+	cleanup, err := os.ReadFile(filepath.Join(repoRoot(t), "packaging", "vipd-cleanup.service"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.CommandContext(context.Background(), "systemd-analyze", "verify", "--man=no", path).CombinedOutput()
+	var paths []string
+	for name, body := range map[string][]byte{"vipd.service": unit, "vipd-cleanup.service": cleanup} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(body), "/usr/bin/vipd", stub)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, path)
+	}
+	out, err := exec.CommandContext(context.Background(), "systemd-analyze", append([]string{"verify", "--man=no"}, paths...)...).CombinedOutput()
 	if err != nil || len(out) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
+	// A vipd that fails for good (restart limit, killed at the stop
+	// timeout) has its leftovers removed by vipd cleanup (cmd/vipd).
 	for _, want := range []string{
+		"Type=oneshot", "EnvironmentFile=/etc/vipd/vipd.env", "ExecStart=/usr/bin/vipd cleanup",
+		"CapabilityBoundingSet=CAP_NET_ADMIN", "NoNewPrivileges=yes", "ProtectSystem=strict",
+	} {
+		if !strings.Contains(string(cleanup), "\n"+want+"\n") {
+			t.Errorf("vipd-cleanup.service lacks %q", want)
+		}
+	}
+	if strings.Contains(string(cleanup), "[Install]") {
+		t.Error("vipd-cleanup.service has an [Install] section: only vipd.service's OnFailure= starts it")
+	}
+	for _, want := range []string{
+		"OnFailure=vipd-cleanup.service",
 		"Type=notify", "Restart=always", "RestartSec=1", "RestartPreventExitStatus=2",
 		"After=network-online.target", "Wants=network-online.target",
 		"After=kubelet.service containerd.service crio.service docker.service",
@@ -158,9 +180,14 @@ func TestUnitStopsBeforeKubelet(t *testing.T) {
 	}
 	kubelet := "[Unit]\nDescription=kubelet\nWants=network-online.target\nAfter=network-online.target\n\n" +
 		"[Service]\nExecStart=" + stub + "\nRestart=always\n\n[Install]\nWantedBy=multi-user.target\n"
+	cleanup, err := os.ReadFile(filepath.Join(repoRoot(t), "packaging", "vipd-cleanup.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	files := map[string]string{
-		"vipd.service":    strings.ReplaceAll(string(unit), "/usr/bin/vipd", stub),
-		"kubelet.service": kubelet,
+		"vipd.service":         strings.ReplaceAll(string(unit), "/usr/bin/vipd", stub),
+		"vipd-cleanup.service": strings.ReplaceAll(string(cleanup), "/usr/bin/vipd", stub),
+		"kubelet.service":      kubelet,
 	}
 	var paths []string
 	for name, body := range files {

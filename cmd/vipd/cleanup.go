@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"github.com/vipd/vipd/bgp"
+	"github.com/vipd/vipd/cloud"
+	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/egress"
+	"github.com/vipd/vipd/vip"
+)
+
+func newCleanupCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "remove the VIPs and egress rules a vipd that is not running left on this node",
+		Long: `cleanup removes what a vipd that stopped without releasing it (killed,
+crashed, out of memory) left in this node's kernel: the configured VIPs (l2
+and cloud: on their interface; bgp: on VIPD_BGP_INTERFACE), in l2 mode also
+every IPv4 address bound with vipd's label (pool and EgressPolicy addresses)
+and the egress rules (nftables table, policy routing). It reads the settings
+as "vipd run" does and prints one line per address or rule set removed.
+
+A vipd that starts removes the same leftovers itself. vipd.service runs
+cleanup (through vipd-cleanup.service, OnFailure=) when the unit fails for
+good: its restart limit reached, or killed after its stop timeout. Without
+it the dead holder's VIP stays bound and answers ARP next to the holder the
+other nodes elect. Cloud providers are not called: the reserved or floating
+IP stays assigned until the new holder moves it.
+
+cleanup refuses while vipd runs on this node (it holds a lock on
+VIPD_STATE_DIR/vipd.lock, or its control socket there answers), exit code 1.`,
+		Args: cobra.NoArgs,
+	}
+	v := settingsFlags(cmd.Flags())
+	var envFile string
+	cmd.Flags().StringVar(&envFile, "env-file", "", "read settings from this env file first, as systemd would (e.g. /etc/vipd/vipd.env); flags still win")
+	settingsUsage(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if envFile != "" {
+			if _, err := applyEnvFile(envFile); err != nil {
+				return err
+			}
+		}
+		c, err := loadConfig(v)
+		if err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		return cleanup(ctx, c, cmd.OutOrStdout())
+	}
+	return cmd
+}
+
+// errRunning: cleanup found a vipd running on this node.
+var errRunning = errors.New("vipd is running on this node")
+
+// cleanup removes what a dead vipd with configuration c left in the kernel
+// and writes one line per removal to out.
+func cleanup(ctx context.Context, c *config.Config, out io.Writer) error {
+	if runLockHeld(c.StateDir) {
+		return fmt.Errorf("%w (it holds %s): stop it first, it releases what it holds itself", errRunning, filepath.Join(c.StateDir, RunLock))
+	}
+	if sock := filepath.Join(c.StateDir, ControlSocket); daemonAnswers(ctx, sock) {
+		return fmt.Errorf("%w (%s answers): stop it first, it releases what it holds itself", errRunning, sock)
+	}
+	removed := 0
+	note := func(format string, args ...any) {
+		removed++
+		fmt.Fprintf(out, format+"\n", args...)
+	}
+	var err error
+	switch c.Mode {
+	case config.ModeL2:
+		err = cleanupL2(ctx, c, note)
+	case config.ModeBGP:
+		err = cleanupBGP(c, note)
+	case config.ModeCloud:
+		err = cleanupCloud(ctx, c, note)
+	}
+	if err != nil {
+		return err
+	}
+	if removed == 0 {
+		fmt.Fprintln(out, "nothing to clean up")
+	}
+	return nil
+}
+
+// daemonAnswers reports whether something accepts connections on the
+// control socket: a running vipd (a socket file a dead vipd left behind
+// refuses them).
+func daemonAnswers(ctx context.Context, sock string) bool {
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
+}
+
+// cleanupL2 removes the configured VIPs, every IPv4 address with vipd's
+// label, and the egress rules.
+func cleanupL2(ctx context.Context, c *config.Config, note func(string, ...any)) error {
+	iface := c.Interface
+	if iface == "" {
+		var err error
+		if iface, err = vip.DefaultInterface(); err != nil {
+			return fmt.Errorf("VIPD_INTERFACE is not set and %w", err)
+		}
+	}
+	l2, err := vip.NewL2(vip.L2Options{Interface: iface}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range c.Addresses {
+		ok, err := l2.Present(ctx, p)
+		if err == nil && ok {
+			err = l2.Release(ctx, p)
+			if err == nil {
+				note("removed VIP %s from %s", p, iface)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("VIP %s on %s: %w", p, iface, err))
+		}
+	}
+	labelled, err := l2.Labelled()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(labelled) > 0 {
+		left, err := l2.ReleaseMany(ctx, labelled)
+		for _, a := range labelled {
+			if !containsAddr(left, a) {
+				note("removed %s (vipd's label) from %s", a, iface)
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	k, err := egress.NewKernel()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("egress rules: %w", err))
+		return errors.Join(errs...)
+	}
+	defer k.Close()
+	ch, err := k.Remove(egressSettings(c, 0))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("egress rules: %w", err))
+	} else if !ch.Empty() {
+		note("removed egress rules: %s", ch.Summary())
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupBGP removes the configured VIPs from the interface the speaker
+// binds them on. The routes went with the dead vipd's sessions.
+func cleanupBGP(c *config.Config, note func(string, ...any)) error {
+	bc, err := bgpConfig(c)
+	if err != nil {
+		return usageError{err}
+	}
+	iface := bc.Interface
+	if iface == "" {
+		iface = "lo"
+	}
+	var errs []error
+	for _, p := range c.Addresses {
+		ok, err := bgp.UnbindLocal(iface, p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("VIP %s on %s: %w", p, iface, err))
+		} else if ok {
+			note("removed VIP %s from %s", p, iface)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupCloud removes the configured IPs from VIPD_CLOUD_BIND_INTERFACE,
+// when one is set; the provider is not called.
+func cleanupCloud(ctx context.Context, c *config.Config, note func(string, ...any)) error {
+	bind := c.CloudBindInterface
+	if bind == "" || bind == "none" {
+		return nil
+	}
+	b, err := cloud.NewLinkBinder(bind)
+	if err != nil {
+		return fmt.Errorf("VIPD_CLOUD_BIND_INTERFACE %s: %w", bind, err)
+	}
+	defer b.Close()
+	var errs []error
+	for _, p := range c.Addresses {
+		ok, err := b.Bound(p)
+		if err == nil && ok {
+			if err = b.Unbind(ctx, p); err == nil {
+				note("removed %s from %s", p, bind)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s on %s: %w", p, bind, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func containsAddr(as []netip.Addr, a netip.Addr) bool {
+	for _, x := range as {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vipd/vipd/config"
+)
+
+// TestRunLock: the run lock is held while its release has not run, by
+// whichever process; a state directory without the file, or one that does
+// not exist, holds nothing.
+func TestRunLock(t *testing.T) {
+	dir := t.TempDir()
+	if runLockHeld(dir) {
+		t.Fatal("held before anybody took it")
+	}
+	release, err := holdRunLock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !runLockHeld(dir) {
+		t.Fatal("not held while taken")
+	}
+	if _, err := holdRunLock(dir); err == nil {
+		t.Fatal("taken twice: a second vipd would not be told from the first")
+	}
+	release()
+	if runLockHeld(dir) {
+		t.Fatal("still held after its release")
+	}
+	if _, err := holdRunLock(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("took a lock in a directory that does not exist")
+	}
+	if runLockHeld(filepath.Join(dir, "missing")) {
+		t.Fatal("a missing directory holds a lock")
+	}
+}
+
+// TestCleanupRefusesWhileRunning: with the run lock held, cleanup stops
+// before it looks at the kernel, with one line naming the lock file.
+func TestCleanupRefusesWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	release, err := holdRunLock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	var out strings.Builder
+	c := &config.Config{StateDir: dir, Mode: config.ModeL2, Interface: "does-not-exist0"}
+	err = cleanup(t.Context(), c, &out)
+	if !errors.Is(err, errRunning) || !strings.Contains(err.Error(), filepath.Join(dir, RunLock)) {
+		t.Fatalf("cleanup with the run lock held: %v, want errRunning naming %s", err, filepath.Join(dir, RunLock))
+	}
+	if out.Len() > 0 {
+		t.Fatalf("cleanup printed %q while refusing", out.String())
+	}
+}
