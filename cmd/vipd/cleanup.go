@@ -18,6 +18,7 @@ import (
 	"github.com/vipd/vipd/config"
 	"github.com/vipd/vipd/egress"
 	"github.com/vipd/vipd/vip"
+	"github.com/vishvananda/netlink"
 )
 
 func newCleanupCmd() *cobra.Command {
@@ -123,10 +124,34 @@ func cleanupL2(ctx context.Context, c *config.Config, note func(string, ...any))
 			return fmt.Errorf("VIPD_INTERFACE is not set and %w", err)
 		}
 	}
-	l2, err := vip.NewL2(vip.L2Options{Interface: iface}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	if err != nil {
-		return err
+	var errs []error
+	// An interface that is gone took its addresses with it; the egress
+	// rules below are the host's and are removed all the same.
+	if _, err := netlink.LinkByName(iface); errors.As(err, new(netlink.LinkNotFoundError)) {
+		note("interface %s is gone, and its addresses with it", iface)
+	} else if l2, err := vip.NewL2(vip.L2Options{Interface: iface}, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
+		errs = append(errs, err)
+	} else {
+		errs = append(errs, cleanupAddrs(ctx, c, l2, iface, note)...)
 	}
+	k, err := egress.NewKernel()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("egress rules: %w", err))
+		return errors.Join(errs...)
+	}
+	defer k.Close()
+	ch, err := k.Remove(egressSettings(c, 0))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("egress rules: %w", err))
+	} else if !ch.Empty() {
+		note("removed egress rules: %s", ch.Summary())
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupAddrs removes the configured VIPs and every IPv4 address with
+// vipd's label from the l2 interface.
+func cleanupAddrs(ctx context.Context, c *config.Config, l2 *vip.L2, iface string, note func(string, ...any)) []error {
 	var errs []error
 	for _, p := range c.Addresses {
 		ok, err := l2.Present(ctx, p)
@@ -155,19 +180,7 @@ func cleanupL2(ctx context.Context, c *config.Config, note func(string, ...any))
 			errs = append(errs, err)
 		}
 	}
-	k, err := egress.NewKernel()
-	if err != nil {
-		errs = append(errs, fmt.Errorf("egress rules: %w", err))
-		return errors.Join(errs...)
-	}
-	defer k.Close()
-	ch, err := k.Remove(egressSettings(c, 0))
-	if err != nil {
-		errs = append(errs, fmt.Errorf("egress rules: %w", err))
-	} else if !ch.Empty() {
-		note("removed egress rules: %s", ch.Summary())
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // cleanupBGP removes the configured VIPs from the interface the speaker

@@ -121,4 +121,16 @@ func TestCleanupAfterKill(t *testing.T) {
 	if err != nil || code != 0 || strings.TrimSpace(o) != "nothing to clean up" {
 		t.Errorf("a second vipd cleanup: exit %d %v, want 0 and \"nothing to clean up\":\n%s", code, err, o)
 	}
+	// The interface is gone (a NIC renamed or removed): its addresses went
+	// with it, which is no failure; the egress rules are still looked at.
+	sh(t, n.NS, "nft add table inet vipd-egress")
+	o, code, err = n.RunVipd(ctx, bin, append(env, "VIPD_INTERFACE=gone0"), "cleanup")
+	if err != nil || code != 0 || !strings.Contains(o, "interface gone0 is gone") || !strings.Contains(o, "removed egress rules") {
+		t.Errorf("vipd cleanup without its interface: exit %d %v, want 0, the interface named and the egress table removed:\n%s", code, err, o)
+	}
+	// An invalid setting: one line naming it, exit 2, nothing touched.
+	o, code, err = n.RunVipd(ctx, bin, append(env, "VIPD_ADDRESS=not-an-ip"), "cleanup")
+	if err != nil || code != 2 || !strings.Contains(o, "VIPD_ADDRESS") || strings.Count(strings.TrimSpace(o), "\n") != 0 {
+		t.Errorf("vipd cleanup with an invalid VIPD_ADDRESS: exit %d %v, want 2 and one line naming it:\n%s", code, err, o)
+	}
 }
