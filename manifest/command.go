@@ -35,7 +35,9 @@ The settings are validated as "vipd run" would validate them.`,
 		Use:   "static-pod",
 		Short: "print a kubelet static-pod manifest running vipd",
 		Long: `static-pod prints a Pod for the kubelet's static-pod directory: host network,
-the capabilities NET_ADMIN, NET_RAW and NET_BIND_SERVICE only, the settings as
+the capabilities NET_ADMIN, NET_RAW and NET_BIND_SERVICE only (and IPC_LOCK
+when the settings lock vipd's memory: VIPD_MEMORY_LOCK=on, VIPD_PROFILE=fast),
+the settings as
 environment variables, the state directory and any configured files (CA, gossip
 key, token) mounted from the host. VIPD_NODE_NAME defaults to the Pod's
 spec.nodeName. Tokens given as settings are refused (they would be visible in

@@ -32,6 +32,8 @@ func TestStaticPodGolden(t *testing.T) {
 			"--sa-token-path", "/etc/vipd/token", "--health-ca-file", "/etc/vipd/ca.crt", "--kubeconfig", "/etc/vipd/kubeconfig",
 			"--do-token-file", "/etc/vipd/do-token", "--health-interval", "200ms"}},
 		{"minimal-no-version", "", []string{"--address", "10.0.0.100/32"}},
+		// The fast profile locks vipd's memory: IPC_LOCK is added.
+		{"fast-profile", "1.2.3", []string{"--address", "10.0.0.100/32", "--profile", "fast"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

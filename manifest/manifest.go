@@ -153,6 +153,13 @@ func StaticPod(vars []Var, opts PodOptions) (*Pod, error) {
 	volumes = append([]Volume{{Name: "state", HostPath: &HostPathVolumeSource{Path: stateDir, Type: &dirType}}}, volumes...)
 	mounts = append([]VolumeMount{{Name: "state", MountPath: stateDir}}, mounts...)
 
+	// VIPD_MEMORY_LOCK=on (VIPD_PROFILE=fast sets it) locks vipd's pages in
+	// RAM: mlockall needs IPC_LOCK in a container, whose memlock limit
+	// is not unlimited (vipd.service sets LimitMEMLOCK=infinity instead).
+	caps := []Capability{"NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE"}
+	if c, err := Validate(vars); err == nil && c.MemoryLock == "on" {
+		caps = append(caps, "IPC_LOCK")
+	}
 	no, yes := false, true
 	var root int64
 	pod := &Pod{
@@ -172,7 +179,7 @@ func StaticPod(vars []Var, opts PodOptions) (*Pod, error) {
 				Env:             env,
 				SecurityContext: &SecurityContext{
 					Capabilities: &Capabilities{
-						Add:  []Capability{"NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE"},
+						Add:  caps,
 						Drop: []Capability{"ALL"},
 					},
 					RunAsUser:                &root,

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -596,5 +597,38 @@ func TestTemplateParts(t *testing.T) {
 	objs = render(t, "--set", "metrics.dashboard.enabled=true,metrics.dashboard.namespace=grafana")
 	if ns := find(t, objs, "ConfigMap", "-dashboard").GetNamespace(); ns != "grafana" {
 		t.Errorf("dashboard in namespace %s, want grafana", ns)
+	}
+}
+
+// TestNodeMemoryLockCapability: the node form adds IPC_LOCK exactly when
+// vipd will lock its memory (VIPD_MEMORY_LOCK=on, or VIPD_PROFILE=fast
+// without VIPD_MEMORY_LOCK=off): mlockall needs it in a pod, and without
+// it the fast profile runs unlocked with a warning.
+func TestNodeMemoryLockCapability(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  string
+		want bool
+	}{
+		{"default", "", false},
+		{"fast profile", "node.env.VIPD_PROFILE=fast", true},
+		{"fast profile, lock off", "node.env.VIPD_PROFILE=fast,node.env.VIPD_MEMORY_LOCK=off", false},
+		{"lock on", "node.env.VIPD_MEMORY_LOCK=on", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := "controllers.enabled=false,node.enabled=true"
+			if tc.env != "" {
+				set += "," + tc.env
+			}
+			ds := find(t, render(t, "--set", set), "DaemonSet", "")
+			cs, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+			add, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "securityContext", "capabilities", "add")
+			if got := slices.Contains(add, "IPC_LOCK"); got != tc.want {
+				t.Errorf("capabilities %v: IPC_LOCK %v, want %v", add, got, tc.want)
+			}
+			if !slices.Contains(add, "NET_ADMIN") || len(add) > 4 {
+				t.Errorf("capabilities %v", add)
+			}
+		})
 	}
 }
