@@ -53,7 +53,9 @@ VIPD_STATE_DIR/vipd.lock, or its control socket there answers), exit code 1.`,
 				return err
 			}
 		}
-		c, err := loadConfig(v)
+		// The gossip key is not read: a damaged key file must not keep
+		// the dead vipd's VIPs bound.
+		c, err := loadSettings(v)
 		if err != nil {
 			return err
 		}

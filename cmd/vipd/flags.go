@@ -34,6 +34,21 @@ func settingsFlags(fs *pflag.FlagSet) *viper.Viper {
 // including the settings other packages parse (BGP peers), so that
 // check-config and run fail the same way.
 func loadConfig(v *viper.Viper) (*config.Config, error) {
+	c, err := loadSettings(v)
+	if err != nil {
+		return nil, err
+	}
+	if usesGossip(c) {
+		if err := c.ReadGossipKeys(); err != nil {
+			return nil, usageError{err}
+		}
+	}
+	return c, nil
+}
+
+// loadSettings is loadConfig without reading the gossip key files: for
+// commands that never join the cluster (vipd cleanup).
+func loadSettings(v *viper.Viper) (*config.Config, error) {
 	c, err := config.Load(func(s *config.Setting) (string, bool) {
 		if !v.IsSet(s.Env) {
 			return "", false
@@ -45,11 +60,6 @@ func loadConfig(v *viper.Viper) (*config.Config, error) {
 	}
 	if err := checkModeSettings(c); err != nil {
 		return nil, err
-	}
-	if usesGossip(c) {
-		if err := c.ReadGossipKeys(); err != nil {
-			return nil, usageError{err}
-		}
 	}
 	return c, nil
 }

@@ -121,6 +121,12 @@ func TestCleanupAfterKill(t *testing.T) {
 	if err != nil || code != 0 || strings.TrimSpace(o) != "nothing to clean up" {
 		t.Errorf("a second vipd cleanup: exit %d %v, want 0 and \"nothing to clean up\":\n%s", code, err, o)
 	}
+	// A gossip key file that cannot be read (cleanup never joins the
+	// cluster) does not keep it from working.
+	o, code, err = n.RunVipd(ctx, bin, append(env, "VIPD_PEERS=10.0.0.9", "VIPD_GOSSIP_KEY_FILE=/nonexistent/gossip.key"), "cleanup")
+	if err != nil || code != 0 || strings.TrimSpace(o) != "nothing to clean up" {
+		t.Errorf("vipd cleanup with an unreadable gossip key file: exit %d %v, want 0:\n%s", code, err, o)
+	}
 	// The interface is gone (a NIC renamed or removed): its addresses went
 	// with it, which is no failure; the egress rules are still looked at.
 	sh(t, n.NS, "nft add table inet vipd-egress")
