@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,5 +57,24 @@ func TestCleanupRefusesWhileRunning(t *testing.T) {
 	}
 	if out.Len() > 0 {
 		t.Fatalf("cleanup printed %q while refusing", out.String())
+	}
+}
+
+// TestManPageListsEveryCommand: vipd(8)'s COMMANDS section
+// (packaging/genman, written by hand) has an entry for every command of
+// vipd, so that a new command is documented where operators look.
+func TestManPageListsEveryCommand(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "packaging", "genman", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range newRootCmd().Commands() {
+		switch c.Name() {
+		case "help", "completion":
+			continue
+		}
+		if !strings.Contains(string(src), `{"`+c.Name()) {
+			t.Errorf("vipd(8) has no COMMANDS entry for %q (packaging/genman/main.go)", c.Name())
+		}
 	}
 }

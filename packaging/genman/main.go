@@ -47,7 +47,10 @@ func write(w io.Writer, version, date string) error {
 		`\fBvipd run\fR [\fIflags\fR]`,
 		`\fBvipd check\-config\fR [\fIflags\fR]`,
 		`\fBvipd status\fR`,
+		`\fBvipd handover\fR [\fB\-\-to\fR \fINODE\fR]`,
 		`\fBvipd forget\fR \fINODE\fR`,
+		`\fBvipd cleanup\fR [\fIflags\fR]`,
+		`\fBvipd keygen\fR [\fB\-\-out\fR \fIFILE\fR]`,
 		`\fBvipd manifest static\-pod\fR|\fBenv\fR|\fBkubeadm\-control\-plane\fR [\fIflags\fR]`,
 		`\fBvipd migrate kube\-vip\fR|\fBnovaedge\fR \fIFILE\fR|\fB\-\fR [\fB\-o\fR \fIFILE\fR]`,
 		`\fBvipd version\fR`,
@@ -79,7 +82,10 @@ func write(w io.Writer, version, date string) error {
 		{"run", "Run the daemon. With \\fBType=notify\\fR it reports readiness to systemd once the configuration is valid and the first health check has run."},
 		{"check-config", "Validate the settings exactly as \\fBrun\\fR would and print every effective value, secrets redacted. Exit status 2 on an invalid value, with one line naming the variable, the value and the accepted form."},
 		{"status", "Show the running daemon's VIPs, health and cluster members, read from its \\fB/status\\fR endpoint on \\fBVIPD_METRICS_ADDRESS\\fR."},
-		{"forget NODE", "Remove a decommissioned node from the remembered cluster members (quorum counts every member ever seen). Run it on every remaining node."},
+		{"handover", "Move the VIPs this node holds to another node now (\\fB\\-\\-to\\fR \\fINODE\\fR, or the best successor): a planned, make\\-before\\-break transfer through the running daemon's control socket."},
+		{"forget NODE", "Remove a node from the lease election's voters for good: a configuration change agreed by a majority, run once on any node where vipd runs. Dead voters are also removed by themselves while a majority remains."},
+		{"cleanup", "Remove what a vipd that is not running left in the kernel: the configured VIPs, in l2 mode every IPv4 address with vipd's label and the egress rules. vipd.service runs it through vipd\\-cleanup.service (\\fBOnFailure=\\fR) when the unit fails for good. Refuses while vipd runs."},
+		{"keygen", "Write a new gossip encryption key for \\fBVIPD_GOSSIP_KEY_FILE\\fR."},
 		{"manifest static-pod", "Print a kubelet static Pod running vipd with the given settings (flags as for \\fBrun\\fR; \\fB\\-\\-image\\fR chooses the image)."},
 		{"manifest env", "Print a commented env file with the given settings active and every other setting as a commented default."},
 		{"manifest kubeadm-control-plane", "Print a Cluster API KubeadmControlPlane whose machines install and start vipd before \\fBkubeadm init\\fR or \\fBjoin\\fR, with the given settings in /etc/vipd/vipd.env, the gossip key from a Secret and the VIP as the control\\-plane endpoint."},
@@ -110,8 +116,9 @@ func write(w io.Writer, version, date string) error {
 	p(`.SH FILES`)
 	for _, f := range [][2]string{
 		{"/etc/vipd/vipd.env", "Settings read by vipd.service. A configuration file of the package, kept on upgrade."},
-		{"/var/lib/vipd", "State directory: the lease election's state (lease.state) and the control socket. Removed on purge."},
+		{"/var/lib/vipd", "State directory: the lease election's state (lease.state), the control socket (vipd.sock) and the run lock (vipd.lock). Removed on purge."},
 		{"/lib/systemd/system/vipd.service", "The systemd unit. Override settings with \\fBsystemctl edit vipd\\fR."},
+		{"/lib/systemd/system/vipd-cleanup.service", "Runs \\fBvipd cleanup\\fR when vipd.service fails for good (its \\fBOnFailure=\\fR); never enabled on its own."},
 	} {
 		p(`.TP`)
 		p(`.I %s`, f[0])
