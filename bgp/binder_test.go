@@ -1,6 +1,7 @@
 package bgp
 
 import (
+	"net"
 	"net/netip"
 	"runtime"
 	"testing"
@@ -85,5 +86,42 @@ func TestNetlinkBinder(t *testing.T) {
 	}
 	if err := newNetlinkBinder("nope0").Bind(v4); err == nil {
 		t.Error("Bind on a missing interface succeeded")
+	}
+
+	// UnbindLocal (vipd cleanup): what a dead vipd's speaker bound goes,
+	// once; a VIP that is not there and an operator's other address on
+	// lo stay as they are.
+	if err := newNetlinkBinder("lo").Bind(v4); err != nil {
+		t.Fatal(err)
+	}
+	other := &netlink.Addr{IPNet: netlink.NewIPNet(net.ParseIP("198.51.100.99"))}
+	if err := netlink.AddrAdd(lo, other); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := UnbindLocal("lo", v4); err != nil || !ok {
+		t.Fatalf("UnbindLocal(%s) = %v, %v, want true", v4, ok, err)
+	}
+	if ok, err := UnbindLocal("lo", v4); err != nil || ok {
+		t.Fatalf("UnbindLocal(%s) again = %v, %v, want false", v4, ok, err)
+	}
+	if ok, err := UnbindLocal("lo", v6); err != nil || ok {
+		t.Fatalf("UnbindLocal(%s), never bound = %v, %v, want false", v6, ok, err)
+	}
+	if _, err := UnbindLocal("nope0", v4); err == nil {
+		t.Error("UnbindLocal on a missing interface succeeded")
+	}
+	addrs, err = netlink.AddrList(lo, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := false
+	for _, a := range addrs {
+		if a.IP.Equal(v4.Addr().AsSlice()) {
+			t.Errorf("kernel still has %s on lo after UnbindLocal", a.IP)
+		}
+		kept = kept || a.IP.Equal(other.IP)
+	}
+	if !kept {
+		t.Error("UnbindLocal removed another address from lo")
 	}
 }
