@@ -199,6 +199,7 @@ func TestAPIServerRestarts(t *testing.T) {
 			a.handover(ctx, l.Node(cur), h.Name)
 			a.waitHolder(ctx, h.Name)
 		}
+		mark := len(a.vipds[h.Name].Output())
 		from := time.Now()
 		a.restart(ctx, h, 0, false)
 		to := time.Now()
@@ -208,8 +209,17 @@ func TestAPIServerRestarts(t *testing.T) {
 		if o.gap > noDelayGapLimit {
 			t.Errorf("%v; want a gap of at most %v\n%s", o, noDelayGapLimit, pr.timeline(from, to))
 		}
-		if !strings.Contains(a.vipds[h.Name].Output(), "reason=apiserver_refused") {
-			t.Errorf("%s did not drain on the refused port:\n%s", h.Name, tail(a.vipds[h.Name].Output(), 3000))
+		// Mostly the refused port starts the drain; a probe that falls
+		// into the moment between SIGTERM and the listener's close sees
+		// /readyz report the shutdown first (CI saw it once). Either is
+		// the drain this case is about; the fail threshold is not.
+		since := a.vipds[h.Name].Output()[mark:]
+		switch reason := drainReason(since); reason {
+		case "apiserver_refused":
+		case "apiserver_shutdown":
+			t.Logf("%s drained on /readyz's shutdown before its port closed", h.Name)
+		default:
+			t.Errorf("%s did not drain when its apiserver stopped:\n%s", h.Name, tail(since, 3000))
 		}
 	})
 	// 4. kubectl cordon (or drain) of the holder's Node moves the VIP
@@ -999,6 +1009,35 @@ func TestEstablishedThenReset(t *testing.T) {
 	} {
 		if got := establishedThenReset(c.err); got != c.want {
 			t.Errorf("%s (%v): establishedThenReset = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+// drainReason is the reason of the first "handed over" drain line in a
+// vipd's log, "" without one.
+func drainReason(log string) string {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="apiserver going away: handed over"`) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if r, ok := strings.CutPrefix(f, "reason="); ok {
+				return r
+			}
+		}
+	}
+	return ""
+}
+
+func TestDrainReason(t *testing.T) {
+	for _, c := range []struct{ log, want string }{
+		{`time=2026-12-02T03:25:44.653Z level=INFO msg="apiserver going away: handed over" node=n1 reason=apiserver_refused vip=10.0.0.1 to=n3`, "apiserver_refused"},
+		{"x\ntime=t level=INFO msg=\"apiserver going away: handed over\" node=n1 reason=apiserver_shutdown vip=v\n", "apiserver_shutdown"},
+		{`time=t level=WARN msg="apiserver going away: no handover, retrying after the next probe" node=n1 reason=apiserver_refused`, ""},
+		{"", ""},
+	} {
+		if got := drainReason(c.log); got != c.want {
+			t.Errorf("drainReason(%q) = %q, want %q", c.log, got, c.want)
 		}
 	}
 }
