@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/vipd/vipd/cluster/lease"
 )
 
 // TestSchedules runs a fixed set of random schedules per profile (make
@@ -28,7 +30,7 @@ func TestSchedules(t *testing.T) {
 					profile, seed, r.Violations, r.Liveness, profile, seed, r.Trace)
 			}
 		}
-		t.Logf("%s: %d failovers, p50 %v, p99 %v, max %v; %d planned transfers of the holder, %d make-before-break overlaps (p50 %v, max %v), %d ended at the bound",
-			profile, len(fo), Percentile(fo, 0.5), Percentile(fo, 0.99), Percentile(fo, 1), planned, len(ov), Percentile(ov, 0.5), Percentile(ov, 1), fallbacks)
+		t.Logf("%s: %d failovers, p50 %v, p99 %v, max %v; %d planned transfers of the holder, %d make-before-break overlaps (p50 %v, max %v, bound %v in true time), %d ended at the bound",
+			profile, len(fo), Percentile(fo, 0.5), Percentile(fo, 0.99), Percentile(fo, 1), planned, len(ov), Percentile(ov, 0.5), Percentile(ov, 1), OverlapBound(lease.ProfileConfig(profile)), fallbacks)
 	}
 }

@@ -498,8 +498,15 @@ func (s *Sim) overlapOK(n, o *Node, key string, start, end time.Time) bool {
 	if dn.Until.Add(slack).Before(end) || do.Until.Add(slack).Before(end) {
 		return false
 	}
-	bound := time.Duration(float64(s.Cfg.Overlap)/(1-s.Cfg.Drift)) + slack
-	return end.Sub(start) <= bound
+	return end.Sub(start) <= OverlapBound(s.Cfg)+slack
+}
+
+// OverlapBound is the longest a planned transfer's make-before-break may
+// last in true time: the old holder keeps the address at most cfg.Overlap
+// on its own clock, which may run slow by up to cfg.Drift (300 ms of a
+// default-profile node's clock is up to 303.03 ms of true time).
+func OverlapBound(cfg lease.Config) time.Duration {
+	return time.Duration(float64(cfg.Overlap) / (1 - cfg.Drift))
 }
 
 func (s *Sim) checkHolds(n *Node, h map[string]time.Time) []string {

@@ -90,8 +90,10 @@ func runLease(profiles []string, first int64, seeds int, replay int64, faults ti
 		fmt.Printf("lease %s: %d schedules, %d failed, %d machine steps in %v: %.0f schedules per minute; holder-death failover over %d measurements: p50 %v, p99 %v, max %v\n",
 			p, seeds, failed, steps, wall.Round(time.Second), float64(seeds)/wall.Minutes(), len(fo),
 			sim.Percentile(fo, 0.5).Round(time.Millisecond), sim.Percentile(fo, 0.99).Round(time.Millisecond), sim.Percentile(fo, 1).Round(time.Millisecond))
-		fmt.Printf("  planned transfers of the holder: %d; make-before-break overlaps: %d (p50 %v, max %v, bound %v), %d ended at the bound (no confirmation)\n",
-			planned, len(ov), sim.Percentile(ov, 0.5).Round(10*time.Microsecond), sim.Percentile(ov, 1).Round(10*time.Microsecond), lease.ProfileConfig(p).Overlap, fallbacks)
+		cfg := lease.ProfileConfig(p)
+		fmt.Printf("  planned transfers of the holder: %d; make-before-break overlaps: %d (p50 %v, max %v, bound %v: %v on the old holder's clock at the %g drift bound), %d ended at the bound (no confirmation)\n",
+			planned, len(ov), sim.Percentile(ov, 0.5).Round(10*time.Microsecond), sim.Percentile(ov, 1).Round(10*time.Microsecond),
+			sim.OverlapBound(cfg).Round(10*time.Microsecond), cfg.Overlap, cfg.Drift, fallbacks)
 		if len(slow) > 0 {
 			shown := slow[:min(len(slow), 10)]
 			fmt.Printf("  %d schedules had a failover over %v (in a cluster already degraded by earlier faults or slow links), e.g. seeds %v\n", len(slow), budget, shown)
