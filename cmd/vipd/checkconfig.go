@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -34,18 +35,11 @@ matter only there (docs/l2.md, "Nodes with more than one interface").`,
 		Args: cobra.NoArgs,
 	}
 	v := settingsFlags(cmd.Flags())
-	var envFile string
-	cmd.Flags().StringVar(&envFile, "env-file", "", "read settings from this env file first, as systemd would (e.g. /etc/vipd/vipd.env); flags still win")
+	envFile := envFileFlag(cmd)
 	settingsUsage(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if envFile != "" {
-			ignored, err := applyEnvFile(envFile)
-			if err != nil {
-				return err
-			}
-			for _, w := range ignored {
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: --env-file %s: %s\n", envFile, w)
-			}
+		if err := envFile(cmd.ErrOrStderr()); err != nil {
+			return err
 		}
 		c, err := loadConfig(v)
 		if err != nil {
@@ -83,6 +77,28 @@ func l2HostWarnings(c *config.Config) []string {
 		return nil
 	}
 	return arpSysctlWarnings(iface, links, "/proc/sys")
+}
+
+// envFileFlag adds --env-file to cmd. The function it returns reads the
+// file, if one was given, into this process's environment, as systemd's
+// EnvironmentFile= would (applyEnvFile), and warns on stderr of every
+// assignment systemd would ignore.
+func envFileFlag(cmd *cobra.Command) func(stderr io.Writer) error {
+	var path string
+	cmd.Flags().StringVar(&path, "env-file", "", "read settings from this env file first, as systemd would (e.g. /etc/vipd/vipd.env); flags still win")
+	return func(stderr io.Writer) error {
+		if path == "" {
+			return nil
+		}
+		ignored, err := applyEnvFile(path)
+		if err != nil {
+			return err
+		}
+		for _, w := range ignored {
+			fmt.Fprintf(stderr, "warning: --env-file %s: %s\n", path, w)
+		}
+		return nil
+	}
 }
 
 // applyEnvFile sets the variables of an env file in this process, over the

@@ -7,8 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,14 +44,11 @@ VIPD_STATE_DIR/vipd.lock, or its control socket there answers), exit code 1.`,
 		Args: cobra.NoArgs,
 	}
 	v := settingsFlags(cmd.Flags())
-	var envFile string
-	cmd.Flags().StringVar(&envFile, "env-file", "", "read settings from this env file first, as systemd would (e.g. /etc/vipd/vipd.env); flags still win")
+	envFile := envFileFlag(cmd)
 	settingsUsage(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if envFile != "" {
-			if _, err := applyEnvFile(envFile); err != nil {
-				return err
-			}
+		if err := envFile(cmd.ErrOrStderr()); err != nil {
+			return err
 		}
 		// The gossip key is not read: a damaged key file must not keep
 		// the dead vipd's VIPs bound.
@@ -174,7 +171,7 @@ func cleanupAddrs(ctx context.Context, c *config.Config, l2 *vip.L2, iface strin
 	if len(labelled) > 0 {
 		left, err := l2.ReleaseMany(ctx, labelled)
 		for _, a := range labelled {
-			if !containsAddr(left, a) {
+			if !slices.Contains(left, a) {
 				note("removed %s (vipd's label) from %s", a, iface)
 			}
 		}
@@ -233,13 +230,4 @@ func cleanupCloud(ctx context.Context, c *config.Config, note func(string, ...an
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func containsAddr(as []netip.Addr, a netip.Addr) bool {
-	for _, x := range as {
-		if x == a {
-			return true
-		}
-	}
-	return false
 }

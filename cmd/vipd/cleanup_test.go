@@ -78,3 +78,36 @@ func TestManPageListsEveryCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestCleanupEnvFile: cleanup reads --env-file as check-config does, and
+// warns of the lines systemd would ignore there too (one helper for both).
+func TestCleanupEnvFile(t *testing.T) {
+	dir := t.TempDir()
+	release, err := holdRunLock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	f := filepath.Join(t.TempDir(), "vipd.env")
+	body := "VIPD_ADDRESS=10.0.0.9/32\nVIPD_INTERFACE=does-not-exist0\nVIPD_STATE_DIR=" + dir + "\nexport VIPD_PRIORITY=5\n"
+	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VIPD_ADDRESS", "")
+	t.Setenv("VIPD_INTERFACE", "")
+	t.Setenv("VIPD_STATE_DIR", "")
+	t.Setenv("VIPD_NODE_NAME", "n")
+	code, out, errs := run(t, nil, "cleanup", "--env-file", f)
+	// The settings came from the file: the lock in its VIPD_STATE_DIR is
+	// found and cleanup refuses.
+	if code != exitFailure || !strings.Contains(errs, filepath.Join(dir, RunLock)) {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d naming %s", code, out, errs, exitFailure, filepath.Join(dir, RunLock))
+	}
+	if !strings.Contains(errs, `warning: --env-file `+f+`: line 4: "export VIPD_PRIORITY" is not a valid variable name`) {
+		t.Fatalf("no warning of the ignored export line:\n%s", errs)
+	}
+	code, _, errs = run(t, nil, "cleanup", "--env-file", filepath.Join(dir, "missing.env"))
+	if code != exitConfig || !strings.Contains(errs, "--env-file") {
+		t.Fatalf("missing env file: exit %d, stderr %q; want exit %d naming --env-file", code, errs, exitConfig)
+	}
+}
