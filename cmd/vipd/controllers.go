@@ -75,8 +75,8 @@ func (k *controllers) Run(ctx context.Context) error {
 	k.log.Info("starting the Kubernetes controllers", "controllers", k.cfg.Controllers)
 	sup := child.New(child.Config{Name: "Kubernetes controllers", Path: k.bin,
 		Env:         append(append(os.Environ(), k.cfg.Environ()...), "VIPD_CONTROLLERS_METRICS_SOCKET="+k.socket),
-		StopTimeout: 10 * time.Second, // a leader releases its lease
-		Stderr:      os.Stderr,        // the child writes vipd's own log records
+		StopTimeout: controllersStopTimeout, // a leader releases its lease
+		Stderr:      os.Stderr,              // the child writes vipd's own log records
 		Final: func(err error) error {
 			var ee *exec.ExitError
 			if errors.As(err, &ee) && ee.ExitCode() == exitConfig {

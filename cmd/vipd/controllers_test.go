@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,5 +67,61 @@ func TestControllersBinaryMissing(t *testing.T) {
 	_, err := newControllers(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err == nil || !strings.Contains(err.Error(), "vipd-controllers was not found") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestControllersChildThatHangsOnStop: a child that ignores SIGTERM (its
+// leader stuck releasing the lease on an API that does not answer) is
+// killed after controllersStopTimeout, so that vipd's stop stays inside the
+// unit's TimeoutStopSec (TestStopBudgetFitsEveryPackaging).
+func TestControllersChildThatHangsOnStop(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	script := filepath.Join(dir, "vipd-controllers")
+	body := "#!/bin/sh\ntrap '' TERM\necho $$ > " + pidFile + "\nwhile :; do sleep 0.1; done\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VIPD_CONTROLLERS_BINARY", script)
+	c, err := config.Load(func(s *config.Setting) (string, bool) {
+		v, ok := map[string]string{"VIPD_CONTROLLERS": "floatingippool", "DIGITALOCEAN_ACCESS_TOKEN": "tok", "VIPD_NODE_NAME": "n"}[s.Env]
+		return v, ok
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := newControllers(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	var pid int
+	for end := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(end) {
+			cancel()
+			t.Fatal("the child never started")
+		}
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		if err != nil {
+			t.Errorf("Run after a stop: %v", err)
+		}
+		if took < controllersStopTimeout || took > controllersStopTimeout+time.Second {
+			t.Errorf("the stop took %v; want the kill after %v", took.Round(time.Millisecond), controllersStopTimeout)
+		}
+	case <-time.After(controllersStopTimeout + 5*time.Second):
+		t.Fatal("Run did not return after the stop")
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the child (pid %d) is still there after the stop: %v", pid, err)
 	}
 }

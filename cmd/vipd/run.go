@@ -493,11 +493,22 @@ func (d *daemon) onTransition(t vip.Transition) {
 	d.elector.SetHolding(t.VIP.String(), t.Held)
 }
 
-// stopTimeout bounds the whole stop of the daemon's parts: the
-// controllers child gets 10 s between SIGTERM and SIGKILL (a leader
-// releases its lease); the parts stopped after it (pool and VIP releases,
-// the leave, the egress drain) take a few seconds at most.
-const stopTimeout = 15 * time.Second
+// stopTimeout bounds the whole stop of the daemon's parts. It stays below
+// the packaged unit's TimeoutStopSec and the static pod's grace period
+// (both 5 s), so that vipd always ends its stop itself: it kills its own
+// child if it must, logs "vipd stopped" and exits. A stop that systemd
+// has to kill instead fails the unit (and starts vipd-cleanup.service) on
+// an ordinary `systemctl stop`. The VIPs are released (at most
+// releaseTimeout) and the cluster left before the controllers child is
+// stopped (controllersStopTimeout); normally the whole stop takes well
+// under a second.
+const stopTimeout = 4 * time.Second
+
+// controllersStopTimeout is the controllers child's time between SIGTERM
+// and SIGKILL: its leader releases its Kubernetes lease, one API call. If
+// the API does not answer in time the lease runs out at the other nodes
+// instead (15 s).
+const controllersStopTimeout = 2 * time.Second
 
 // run runs every part until ctx is done or one of them fails for good (a
 // fatal error), then stops them in the reverse of the order parts lists
