@@ -96,3 +96,51 @@ func TestFeedSurvivesCrashesAndGarbage(t *testing.T) {
 		t.Fatalf("loaded %+v %v", s, ok)
 	}
 }
+
+// TestFeedStopKillsAStuckChild: a feed child that ignores SIGTERM is
+// killed after the default stop timeout (1 s), so that the daemon's stop
+// (which releases the pool addresses and the VIPs after it) fits the
+// unit's TimeoutStopSec.
+func TestFeedStopKillsAStuckChild(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "feed")
+	body := "#!/bin/sh\ntrap '' TERM\necho '{\"generation\":1,\"addresses\":[]}'\nwhile :; do sleep 0.1; done\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFeed(FeedConfig{Command: []string{script}}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.Run(ctx, func(Snapshot) {
+			select {
+			case got <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatal("no snapshot from the feed child")
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(6 * time.Second):
+		t.Fatal("the feed did not stop")
+	}
+	if took := time.Since(start); took < time.Second || took > 2*time.Second {
+		t.Errorf("the stop took %v; want the kill after 1 s", took.Round(time.Millisecond))
+	}
+	if f.Status().Running {
+		t.Error("the child still runs after the stop")
+	}
+}

@@ -59,9 +59,10 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 		return nil, usageError{fmt.Errorf("VIPD_POOLS=on needs vipd-controllers for its pools-feed: %w", err)}
 	}
 	feed, err := pools.NewFeed(pools.FeedConfig{
-		Command:  []string{bin, "pools-feed"},
-		Env:      append(os.Environ(), c.Environ()...),
-		StateDir: c.StateDir,
+		Command:     []string{bin, "pools-feed"},
+		Env:         append(os.Environ(), c.Environ()...),
+		StateDir:    c.StateDir,
+		StopTimeout: feedStopTimeout,
 	}, log, reg)
 	if err != nil {
 		return nil, err
