@@ -25,7 +25,8 @@ type AnnouncerOptions struct {
 	// 5s; negative disables). An Acquire that would assign sooner fails at
 	// once without an API call, and the driver retries it. This bounds a
 	// ping-pong of assigns between nodes when the election or the health
-	// check flaps, like FLIPOP's assignmentCoolOffSeconds.
+	// check flaps, like FLIPOP's assignmentCoolOffSeconds. A planned
+	// handover to this node (AcquireHandover) is not held back.
 	CoolOff time.Duration
 	// Binder, when set, also binds the VIP locally on Acquire and removes
 	// it on Release (see docs/cloud.md). With a provider that delivers the
@@ -212,8 +213,25 @@ func (a *Announcer) leftover(ctx context.Context, vip netip.Prefix, elsewhere bo
 
 // Acquire implements vip.Announcer: make this instance hold the VIP,
 // blocking until the provider reports the move complete or ctx ends. No
-// assign is sent when this instance is known to hold it already.
+// assign is sent when this instance is known to hold it already, nor
+// within CoolOff of this node's last assign (ErrCoolOff).
 func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
+	return a.acquire(ctx, vip, false)
+}
+
+// AcquireHandover implements vip.HandoverAcquirer: Acquire for a planned
+// handover to this node (`vipd handover`, a drain, a cordon), which the
+// cool-off does not hold back. The cool-off damps a flapping election or
+// health check; a planned handover is neither, and the previous holder has
+// already let the VIP go for this node: refusing it would leave the IP on
+// an instance that no longer answers for it until the cool-off ends (up
+// to CoolOff without the VIP, when the handover came back to a node that
+// assigned it moments before).
+func (a *Announcer) AcquireHandover(ctx context.Context, vip netip.Prefix) error {
+	return a.acquire(ctx, vip, true)
+}
+
+func (a *Announcer) acquire(ctx context.Context, vip netip.Prefix, planned bool) error {
 	ip, err := addrOf(vip)
 	if err != nil {
 		return err
@@ -231,7 +249,7 @@ func (a *Announcer) Acquire(ctx context.Context, vip netip.Prefix) error {
 		start := a.now()
 		a.mu.Lock()
 		since := start.Sub(s.assigned)
-		cool := a.opts.CoolOff > 0 && !s.assigned.IsZero() && since < a.opts.CoolOff
+		cool := !planned && a.opts.CoolOff > 0 && !s.assigned.IsZero() && since < a.opts.CoolOff
 		a.mu.Unlock()
 		if cool {
 			a.setWanted(ip, false)

@@ -378,6 +378,28 @@ func TestCoolOffBoundsPingPong(t *testing.T) {
 		t.Fatalf("%d assigns, want 2", as)
 	}
 
+	// A planned handover back to this node 1 s after its assign is not
+	// held back: the previous holder let the IP go for this node.
+	if err := a.Release(ctx, vip10); err != nil {
+		t.Fatal(err)
+	}
+	p.set(func(m *memProvider) { m.holder = "other" })
+	clk.Advance(time.Second)
+	if err := a.AcquireHandover(ctx, vip10); err != nil {
+		t.Fatalf("a planned handover inside the cool-off: %v", err)
+	}
+	if _, as, _ := p.counts(); as != 3 {
+		t.Fatalf("%d assigns after the planned handover, want 3", as)
+	}
+	if ok, _ := a.Present(ctx, vip10); !ok {
+		t.Fatal("Present false after the planned handover")
+	}
+	// It counts as an assign: an ordinary Acquire right after is held
+	// back again.
+	if err := flip(); !errors.Is(err, ErrCoolOff) {
+		t.Fatalf("an ordinary acquire 1 s after the planned handover: %v, want ErrCoolOff", err)
+	}
+
 	// Disabled with a negative CoolOff.
 	p2 := &memProvider{holder: "other", local: boolp(false)}
 	a2 := NewAnnouncer(p2, AnnouncerOptions{CoolOff: -1})

@@ -57,10 +57,12 @@ type SlowActions interface {
 	ActionTimeout() time.Duration
 }
 
-// HandoverAcquirer is implemented by announcers with a pre-bind conflict
-// probe (l2). The driver calls AcquireHandover instead of Acquire when the
-// previous holder released the VIP for this node moments ago: nobody else
-// answers for it, so the probe is skipped.
+// HandoverAcquirer is implemented by announcers that hold back an
+// ordinary Acquire where a planned handover needs no such care. The driver
+// calls AcquireHandover instead of Acquire when the previous holder
+// released the VIP for this node moments ago: nobody else answers for it,
+// so l2 skips its pre-bind conflict probe, and cloud its cool-off between
+// two assigns (a handover is no flapping election).
 type HandoverAcquirer interface {
 	AcquireHandover(ctx context.Context, vip netip.Prefix) error
 }

@@ -21,7 +21,10 @@ const cloudPrimeTimeout = 10 * time.Second
 
 // The cloud announcer bounds the driver's actions itself: an assign
 // includes polling the provider's action.
-var _ vip.SlowActions = (*cloud.Announcer)(nil)
+var (
+	_ vip.SlowActions      = (*cloud.Announcer)(nil)
+	_ vip.HandoverAcquirer = (*cloud.Announcer)(nil) // a planned handover skips the cool-off
+)
 
 // newCloudAnnouncer builds the cloud-mode announcer: the configured
 // provider's backend behind cloud.Announcer. A missing or unreadable token
