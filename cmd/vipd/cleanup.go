@@ -7,8 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +43,8 @@ other nodes elect. Cloud providers are not called: the reserved or floating
 IP stays assigned until the new holder moves it.
 
 cleanup refuses while vipd runs on this node (it holds a lock on
-VIPD_STATE_DIR/vipd.lock, or its control socket there answers), exit code 1.`,
+VIPD_STATE_DIR/vipd.lock, its control socket there answers, or a "vipd run"
+process shares this network namespace), exit code 1.`,
 		Args: cobra.NoArgs,
 	}
 	v := settingsFlags(cmd.Flags())
@@ -76,6 +80,11 @@ func cleanup(ctx context.Context, c *config.Config, out io.Writer) error {
 	}
 	if sock := filepath.Join(c.StateDir, ControlSocket); daemonAnswers(ctx, sock) {
 		return fmt.Errorf("%w (%s answers): stop it first, it releases what it holds itself", errRunning, sock)
+	}
+	if pids, err := runningVipd("/proc"); err != nil {
+		return fmt.Errorf("cannot tell whether vipd runs on this node: %w", err)
+	} else if len(pids) > 0 {
+		return fmt.Errorf("%w (pid %s: vipd run in this network namespace): stop it first, it releases what it holds itself", errRunning, strings.Trim(fmt.Sprint(pids), "[]"))
 	}
 	removed := 0
 	note := func(format string, args ...any) {
@@ -230,4 +239,48 @@ func cleanupCloud(ctx context.Context, c *config.Config, note func(string, ...an
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// runningVipd returns the pids of the `vipd run` processes in this
+// process's network namespace other than this one. It finds a
+// vipd that holds no run lock: a release from before the lock (an
+// upgrade's old package still running), or one started with another
+// VIPD_STATE_DIR. A vipd in another network namespace (a container with
+// its own network, the namespace lab) holds nothing here and is not
+// counted, nor is one whose namespace this process may not read (the
+// kernel asks for its capabilities or CAP_SYS_PTRACE: vipd-cleanup.service
+// runs with CAP_NET_ADMIN only, so there the run lock and the control
+// socket are the checks).
+func runningVipd(proc string) ([]int, error) {
+	self, err := os.Readlink(filepath.Join(proc, "self", "ns", "net"))
+	if err != nil {
+		return nil, fmt.Errorf("this process's network namespace: %w", err)
+	}
+	me := os.Getpid()
+	ents, err := os.ReadDir(proc)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == me {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(proc, e.Name(), "cmdline"))
+		if err != nil || !isVipdRun(b) {
+			continue // gone, or not ours to read
+		}
+		if ns, err := os.Readlink(filepath.Join(proc, e.Name(), "ns", "net")); err == nil && ns == self {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// isVipdRun reports whether a /proc/PID/cmdline (NUL-separated) is
+// `vipd ... run ...`.
+func isVipdRun(cmdline []byte) bool {
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	return len(args) > 1 && filepath.Base(args[0]) == "vipd" && slices.Contains(args[1:], "run")
 }

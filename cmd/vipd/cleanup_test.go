@@ -2,12 +2,18 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vipd/vipd/config"
+	"github.com/vipd/vipd/internal/testenv"
 )
 
 // TestRunLock: the run lock is held while its release has not run, by
@@ -109,5 +115,83 @@ func TestCleanupEnvFile(t *testing.T) {
 	code, _, errs = run(t, nil, "cleanup", "--env-file", filepath.Join(dir, "missing.env"))
 	if code != exitConfig || !strings.Contains(errs, "--env-file") {
 		t.Fatalf("missing env file: exit %d, stderr %q; want exit %d naming --env-file", code, errs, exitConfig)
+	}
+}
+
+func TestIsVipdRun(t *testing.T) {
+	for _, c := range []struct {
+		cmdline string
+		want    bool
+	}{
+		{"/usr/bin/vipd\x00run\x00", true},
+		{"vipd\x00--log-level\x00debug\x00run\x00", true},
+		{"/usr/bin/vipd\x00cleanup\x00", false},
+		{"/usr/bin/vipd\x00", false},
+		{"/usr/bin/vipd-controllers\x00run\x00", false},
+		{"/bin/sh\x00/usr/bin/vipd\x00run\x00", false},
+		{"", false},
+	} {
+		if got := isVipdRun([]byte(c.cmdline)); got != c.want {
+			t.Errorf("isVipdRun(%q) = %v, want %v", c.cmdline, got, c.want)
+		}
+	}
+}
+
+// TestCleanupSeesAVipdWithoutTheLock: a `vipd run` without the run lock
+// (a release from before it, another VIPD_STATE_DIR) in this network
+// namespace makes cleanup refuse; one in another network namespace does
+// not.
+func TestCleanupSeesAVipdWithoutTheLock(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := t.TempDir()
+	// A process whose command line is "vipd run": sh started as "vipd"
+	// reads the script "run" from its working directory.
+	if err := os.WriteFile(filepath.Join(dir, "run"), []byte("sleep 60\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(t *testing.T, flags uintptr) int {
+		t.Helper()
+		cmd := exec.Command(sh, "run")
+		cmd.Args[0] = "vipd"
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: flags}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+		// until its command line is visible
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid)); isVipdRun(b) {
+				return cmd.Process.Pid
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the stand-in vipd did not start")
+			}
+		}
+	}
+	c := &config.Config{StateDir: t.TempDir(), Mode: config.ModeL2, Interface: "does-not-exist0"}
+
+	// In another network namespace: not counted.
+	other := start(t, syscall.CLONE_NEWNET)
+	if pids, err := runningVipd("/proc"); err != nil || slices.Contains(pids, other) {
+		t.Fatalf("runningVipd with a vipd (pid %d) in another network namespace: %v, %v", other, pids, err)
+	}
+
+	// In this one: counted, and cleanup refuses naming it.
+	pid := start(t, 0)
+	if pids, err := runningVipd("/proc"); err != nil || !slices.Contains(pids, pid) || slices.Contains(pids, other) {
+		t.Fatalf("runningVipd: %v, %v; want %d and not %d", pids, err, pid, other)
+	}
+	var out strings.Builder
+	err = cleanup(t.Context(), c, &out)
+	if !errors.Is(err, errRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", pid)) {
+		t.Fatalf("cleanup with a vipd running: %v, want errRunning naming pid %d", err, pid)
+	}
+	if out.Len() > 0 {
+		t.Fatalf("cleanup printed %q while refusing", out.String())
 	}
 }
