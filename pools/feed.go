@@ -1,7 +1,6 @@
 package pools
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,11 +34,6 @@ type FeedConfig struct {
 	// Backoff is the first pause before a restart (doubling to 30 s);
 	// zero: 1 s.
 	Backoff time.Duration
-	// StopTimeout is the child's time between SIGTERM and SIGKILL when
-	// the feed stops; zero: 1 s. A feed is a watch with nothing to
-	// release: it has no reason to take longer, and the daemon's whole
-	// stop must fit the unit's TimeoutStopSec.
-	StopTimeout time.Duration
 }
 
 // Feed runs the feed child (internal/child: restarts with back-off, a bad
@@ -94,8 +88,7 @@ func NewFeed(cfg FeedConfig, log *slog.Logger, reg prometheus.Registerer) (*Feed
 	// stderr lines go to vipd's stderr whole.
 	ccfg := child.Config{Name: "pool feed", Path: cmd[0], Args: cmd[1:], Env: cfg.Env, Stderr: os.Stderr,
 		Backoff: child.Backoff{First: cfg.Backoff}, MaxLine: MaxLine, Line: f.line,
-		StopTimeout: cmp.Or(cfg.StopTimeout, time.Second),
-		Started:     func() { f.mUp.Set(1) },
+		Started: func() { f.mUp.Set(1) },
 		Exited: func(error, time.Duration) {
 			f.mUp.Set(0)
 			f.mRestarts.Inc()

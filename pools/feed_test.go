@@ -98,7 +98,7 @@ func TestFeedSurvivesCrashesAndGarbage(t *testing.T) {
 }
 
 // TestFeedStopKillsAStuckChild: a feed child that ignores SIGTERM is
-// killed after the default stop timeout (1 s), so that the daemon's stop
+// killed after child.DefaultStopTimeout (1 s), so that the daemon's stop
 // (which releases the pool addresses and the VIPs after it) fits the
 // unit's TimeoutStopSec.
 func TestFeedStopKillsAStuckChild(t *testing.T) {

@@ -49,8 +49,7 @@ func newEgressFeed(c *config.Config, log *slog.Logger, set func([]egress.Rule)) 
 func (f *egressFeed) Run(ctx context.Context) {
 	sup := child.New(child.Config{Name: "egress policy feed", Path: f.bin, Args: []string{"egressfeed"},
 		Env: append(os.Environ(), f.cfg.Environ()...), Line: f.line,
-		StopTimeout: feedStopTimeout,
-		Stderr:      os.Stderr, // the child writes vipd's own log records
+		Stderr: os.Stderr, // the child writes vipd's own log records
 	}, f.log)
 	_ = sup.Run(ctx) // no Final: it only ends with ctx
 }

@@ -59,10 +59,9 @@ func newPools(c *config.Config, d *daemon, log *slog.Logger, reg prometheus.Regi
 		return nil, usageError{fmt.Errorf("VIPD_POOLS=on needs vipd-controllers for its pools-feed: %w", err)}
 	}
 	feed, err := pools.NewFeed(pools.FeedConfig{
-		Command:     []string{bin, "pools-feed"},
-		Env:         append(os.Environ(), c.Environ()...),
-		StateDir:    c.StateDir,
-		StopTimeout: feedStopTimeout,
+		Command:  []string{bin, "pools-feed"},
+		Env:      append(os.Environ(), c.Environ()...),
+		StateDir: c.StateDir,
 	}, log, reg)
 	if err != nil {
 		return nil, err

@@ -510,11 +510,6 @@ const stopTimeout = 4 * time.Second
 // instead (15 s).
 const controllersStopTimeout = 2 * time.Second
 
-// feedStopTimeout is the egress feed child's time between SIGTERM and
-// SIGKILL (the pools feed has the same, pools.FeedConfig): a watch with
-// nothing to release.
-const feedStopTimeout = time.Second
-
 // run runs every part until ctx is done or one of them fails for good (a
 // fatal error), then stops them in the reverse of the order parts lists
 // them, and returns once every part has: a fatal error is returned, so

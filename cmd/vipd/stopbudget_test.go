@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vipd/vipd/internal/child"
 	"github.com/vipd/vipd/manifest"
 )
 
@@ -60,7 +61,7 @@ func TestStopBudgetFitsEveryPackaging(t *testing.T) {
 	for _, c := range []struct {
 		child string
 		stop  time.Duration
-	}{{"controllers", controllersStopTimeout}, {"egress or pools feed", feedStopTimeout}} {
+	}{{"controllers", controllersStopTimeout}, {"egress or pools feed (the default)", child.DefaultStopTimeout}} {
 		if releaseTimeout+c.stop+margin > stopTimeout {
 			t.Errorf("the VIP release (%v) and the %s child's stop (%v) do not fit stopTimeout %v", releaseTimeout, c.child, c.stop, stopTimeout)
 		}

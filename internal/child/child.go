@@ -41,7 +41,7 @@ type Config struct {
 	// Env is the child's whole environment.
 	Env []string
 	// StopTimeout is how long a stopped child has between SIGTERM and
-	// SIGKILL (zero: 5 s).
+	// SIGKILL (zero: DefaultStopTimeout).
 	StopTimeout time.Duration
 	Backoff     Backoff
 	// MaxLine bounds a stdout line (zero: DefaultMaxLine); a longer one
@@ -90,10 +90,17 @@ type Supervisor struct {
 	stderrMu sync.Mutex // one line at a time to cfg.Stderr
 }
 
+// DefaultStopTimeout is a child's time between SIGTERM and SIGKILL unless
+// its Config says otherwise. vipd's whole stop must fit the unit's
+// TimeoutStopSec (5 s) with the VIPs' release in it: a child with state to
+// give back (the controllers' Kubernetes lease) sets more, a watch such as
+// a feed needs no more than this.
+const DefaultStopTimeout = time.Second
+
 // New returns a supervisor; nothing runs before Run.
 func New(cfg Config, log *slog.Logger) *Supervisor {
 	if cfg.StopTimeout <= 0 {
-		cfg.StopTimeout = 5 * time.Second
+		cfg.StopTimeout = DefaultStopTimeout
 	}
 	if cfg.MaxLine <= 0 {
 		cfg.MaxLine = DefaultMaxLine
