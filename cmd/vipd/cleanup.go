@@ -81,7 +81,7 @@ func cleanup(ctx context.Context, c *config.Config, out io.Writer) error {
 	if sock := filepath.Join(c.StateDir, ControlSocket); daemonAnswers(ctx, sock) {
 		return fmt.Errorf("%w (%s answers): stop it first, it releases what it holds itself", errRunning, sock)
 	}
-	if pids, err := runningVipd("/proc"); err != nil {
+	if pids, err := runningVipd(); err != nil {
 		return fmt.Errorf("cannot tell whether vipd runs on this node: %w", err)
 	} else if len(pids) > 0 {
 		return fmt.Errorf("%w (pid %s: vipd run in this network namespace): stop it first, it releases what it holds itself", errRunning, strings.Trim(fmt.Sprint(pids), "[]"))
@@ -251,7 +251,8 @@ func cleanupCloud(ctx context.Context, c *config.Config, note func(string, ...an
 // kernel asks for its capabilities or CAP_SYS_PTRACE: vipd-cleanup.service
 // runs with CAP_NET_ADMIN only, so there the run lock and the control
 // socket are the checks).
-func runningVipd(proc string) ([]int, error) {
+func runningVipd() ([]int, error) {
+	const proc = "/proc"
 	self, err := os.Readlink(filepath.Join(proc, "self", "ns", "net"))
 	if err != nil {
 		return nil, fmt.Errorf("this process's network namespace: %w", err)

@@ -177,13 +177,13 @@ func TestCleanupSeesAVipdWithoutTheLock(t *testing.T) {
 
 	// In another network namespace: not counted.
 	other := start(t, syscall.CLONE_NEWNET)
-	if pids, err := runningVipd("/proc"); err != nil || slices.Contains(pids, other) {
+	if pids, err := runningVipd(); err != nil || slices.Contains(pids, other) {
 		t.Fatalf("runningVipd with a vipd (pid %d) in another network namespace: %v, %v", other, pids, err)
 	}
 
 	// In this one: counted, and cleanup refuses naming it.
 	pid := start(t, 0)
-	if pids, err := runningVipd("/proc"); err != nil || !slices.Contains(pids, pid) || slices.Contains(pids, other) {
+	if pids, err := runningVipd(); err != nil || !slices.Contains(pids, pid) || slices.Contains(pids, other) {
 		t.Fatalf("runningVipd: %v, %v; want %d and not %d", pids, err, pid, other)
 	}
 	var out strings.Builder

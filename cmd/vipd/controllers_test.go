@@ -16,18 +16,18 @@ import (
 	"github.com/vipd/vipd/config"
 )
 
-func TestControllersChildGetsConfigAndStopsOnConfigError(t *testing.T) {
-	dir := t.TempDir()
-	out := filepath.Join(dir, "env")
-	script := filepath.Join(dir, "vipd-controllers")
-	// A stand-in child: records what it was given, then rejects it (exit 2).
-	body := "#!/bin/sh\necho \"$VIPD_CONTROLLERS|$VIPD_PRIORITY|$DIGITALOCEAN_ACCESS_TOKEN|$VIPD_CONTROLLERS_METRICS_SOCKET\" >> " + out + "\nexit 2\n"
-	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+// standInControllers makes a shell script with body the controllers child
+// (VIPD_CONTROLLERS_BINARY) and returns the supervisor vipd would run it
+// with, for the settings env.
+func standInControllers(t *testing.T, body string, env map[string]string) *controllers {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "vipd-controllers")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("VIPD_CONTROLLERS_BINARY", script)
 	c, err := config.Load(func(s *config.Setting) (string, bool) {
-		v, ok := map[string]string{"VIPD_CONTROLLERS": "floatingippool", "VIPD_PRIORITY": "9", "DIGITALOCEAN_ACCESS_TOKEN": "tok", "VIPD_NODE_NAME": "n"}[s.Env]
+		v, ok := env[s.Env]
 		return v, ok
 	})
 	if err != nil {
@@ -37,9 +37,17 @@ func TestControllersChildGetsConfigAndStopsOnConfigError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return k
+}
+
+func TestControllersChildGetsConfigAndStopsOnConfigError(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "env")
+	// A stand-in child: records what it was given, then rejects it (exit 2).
+	k := standInControllers(t, "echo \"$VIPD_CONTROLLERS|$VIPD_PRIORITY|$DIGITALOCEAN_ACCESS_TOKEN|$VIPD_CONTROLLERS_METRICS_SOCKET\" >> "+out+"\nexit 2\n",
+		map[string]string{"VIPD_CONTROLLERS": "floatingippool", "VIPD_PRIORITY": "9", "DIGITALOCEAN_ACCESS_TOKEN": "tok", "VIPD_NODE_NAME": "n"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err = k.Run(ctx)
+	err := k.Run(ctx)
 	var ue usageError
 	if !errors.As(err, &ue) {
 		t.Fatalf("want a configuration error, got %v", err)
@@ -75,25 +83,9 @@ func TestControllersBinaryMissing(t *testing.T) {
 // killed after controllersStopTimeout, so that vipd's stop stays inside the
 // unit's TimeoutStopSec (TestStopBudgetFitsEveryPackaging).
 func TestControllersChildThatHangsOnStop(t *testing.T) {
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "pid")
-	script := filepath.Join(dir, "vipd-controllers")
-	body := "#!/bin/sh\ntrap '' TERM\necho $$ > " + pidFile + "\nwhile :; do sleep 0.1; done\n"
-	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("VIPD_CONTROLLERS_BINARY", script)
-	c, err := config.Load(func(s *config.Setting) (string, bool) {
-		v, ok := map[string]string{"VIPD_CONTROLLERS": "floatingippool", "DIGITALOCEAN_ACCESS_TOKEN": "tok", "VIPD_NODE_NAME": "n"}[s.Env]
-		return v, ok
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := newControllers(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	k := standInControllers(t, "trap '' TERM\necho $$ > "+pidFile+"\nwhile :; do sleep 0.1; done\n",
+		map[string]string{"VIPD_CONTROLLERS": "floatingippool", "DIGITALOCEAN_ACCESS_TOKEN": "tok", "VIPD_NODE_NAME": "n"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- k.Run(ctx) }()
