@@ -252,7 +252,7 @@ func runScenario(ctx context.Context, f fault, im impl, runs int, logs string) (
 			settle = 8 * time.Second
 		}
 		sctx, cancel = context.WithTimeout(ctx, settle)
-		_, err = c.stableHolder(sctx, time.Second)
+		newHolder, err := c.stableHolder(sctx, time.Second)
 		cancel()
 		if err != nil && im.keepalived() && f.name == "kill" {
 			// A killed keepalived leaves its VIP bound, and the restarted
@@ -263,7 +263,7 @@ func runScenario(ctx context.Context, f fault, im impl, runs int, logs string) (
 			}
 			res.Note = "the VIP stayed bound on the killed node after keepalived restarted (two holders); the bench removed it"
 			sctx, cancel = context.WithTimeout(ctx, 30*time.Second)
-			_, err = c.stableHolder(sctx, time.Second)
+			newHolder, err = c.stableHolder(sctx, time.Second)
 			cancel()
 		}
 		if err != nil {
@@ -274,7 +274,11 @@ func runScenario(ctx context.Context, f fault, im impl, runs int, logs string) (
 		if rel := c.releasedAt(holder, faultAt); !rel.IsZero() && f.handover {
 			res.ReleaseMS = append(res.ReleaseMS, ms(rel.Sub(faultAt)))
 		}
-		fmt.Fprintf(os.Stderr, "   run %d: %s -> %s, client outage %v\n", i+1, before, after, gap.Round(time.Millisecond))
+		// The holder before the fault and the one the VIP settled on; the
+		// outage is the largest gap between answers, which need not be
+		// the switch itself (a planned stop's largest gap may fall before
+		// it, between two answers of the old holder).
+		fmt.Fprintf(os.Stderr, "   run %d: holder %s -> %s, client outage %v (largest gap between answers from %s and %s)\n", i+1, holder, newHolder, gap.Round(time.Millisecond), before, after)
 		if i == 0 {
 			var ans []lab.Answer
 			for _, a := range prober.Answers() {
