@@ -412,7 +412,7 @@ func printReport(r benchReport) {
 	if len(r.Idle) > 0 {
 		fmt.Println()
 		tw = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "IDLE (3-node l2 cluster)\tRSS PER NODE (MEAN / MAX; PEAK SAMPLE)\tCPU PER NODE (MEAN / MAX, % OF ONE CORE)\tARP+ND FRAMES/S\tTARGET\tMET")
+		fmt.Fprintln(tw, "IDLE (3-node l2 cluster)\tRSS PER NODE (MEAN / MAX; PEAK SAMPLE)\tCPU PER NODE (MEAN / MAX, % OF ONE CORE)\tRUNS/S PER NODE (MEAN / MAX; CPU PER RUN)\tARP+ND FRAMES/S\tTARGET\tMET")
 		for _, i := range r.Idle {
 			met := "-"
 			if i.Met != nil {
@@ -425,7 +425,7 @@ func printReport(r benchReport) {
 			if target == "" {
 				target = "(reference)"
 			}
-			fmt.Fprintf(tw, "%s\t%.1f / %.1f MB; %.1f MB\t%.2f / %.2f %%\t%.1f\t%s\t%s\n", i.Impl, i.RSSMeanMB, i.RSSMaxMB, maxOf(i.RSSPeakMB), i.CPUMeanPct, i.CPUMaxPct, i.NeighbourFPS, target, met)
+			fmt.Fprintf(tw, "%s\t%.1f / %.1f MB; %.1f MB\t%.2f / %.2f %%\t%.1f / %.1f; %.0f us\t%.1f\t%s\t%s\n", i.Impl, i.RSSMeanMB, i.RSSMaxMB, maxOf(i.RSSPeakMB), i.CPUMeanPct, i.CPUMaxPct, mean(i.RunsPerSecond), maxOf(i.RunsPerSecond), mean(i.CPUPerRunUS), i.NeighbourFPS, target, met)
 		}
 		_ = tw.Flush()
 	}

@@ -24,6 +24,14 @@ type idleResult struct {
 	RSSMaxMB   float64   `json:"rss_max_mb"` // the largest per-node mean
 	CPUMeanPct float64   `json:"cpu_mean_percent"`
 	CPUMaxPct  float64   `json:"cpu_max_percent"`
+	// RunsPerSecond: per node, how often a thread of it was put on a CPU
+	// (the scheduler's count of time slices), a second. Unlike the CPU
+	// share, it does not depend on what a wake-up costs on the machine
+	// (on this paravirtualised VM 100 to 300 us of cold caches each), so
+	// it compares two builds or two contenders across machines.
+	RunsPerSecond []float64 `json:"runs_per_second"`
+	// CPUPerRunUS: per node, the CPU time of the window over its runs.
+	CPUPerRunUS []float64 `json:"cpu_per_run_us"`
 	// NeighbourFPS: ARP and neighbour solicitation / advertisement frames
 	// a second on the segment (seen from the client): the wire cost of the
 	// announcements and of the verification rounds.
@@ -75,9 +83,9 @@ func measureIdle(ctx context.Context, im impl, d time.Duration) (res idleResult,
 	for _, n := range c.Nodes {
 		pids = append(pids, c.vipd[n.Name].Pid())
 	}
-	cpu0 := make([]int64, len(pids))
+	at0 := make([]schedStat, len(pids))
 	for i, p := range pids {
-		if cpu0[i], err = groupCPU(p); err != nil {
+		if at0[i], err = groupSched(p); err != nil {
 			return res, err
 		}
 	}
@@ -114,14 +122,21 @@ func measureIdle(ctx context.Context, im impl, d time.Duration) (res idleResult,
 	res.Seconds = el
 	res.NeighbourFPS = float64(len(capture.Frames())-frames0) / el
 	for i, p := range pids {
-		cpu1, err := groupCPU(p)
+		at1, err := groupSched(p)
 		if err != nil {
 			return res, err
 		}
 		res.RSSMB = append(res.RSSMB, mean(rss[i]))
 		res.RSSPeakMB = append(res.RSSPeakMB, maxOf(rss[i]))
 		res.Samples = len(rss[i])
-		res.CPUPercent = append(res.CPUPercent, float64(cpu1-cpu0[i])/1e9/el*100)
+		cpu, runs := at1.cpuNS-at0[i].cpuNS, at1.runs-at0[i].runs
+		res.CPUPercent = append(res.CPUPercent, float64(cpu)/1e9/el*100)
+		res.RunsPerSecond = append(res.RunsPerSecond, float64(runs)/el)
+		perRun := 0.0
+		if runs > 0 {
+			perRun = float64(cpu) / 1e3 / float64(runs)
+		}
+		res.CPUPerRunUS = append(res.CPUPerRunUS, perRun)
 	}
 	res.RSSMeanMB, res.RSSMaxMB = mean(res.RSSMB), maxOf(res.RSSMB)
 	res.CPUMeanPct, res.CPUMaxPct = mean(res.CPUPercent), maxOf(res.CPUPercent)
@@ -167,39 +182,62 @@ func groupPids(pid int) ([]int, error) {
 	return out, nil
 }
 
-// groupCPU returns the CPU time, in nanoseconds, the threads of the
-// processes of pid's group have run. It reads the scheduler's own account
-// (/proc/PID/task/TID/schedstat): /proc/PID/stat's utime and stime are
-// sampled at the 10 ms tick, which for a process that runs a few hundred
-// microseconds at a time is off by a third over 20 s.
-func groupCPU(pid int) (int64, error) {
+// schedStat is what the scheduler accounts for a group of threads: the
+// CPU time they ran and how many time slices they ran it in.
+type schedStat struct {
+	cpuNS int64
+	runs  int64
+}
+
+// groupSched sums /proc/PID/task/TID/schedstat over the threads of the
+// processes of pid's group. It reads the scheduler's own account:
+// /proc/PID/stat's utime and stime are sampled at the 10 ms tick, which
+// for a process that runs a few hundred microseconds at a time is off by
+// a third over 20 s.
+func groupSched(pid int) (schedStat, error) {
 	ps, err := groupPids(pid)
 	if err != nil {
-		return 0, err
+		return schedStat{}, err
 	}
-	var sum int64
+	var sum schedStat
 	for _, p := range ps {
 		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", p))
 		if err != nil {
-			return 0, err
+			return schedStat{}, err
 		}
 		for _, t := range tasks {
 			b, err := os.ReadFile(t)
 			if err != nil {
 				continue // the thread ended
 			}
-			f := strings.Fields(string(b))
-			if len(f) == 0 {
-				return 0, fmt.Errorf("%s: empty", t)
-			}
-			ns, err := strconv.ParseInt(f[0], 10, 64)
+			st, err := parseSchedstat(string(b))
 			if err != nil {
-				return 0, fmt.Errorf("%s: %w", t, err)
+				return schedStat{}, fmt.Errorf("%s: %w", t, err)
 			}
-			sum += ns
+			sum.cpuNS += st.cpuNS
+			sum.runs += st.runs
 		}
 	}
 	return sum, nil
+}
+
+// parseSchedstat reads one thread's schedstat line: the nanoseconds it
+// ran, the nanoseconds it waited to run, and the time slices it ran in
+// (Documentation/scheduler/sched-stats.rst).
+func parseSchedstat(line string) (schedStat, error) {
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		return schedStat{}, fmt.Errorf("schedstat %q: want three numbers", strings.TrimSpace(line))
+	}
+	ns, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return schedStat{}, fmt.Errorf("schedstat %q: %w", strings.TrimSpace(line), err)
+	}
+	runs, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return schedStat{}, fmt.Errorf("schedstat %q: %w", strings.TrimSpace(line), err)
+	}
+	return schedStat{cpuNS: ns, runs: runs}, nil
 }
 
 func groupRSSMB(pid int) (float64, error) {
