@@ -195,7 +195,7 @@ var faults = []fault{
 		apply: func(_ context.Context, c *cluster, h string) error { return c.apis[h].SetMode(lab.Failing) }},
 	{name: "link", what: "the holder's link goes down (at the switch)",
 		targets: map[string]target{
-			"vipd-default": {limit: 1500 * time.Millisecond, text: "<= 1.5 s"},
+			"vipd-default": {limit: time.Second, text: "<= 1.0 s (the lease's failover budget, docs/lease.md)"},
 			"vipd-fast":    {limit: 250 * time.Millisecond, beat: "keepalived-fast", text: "<= 250 ms and below keepalived-fast"},
 		},
 		apply: func(ctx context.Context, c *cluster, h string) error { return c.node(h).SetLink(ctx, false, false) }},
