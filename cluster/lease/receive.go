@@ -107,6 +107,20 @@ func (m *Machine) receive(r Receive) {
 			m.takeHandoff(h.From, h.Handoff)
 		}
 		before := m.rn.BasicStatus().GetTerm()
+		if t == pb.MsgHeartbeat && msg.GetTerm() >= before {
+			// A leader's heartbeat commits at most what this node
+			// acknowledged, and this node saves before it acknowledges.
+			// A commit past its log means its state went back in time (a
+			// VM reverted to a snapshot, a state directory restored from
+			// a backup): raft would panic here, and the term and vote it
+			// resumed cannot be trusted either. It rejoins as a new
+			// incarnation, as after a lost disk.
+			if last, err := m.st.LastIndex(); err == nil && msg.GetCommit() > last {
+				m.note("the leader commits entries this node no longer has", "leader", h.From, "commit", msg.GetCommit(), "last_index", last)
+				m.wipe("the lease state went back in time (a reverted VM, a restored backup)")
+				return
+			}
+		}
 		if err := m.rn.Step(msg); err != nil {
 			continue
 		}

@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -68,5 +69,80 @@ func TestHolderCrashRestart(t *testing.T) {
 			c.settled(ctx)
 			c.formed(ctx, formWithin, all, nil)
 		})
+	}
+}
+
+// A node's state directory goes back in time: its machine is reverted to
+// a snapshot taken before a member joined (a hypervisor snapshot, a
+// restored backup), and vipd starts from that older state. The leader
+// then counts entries as the node's that the node no longer has; raft
+// would panic on them, and vipd did, on every start, until an operator
+// deleted the state. Now the node drops its state, rejoins under a new
+// incarnation and keeps running, and from staleWithin after the restart
+// there is one holder again.
+func TestRevertedStateRejoins(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 4)
+	ctx := ctxT(t, 120*time.Second)
+	three := []string{"n1", "n2", "n3"}
+	all := []string{"n1", "n2", "n3", "n4"}
+	for _, n := range three {
+		c.run(c.bin, n, c.addrs(others(all, n)...))
+	}
+	h := c.holder(ctx)
+	if !c.formed(ctx, formWithin, three, nil) {
+		t.FailNow()
+	}
+	// the snapshot: a follower's state directory as it is now
+	x := others(three, h)[0]
+	dir := c.node(x).StateDir()
+	snap := map[string][]byte{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && e.Name() != "vipd.lock" {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap[e.Name()] = b
+		}
+	}
+	if len(snap) == 0 {
+		t.Fatalf("no state in %s", dir)
+	}
+	// a member joins: the configuration moves past the snapshot
+	c.run(c.bin, "n4", c.addrs(others(all, "n4")...))
+	if !c.formed(ctx, formWithin, all, nil) {
+		t.FailNow()
+	}
+	// the machine is reverted: vipd dies with it and starts from the old state
+	c.procs[x].Kill()
+	for name, b := range snap {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(restartAfter)
+	restart := time.Now()
+	p := c.run(c.bin, x, c.addrs(others(all, x)...))
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := p.WaitOutput(wctx, "state went back in time"); err != nil {
+		t.Fatalf("%s never said its state went back in time: %v\n%s", x, err, tail(p.Output(), 3000))
+	}
+	time.Sleep(hold)
+	if p.Exited() {
+		t.Fatalf("%s exited after the revert:\n%s", x, tail(p.Output(), 3000))
+	}
+	c.requireOneHolder(restart.Add(staleWithin), time.Now(), 0, maxOutage)
+	c.settled(ctx)
+	if !c.formed(ctx, formWithin, all, nil) {
+		t.Errorf("%s is not a voter again", x)
+	}
+	if p.Exited() {
+		t.Errorf("%s exited:\n%s", x, tail(p.Output(), 3000))
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -120,6 +121,7 @@ type Node struct {
 	Up        bool
 	Deleted   bool
 	Persisted []byte
+	saved     []savedState // the states saved lately, oldest first (Rollback)
 	rate      float64
 	lbase     time.Time // local clock reading at tbase
 	tbase     time.Time
@@ -307,6 +309,45 @@ func (s *Sim) start(n *Node, persisted []byte, expect bool) {
 	s.gossip()
 }
 
+// savedState is one state a node saved, at a true time.
+type savedState struct {
+	at   time.Time
+	data []byte
+}
+
+// keepSaved is how many saved states a node remembers for Rollback.
+const keepSaved = 64
+
+// Rollback crashes a node and restarts it after restartAfter from the
+// last state it had saved at least back before now (its oldest
+// remembered one if none is that old): a VM reverted to a snapshot, a
+// state directory restored from a backup.
+func (s *Sim) Rollback(name string, back, restartAfter time.Duration) {
+	n := s.nodes[name]
+	if n == nil || !n.Up {
+		return
+	}
+	old := n.Persisted
+	for _, st := range n.saved {
+		if s.now.Sub(st.at) < back {
+			break
+		}
+		old = st.data
+	}
+	if len(n.saved) > 0 && s.now.Sub(n.saved[0].at) < back {
+		old = n.saved[0].data
+	}
+	s.Crash(name, true, -1)
+	n.Persisted = old
+	s.logf("FAULT %s's state goes back %v (restart in %v)", name, back, restartAfter)
+	s.After(restartAfter, func() {
+		if n.Deleted || n.Up {
+			return
+		}
+		s.start(n, n.Persisted, true)
+	})
+}
+
 // Crash stops a node's process without a clean stop; it restarts after
 // delay (negative: never) with its persisted state or wiped.
 func (s *Sim) Crash(name string, keepState bool, restartAfter time.Duration) {
@@ -442,6 +483,10 @@ func (s *Sim) apply(n *Node, out lease.Output) {
 	}
 	if out.Persist != nil {
 		n.Persisted = out.Persist
+		n.saved = append(n.saved, savedState{at: s.now, data: out.Persist})
+		if len(n.saved) > keepSaved {
+			n.saved = slices.Delete(n.saved, 0, len(n.saved)-keepSaved)
+		}
 	}
 	n.ovs = map[string]lease.Overlap{}
 	for k, o := range out.Overlaps {
