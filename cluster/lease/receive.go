@@ -107,6 +107,18 @@ func (m *Machine) receive(r Receive) {
 			m.takeHandoff(h.From, h.Handoff)
 		}
 		before := m.rn.BasicStatus().GetTerm()
+		if m.lead != nil && !known && msg.GetTerm() == before && (t == pb.MsgHeartbeat || t == pb.MsgApp || t == pb.MsgSnap) {
+			// Another leader of this cluster in this node's own term,
+			// whose configuration has this node while this node's has
+			// not it: one term has one leader, so this node's state went
+			// back in time (a first node back at its bootstrap state,
+			// the single voter of a configuration of itself) and it
+			// forked the cluster. raft ignores the other's heartbeats,
+			// and both would lead on after a partition healed.
+			m.note("another leader of this cluster in this term, unknown to this node's configuration", "leader", h.From, "term", before)
+			m.wipe("the lease state went back in time (a reverted VM, a restored backup)")
+			return
+		}
 		if t == pb.MsgHeartbeat && msg.GetTerm() >= before {
 			// A leader's heartbeat commits at most what this node
 			// acknowledged, and this node saves before it acknowledges.

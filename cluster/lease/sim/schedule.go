@@ -31,13 +31,13 @@ type ScheduleOptions struct {
 	Pool     int           // pool addresses besides the control-plane one (default 4)
 	Settle   time.Duration // after healing, how long until liveness is checked (default 25 s)
 	TraceAll bool
-	// Rollback restarts a quarter of the nodes that crash with their state
+	// Rollback restarts a third of the nodes that crash with their state
 	// from the state they saved 5 s before (a VM reverted to a snapshot),
-	// instead of their last. Off in make simulate and make test: a state
-	// from before the node's cluster grew can fork the cluster (a first
-	// node back at its bootstrap state leads a cluster of itself in the
-	// same term as the real leader), which the lease does not detect yet;
-	// docs/lease.md. vipd-sim -rollback runs it.
+	// instead of their last. Off in make simulate and make test: besides
+	// the cases the lease handles (docs/lease.md, "Membership as agreed
+	// changes"), it finds two it does not: a leader back to before entries
+	// it made in its term, which breaks raft's log matching, and a joiner
+	// back at an earlier incarnation. vipd-sim -rollback runs it.
 	Rollback bool
 }
 
