@@ -477,15 +477,22 @@ func FuzzDecode(f *testing.F) {
 // four: three, then d joined and promoted.
 func four(t *testing.T) *tnet {
 	n := three(t)
-	n.add("d", true, Voter)
+	n.join("d")
+	return n
+}
+
+// join adds a voter that expects peers and waits until a (the leader)
+// counts every node a voter.
+func (n *tnet) join(name string) {
+	n.t.Helper()
+	n.add(name, true, Voter)
 	for i := 0; i < 5; i++ {
 		n.view()
 		n.run(200 * time.Millisecond)
 	}
-	if st := n.nodes["a"].m.Status(); len(st.Voters) != 4 {
-		t.Fatalf("setup: %+v", st)
+	if st := n.nodes["a"].m.Status(); len(st.Voters) != len(n.order) {
+		n.t.Fatalf("setup: %s did not join: %+v", name, st)
 	}
-	return n
 }
 
 // TestStaleLeaveKeepsLaterIncarnation: a leave request names the incarnation

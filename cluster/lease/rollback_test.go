@@ -18,14 +18,7 @@ func TestRolledBackStateRejoins(t *testing.T) {
 	n := three(t)
 	old := append([]byte(nil), n.nodes["c"].persisted...)
 	oldID := n.nodes["c"].m.id
-	n.add("d", true, Voter)
-	for i := 0; i < 5; i++ {
-		n.view()
-		n.run(200 * time.Millisecond)
-	}
-	if st := n.nodes["a"].m.Status(); len(st.Voters) != 4 {
-		t.Fatalf("setup: d did not join: %+v", st)
-	}
+	n.join("d")
 	var wiped []Note
 	n.seen = func(name string, out Output) {
 		if name == "c" {
