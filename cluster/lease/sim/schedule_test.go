@@ -3,6 +3,7 @@ package sim
 import (
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,5 +33,22 @@ func TestSchedules(t *testing.T) {
 		}
 		t.Logf("%s: %d failovers, p50 %v, p99 %v, max %v; %d planned transfers of the holder, %d make-before-break overlaps (p50 %v, max %v, bound %v in true time), %d ended at the bound",
 			profile, len(fo), Percentile(fo, 0.5), Percentile(fo, 0.99), Percentile(fo, 1), planned, len(ov), Percentile(ov, 0.5), Percentile(ov, 1), OverlapBound(lease.ProfileConfig(profile)), fallbacks)
+	}
+}
+
+// TestStormStopsTheRun: events that breed faster than time passes (nodes
+// answering each other without end) fail the schedule with a violation
+// instead of filling memory; vipd-sim -rollback -replay 671 did.
+func TestStormStopsTheRun(t *testing.T) {
+	s := New(lease.ProfileConfig("default"), 1)
+	var breed func()
+	breed = func() {
+		s.After(time.Millisecond, breed)
+		s.After(time.Millisecond, breed)
+	}
+	s.After(0, breed)
+	s.Run(time.Second) // without the bound: 2^1000 events
+	if len(s.Violations) != 1 || !strings.Contains(s.Violations[0], "message storm") {
+		t.Fatalf("violations %v, want one message storm", s.Violations)
 	}
 }

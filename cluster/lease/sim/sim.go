@@ -206,10 +206,22 @@ func (s *Sim) at(t time.Time, fn func()) {
 // After runs fn at now+d (true time).
 func (s *Sim) After(d time.Duration, fn func()) { s.at(s.now.Add(d), fn) }
 
+// maxQueued bounds the events in flight: a healthy cluster of any size
+// the schedules build keeps a few thousand; past this the nodes answer
+// each other without end (a message storm) and the schedule fails rather
+// than running out of memory.
+const maxQueued = 200000
+
 // Run advances true time by d.
 func (s *Sim) Run(d time.Duration) {
 	end := s.now.Add(d)
 	for s.q.Len() > 0 {
+		if s.q.Len() > maxQueued {
+			s.Violations = append(s.Violations, fmt.Sprintf("at %v: message storm: %d events queued; the run stops here", s.Now(), s.q.Len()))
+			s.logf("STORM %d events queued", s.q.Len())
+			s.q = s.q[:0]
+			break
+		}
 		e := s.q[0]
 		if e.at.After(end) {
 			break
