@@ -83,8 +83,12 @@ func runLease(profiles []string, first int64, seeds int, replay int64, o sim.Sch
 			if r.Failed() {
 				failed++
 				code = 1
-				fmt.Printf("profile %s seed %d: violations %v liveness %v\n  replay: go run ./cluster/lease/sim/cmd/vipd-sim -profile %s -replay %d\n",
-					p, seed, r.Violations, r.Liveness, p, seed)
+				flags := ""
+				if o.Rollback {
+					flags = " -rollback"
+				}
+				fmt.Printf("profile %s seed %d: violations %v liveness %v\n  replay: go run ./cluster/lease/sim/cmd/vipd-sim -profile %s%s -replay %d\n",
+					p, seed, r.Violations, r.Liveness, p, flags, seed)
 			}
 		}
 		wall := time.Since(start)
