@@ -27,6 +27,7 @@ type holdLog struct {
 	with  map[string]string       // node -> the old holder of an open span's planned transfer
 	spans []span
 	ch    chan struct{}
+	log   lockedLog // every node's log (logger)
 }
 
 type span struct {
@@ -168,7 +169,7 @@ func startReal(t *testing.T, name, dir string, h *holdLog, peers ...string) *rea
 			StateDir: dir, Timings: DefaultTimings(), LocalAddrs: func() ([]netip.Addr, error) { return nil, nil }},
 		Machine:   mc,
 		Addresses: []lease.Address{{Key: intVIP, Kind: lease.ControlPlane}},
-	}, testLogger(t), prometheus.NewRegistry())
+	}, h.logger(t, name), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,12 +327,44 @@ func TestLeaseIntegrationThreeNodes(t *testing.T) {
 	}
 }
 
-// testLogger logs to the test at debug level with LEASE_DEBUG=1.
-func testLogger(t *testing.T) *slog.Logger {
-	if os.Getenv("LEASE_DEBUG") == "" {
-		return discard()
+// logger logs a node of the test at info level into the buffer shared by
+// all its nodes, which the test prints when it fails (LEASE_DEBUG=1: at
+// debug level to stderr as it goes). The machine's notes (a wipe, a
+// refused join, an election) are what a failure in CI needs to be read.
+func (h *holdLog) logger(t *testing.T, node string) *slog.Logger {
+	if os.Getenv("LEASE_DEBUG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", node)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	l := &h.log
+	l.once.Do(func() {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the nodes' log (info and above):\n%s", l.tail(300))
+			}
+		})
+	})
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo})).With("node", node)
+}
+
+// lockedLog is an io.Writer the loggers of several nodes share.
+type lockedLog struct {
+	once  sync.Once
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// tail returns the last n lines.
+func (l *lockedLog) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines[max(0, len(l.lines)-n):], "\n")
 }
 
 // The lab's TestClusterStopAndRejoin in process: three times, the holder
