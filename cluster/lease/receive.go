@@ -8,6 +8,10 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
+// stateWentBack is the wipe's reason when what the cluster sends shows
+// that this node's state went back in time.
+const stateWentBack = "the lease state went back in time (a reverted VM, a restored backup)"
+
 // campaignTransfer is raft's context of a forced (transfer) vote.
 var campaignTransfer = []byte("CampaignTransfer")
 
@@ -116,7 +120,7 @@ func (m *Machine) receive(r Receive) {
 			// forked the cluster. raft ignores the other's heartbeats,
 			// and both would lead on after a partition healed.
 			m.note("another leader of this cluster in this term, unknown to this node's configuration", "leader", h.From, "term", before)
-			m.wipe("the lease state went back in time (a reverted VM, a restored backup)")
+			m.wipe(stateWentBack)
 			return
 		}
 		if t == pb.MsgHeartbeat && msg.GetTerm() >= before {
@@ -129,7 +133,7 @@ func (m *Machine) receive(r Receive) {
 			// incarnation, as after a lost disk.
 			if last, err := m.st.LastIndex(); err == nil && msg.GetCommit() > last {
 				m.note("the leader commits entries this node no longer has", "leader", h.From, "commit", msg.GetCommit(), "last_index", last)
-				m.wipe("the lease state went back in time (a reverted VM, a restored backup)")
+				m.wipe(stateWentBack)
 				return
 			}
 		}

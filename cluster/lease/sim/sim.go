@@ -349,15 +349,9 @@ func (s *Sim) Rollback(name string, back, restartAfter time.Duration) {
 	if len(n.saved) > 0 && s.now.Sub(n.saved[0].at) < back {
 		old = n.saved[0].data
 	}
-	s.Crash(name, true, -1)
+	s.Crash(name, true, restartAfter) // it restarts from n.Persisted
 	n.Persisted = old
-	s.logf("FAULT %s's state goes back %v (restart in %v)", name, back, restartAfter)
-	s.After(restartAfter, func() {
-		if n.Deleted || n.Up {
-			return
-		}
-		s.start(n, n.Persisted, true)
-	})
+	s.logf("FAULT %s's state goes back %v", name, back)
 }
 
 // Crash stops a node's process without a clean stop; it restarts after
