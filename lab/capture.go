@@ -49,7 +49,9 @@ func (h *Host) StartCapture(ctx context.Context, filter string) (*Capture, error
 	}
 	c := &Capture{cmd: cmd, done: make(chan struct{})}
 	h.lab.OnClose(c.Stop)
-	ready := make(chan struct{})
+	// ready carries whether tcpdump said it listens: false when it
+	// ended first (not installed, no such link, a bad filter).
+	ready := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		once := sync.Once{}
@@ -58,14 +60,18 @@ func (h *Host) StartCapture(ctx context.Context, filter string) (*Capture, error
 			c.errs.WriteString(sc.Text() + "\n")
 			c.mu.Unlock()
 			if strings.Contains(sc.Text(), "listening on") {
-				once.Do(func() { close(ready) })
+				once.Do(func() { ready <- true })
 			}
 		}
-		once.Do(func() { close(ready) })
+		once.Do(func() { ready <- false })
 	}()
 	go c.read(stdout)
 	select {
-	case <-ready:
+	case ok := <-ready:
+		if !ok {
+			c.Stop()
+			return nil, fmt.Errorf("tcpdump in %s did not start listening on %s: %s", h.NS, h.Link, strings.TrimSpace(c.stderr()))
+		}
 	case <-ctx.Done():
 		c.Stop()
 		return nil, ctx.Err()
@@ -110,6 +116,13 @@ func (c *Capture) read(r io.Reader) {
 		cur = &Frame{At: at, Src: f[1], Line: f[2]}
 	}
 	flush()
+}
+
+// stderr returns what tcpdump printed on its standard error so far.
+func (c *Capture) stderr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errs.String()
 }
 
 // Stop ends the capture and waits for the last frames to be read.
