@@ -138,37 +138,20 @@ func newLeaseWith(cfg LeaseConfig, log *slog.Logger, reg prometheus.Registerer,
 	if err != nil {
 		return nil, fmt.Errorf("VIPD_STATE_DIR: %w", err)
 	}
-	if persisted == nil {
-		// A node without state is a new incarnation: its raft id must
-		// differ from any id a previous life under this name had.
-		var b [8]byte
-		for cfg.Machine.Incarnation == 0 {
-			if _, err := rand.Read(b[:]); err != nil {
-				return nil, fmt.Errorf("lease election: drawing an incarnation: %w", err)
-			}
-			cfg.Machine.Incarnation = binary.BigEndian.Uint64(b[:])
+	// The identity this node takes if it starts without state, or with
+	// the state of a configuration it had left (lease.New decides): a
+	// new incarnation, whose raft id must differ from any id a previous
+	// life under this name had.
+	var b [8]byte
+	for cfg.Machine.Incarnation == 0 {
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("lease election: drawing an incarnation: %w", err)
 		}
+		cfg.Machine.Incarnation = binary.BigEndian.Uint64(b[:])
 	}
 	m, err := newMachine(cfg.Machine, persisted, cfg.Clock.Now())
 	if err != nil {
 		return nil, fmt.Errorf("VIPD_STATE_DIR: lease state %s: %w (%s)", st.path, err, leaseStateAdvice)
-	}
-	if persisted != nil && leftBefore(m.Status(), cfg.Machine.Name) {
-		// This node left (a graceful stop) or was removed before it
-		// stopped: its state is of a configuration without it, where it
-		// promised nothing. It joins again as a new member.
-		log.Info("this node left the cluster before it stopped: joining again as a new member", "state", st.path)
-		cfg.Machine.Incarnation = 0
-		var b [8]byte
-		for cfg.Machine.Incarnation == 0 {
-			if _, err := rand.Read(b[:]); err != nil {
-				return nil, fmt.Errorf("lease election: drawing an incarnation: %w", err)
-			}
-			cfg.Machine.Incarnation = binary.BigEndian.Uint64(b[:])
-		}
-		if m, err = newMachine(cfg.Machine, nil, cfg.Clock.Now()); err != nil {
-			return nil, fmt.Errorf("lease election: %w", err)
-		}
 	}
 	n := &LeaseNode{
 		cfg: cfg, peers: peers, log: log, state: st,
@@ -350,15 +333,6 @@ func (n *LeaseNode) nameConflict(now time.Time) bool {
 	last := n.vetoPosted[fmt.Sprintf("%T", conflictEvent{})]
 	n.mu.Unlock()
 	return !last.IsZero() && now.Sub(last) < ConflictHold
-}
-
-// leftBefore reports whether a machine restored from its state belongs to
-// a cluster whose configuration no longer lists this node.
-func leftBefore(st lease.Status, name string) bool {
-	if st.ClusterID == 0 || len(st.Voters) == 0 {
-		return false
-	}
-	return !slices.Contains(st.Voters, name) && !slices.Contains(st.Learners, name) && !slices.Contains(st.Witnesses, name)
 }
 
 // Holder returns the node that holds vip as this node knows it (the

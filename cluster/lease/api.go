@@ -100,7 +100,7 @@ type Config struct {
 	MinVoters      int           // ... unless the voters would fall below this floor
 	ExpectPeers    bool          // VIPD_PEERS configured: wait to discover before bootstrapping alone (see docs)
 	Discover       time.Duration // with ExpectPeers: how long a node without state looks for a cluster before the lowest name bootstraps
-	Incarnation    uint64        // random per start without state (the runtime draws it); 0: derived from Name and now
+	Incarnation    uint64        // the id of a node that starts without state, or whose state is of a configuration without it (the runtime draws it at random); 0: derived from Name and now
 	VerifySettle   time.Duration // how long a report naming no holder must stand (unverified.go); 0: VerifySettle
 	// Overlap bounds a planned transfer's make-before-break (transfer.go):
 	// the old holder keeps an address at most this long (its own clock)

@@ -310,7 +310,10 @@ func (m *Machine) restore(b []byte) error {
 	}
 	m.id, m.cluster = ps.ID, ps.Cluster
 	if m.cluster == 0 || m.id == 0 {
-		m.id = deriveID(m.cfg.Name, m.now)
+		m.id = m.cfg.Incarnation
+		if m.id == 0 {
+			m.id = deriveID(m.cfg.Name, m.now)
+		}
 		return nil // state without raft: start over
 	}
 	m.st = raft.NewMemoryStorage()

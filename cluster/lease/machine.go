@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -153,8 +154,10 @@ type Machine struct {
 	out      map[string]*envelope
 	outOrder []string
 	notes    []Note
-	dirty    bool
-	lastMeta []byte
+	// startNotes: what New decided, given out by the first Step
+	startNotes []Note
+	dirty      bool
+	lastMeta   []byte
 	// heldMemo: holds() as the last Step's output gave it (nil during a
 	// Step): Status and the metadata ask for it after every step.
 	heldMemo map[string]time.Time
@@ -219,6 +222,24 @@ func New(cfg Config, persisted []byte, now time.Time) (*Machine, error) {
 		if err := m.restore(persisted); err != nil {
 			return nil, err
 		}
+		if !m.restoredMember() {
+			// This node left (a graceful stop) or was removed before it
+			// stopped, or its state went back to a life of this name
+			// that had (a reverted VM): the configuration it restored has
+			// not its id, so it promised nothing under that id that
+			// still counts. Resumed, it would sit outside the cluster,
+			// never voting, never answering what is sent to its newer
+			// self. It joins again as a new member.
+			if cfg.Incarnation == m.id {
+				cfg.Incarnation = 0 // never the id it left with
+			}
+			fresh, err := New(cfg, nil, now)
+			if err != nil {
+				return nil, err
+			}
+			fresh.startNotes = []Note{{Msg: "this node left the cluster before it stopped: joining again as a new member", Attrs: []any{"cluster", fmt.Sprintf("%016x", m.cluster), "before", fmt.Sprintf("%016x", m.id)}}}
+			return fresh, nil
+		}
 		return m, nil
 	}
 	m.id = cfg.Incarnation
@@ -231,6 +252,21 @@ func New(cfg Config, persisted []byte, now time.Time) (*Machine, error) {
 		}
 	}
 	return m, nil
+}
+
+// restoredMember reports whether the configuration restored from the
+// state has this node's id (a state without a configuration yet, a
+// joiner's, counts as a member's).
+func (m *Machine) restoredMember() bool {
+	if m.rn == nil || m.conf == nil || len(m.conf.Voters) == 0 {
+		return true
+	}
+	for _, ids := range [][]uint64{m.conf.Voters, m.conf.VotersOutgoing, m.conf.Learners, m.conf.LearnersNext} {
+		if slices.Contains(ids, m.id) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c Config) validate() error {
@@ -390,7 +426,7 @@ func (m *Machine) Step(now time.Time, ev Event) Output {
 	m.now = now
 	m.out = map[string]*envelope{}
 	m.outOrder = nil
-	m.notes = nil
+	m.notes, m.startNotes = m.startNotes, nil
 	m.heldMemo = nil
 	m.advance()
 	switch e := ev.(type) {

@@ -803,6 +803,58 @@ func TestRollbackAcrossAMembershipChange(t *testing.T) {
 	}
 }
 
+// A node that left gracefully comes back from its state: started again
+// (the daemon after `systemctl stop`), then reverted to that same state
+// once more after it had rejoined (a VM snapshot taken while it was
+// stopped; seed 454 of vipd-sim -rollback). Its state is of a
+// configuration without it: each time it joins again as a new
+// incarnation, the four voters agree and every address has one holder.
+// Before, the simulator resumed it outside the configuration, silent,
+// while the cluster counted its newer incarnation as a voter.
+func TestLeftNodeComesBack(t *testing.T) {
+	for _, profile := range []string{"default", "fast"} {
+		s := threeNodes(t, profile, 11)
+		s.AddNode("n4", NodeOpts{ExpectPeers: true})
+		s.Run(3 * time.Second)
+		s.Leave("n4")
+		s.Run(3 * time.Second)
+		if st := s.Status("n1"); slices.Contains(st.Voters, "n4") {
+			fail(t, s, "%s: n4 did not leave: voters %v", profile, st.Voters)
+		}
+		check := func(when string) {
+			t.Helper()
+			noViolations(t, s)
+			var leader string
+			for _, n := range []string{"n1", "n2", "n3", "n4"} {
+				st := s.Status(n)
+				if len(st.Voters) != 4 || !slices.Contains(st.Voters, "n4") {
+					fail(t, s, "%s, %s: %s sees voters %v, want four with n4", profile, when, n, st.Voters)
+				}
+				if leader == "" {
+					leader = st.Leader
+				} else if st.Leader != leader {
+					fail(t, s, "%s, %s: %s follows %q, others %q", profile, when, n, st.Leader, leader)
+				}
+			}
+			for _, a := range addrs(3) {
+				if h := s.Holders(a.Key); len(h) != 1 {
+					fail(t, s, "%s, %s: %s held by %v", profile, when, a.Key, h)
+				}
+			}
+		}
+		left := s.NoteCount["this node left the cluster before it stopped: joining again as a new member"]
+		s.Crash("n4", true, time.Second)
+		s.Run(5 * time.Second)
+		check("started again")
+		s.Rollback("n4", 5500*time.Millisecond, time.Second) // to its state from before it started again
+		s.Run(6 * time.Second)
+		check("reverted to the state it left with")
+		if got := s.NoteCount["this node left the cluster before it stopped: joining again as a new member"] - left; got != 2 {
+			fail(t, s, "%s: n4 said %d times that it joins again, want 2", profile, got)
+		}
+	}
+}
+
 // The first node comes back at its bootstrap state (its VM restored from a
 // snapshot taken right after kubeadm init, when it was the single voter of
 // a configuration of itself). Connected, the cluster's leader reaches it
