@@ -138,6 +138,11 @@ type Machine struct {
 	leaving bool
 	left    bool
 
+	// forkTerm: the term of a leader whose log replaced entries this node
+	// knew committed (receive.go): this node dropped its log and ignores
+	// that leader until a later term
+	forkTerm uint64
+
 	// planned transfers (transfer.go)
 	ov    map[string]*ovState  // make-before-break overlaps this node is in
 	carry map[string]time.Time // transferee: grants held on as leader until its lease is valid

@@ -123,6 +123,17 @@ func (m *Machine) receive(r Receive) {
 			m.wipe(stateWentBack)
 			return
 		}
+		if m.forkTerm != 0 && msg.GetTerm() == m.forkTerm && (t == pb.MsgApp || t == pb.MsgHeartbeat || t == pb.MsgSnap) {
+			// That leader counts this node's old log as acknowledged
+			// for its whole term (raft never lowers what a follower
+			// matched): its heartbeats would commit entries this node
+			// dropped. Silent, this node leaves it without this vote;
+			// the next term's leader starts from a snapshot.
+			continue
+		}
+		if m.forkTerm != 0 && msg.GetTerm() > m.forkTerm {
+			m.forkTerm = 0
+		}
 		if t == pb.MsgHeartbeat && msg.GetTerm() >= before {
 			// A leader's heartbeat commits at most what this node
 			// acknowledged, and this node saves before it acknowledges.
@@ -135,6 +146,29 @@ func (m *Machine) receive(r Receive) {
 				m.note("the leader commits entries this node no longer has", "leader", h.From, "commit", msg.GetCommit(), "last_index", last)
 				m.wipe(stateWentBack)
 				return
+			}
+		}
+		if (t == pb.MsgApp || t == pb.MsgSnap) && msg.GetTerm() >= before {
+			if at, ok := m.forkedAt(msg); ok {
+				// A leader's log agrees with every entry a majority
+				// committed; this one replaces an entry this node knows
+				// committed. One side's state went back in time (this
+				// node's, or the leader's: a node that led, was reverted
+				// to before it had, and leads again). raft would panic on
+				// an entry, or trade rejections with the leader without
+				// end on the entry before. This node gives way: it drops
+				// its log and takes the leader's (a snapshot), keeping its
+				// id, term and vote. A new incarnation would not do: the
+				// leader's configuration may count this id among the
+				// voters it needs.
+				m.note("the leader's log replaces entries this node knows committed: taking the leader's", "leader", h.From, "index", at)
+				m.forkTerm = msg.GetTerm()
+				if err := m.dropLog(); err != nil {
+					m.note("cannot restart raft", "err", err)
+					m.wipe(stateWentBack)
+					return
+				}
+				continue
 			}
 		}
 		if err := m.rn.Step(msg); err != nil {
@@ -168,6 +202,65 @@ func (m *Machine) receive(r Receive) {
 	if len(h.OvDone) > 0 {
 		m.onOvDone(h.From, h.OvDone)
 	}
+}
+
+// dropLog empties this node's log and configuration and restarts raft with
+// its term and vote: the leader sends a snapshot, as to a joiner. Whatever
+// it held under the old log's leaders is released.
+func (m *Machine) dropLog() error {
+	hs := &pb.HardState{Term: new(m.rn.BasicStatus().GetTerm()), Vote: new(m.rn.BasicStatus().GetVote())}
+	st := raft.NewMemoryStorage()
+	if err := st.SetHardState(hs); err != nil {
+		return err
+	}
+	m.st = st
+	m.conf = nil
+	m.members = map[uint64]memberInfo{}
+	m.applied = 0
+	m.lead = nil
+	m.leaseEnd = time.Time{}
+	m.hold.reset(0)
+	m.ov, m.carry = nil, nil
+	rn, err := raft.NewRawNode(m.raftConfig(0))
+	if err != nil {
+		return err
+	}
+	m.rn = rn
+	bs := rn.BasicStatus()
+	m.prevState, m.prevTerm, m.prevLead = bs.RaftState, bs.GetTerm(), bs.Lead
+	m.dirty = true
+	return nil
+}
+
+// forkedAt reports the first index at which msg (an append or a
+// snapshot from a leader) differs from an entry this node knows committed.
+// Entries compacted into this node's snapshot are not compared, but the
+// snapshot's own index is.
+func (m *Machine) forkedAt(msg *pb.Message) (uint64, bool) {
+	committed := m.rn.BasicStatus().GetCommit()
+	differs := func(index, term uint64) bool {
+		if index == 0 || index > committed {
+			return false
+		}
+		ours, err := m.st.Term(index)
+		return err == nil && ours != term
+	}
+	if msg.GetType() == pb.MsgSnap {
+		md := msg.GetSnapshot().GetMetadata()
+		if differs(md.GetIndex(), md.GetTerm()) {
+			return md.GetIndex(), true
+		}
+		return 0, false
+	}
+	if differs(msg.GetIndex(), msg.GetLogTerm()) {
+		return msg.GetIndex(), true
+	}
+	for _, e := range msg.GetEntries() {
+		if differs(e.GetIndex(), e.GetTerm()) {
+			return e.GetIndex(), true
+		}
+	}
+	return 0, false
 }
 
 func (m *Machine) knownID(id uint64) bool {

@@ -115,3 +115,84 @@ func TestLeftNodeRestartsAsNewMember(t *testing.T) {
 		t.Errorf("c: cluster %x leader %q; a: cluster %x leader %q", cs.ClusterID, cs.Leader, st.ClusterID, st.Leader)
 	}
 }
+
+// TestLeaderBackBeforeItsEntries: the leader reverted to a state from
+// before its followers were promoted (the single voter of a configuration
+// of itself with two learners) leads again alone while the two cannot
+// elect (cut off from each other), and sends its followers appends that
+// replace entries they know committed. raft panics on such an entry, and
+// on the entry before it leader and follower traded appends and
+// rejections without end (vipd-sim -rollback seed 671: 200,000 messages
+// in a second). Each follower notes the fork and takes the leader's log,
+// keeping its id (the leader's configuration counts it among the voters
+// it needs: as a new incarnation it left the leader without a majority);
+// the cluster ends with three voters, one leader and one holder of each
+// address, never two.
+func TestLeaderBackBeforeItsEntries(t *testing.T) {
+	n := newNet(t)
+	n.add("a", false, Voter)
+	n.run(10 * time.Millisecond)
+	var early []byte
+	n.seen = func(name string, out Output) {
+		if a := n.nodes["a"].m; name == "a" && out.Persist != nil && early == nil && len(a.conf.Voters) == 1 && len(a.conf.Learners) == 2 {
+			early = append([]byte(nil), out.Persist...)
+		}
+	}
+	n.add("b", true, Voter)
+	n.add("c", true, Voter)
+	for i := 0; i < 5; i++ {
+		n.view()
+		n.run(200 * time.Millisecond)
+	}
+	if st := n.nodes["a"].m.Status(); len(st.Voters) != 3 || st.Leader != "a" || early == nil {
+		t.Fatalf("setup: %+v, early state saved: %v", st, early != nil)
+	}
+	var forks, steps int
+	n.seen = func(name string, out Output) {
+		if steps++; steps > 200000 {
+			t.Fatalf("at %v: a message storm (%d steps; a few thousand is the norm)", n.now, steps)
+		}
+		for _, nt := range out.Notes {
+			t.Logf("%v %s: %s %v", n.now.Format("05.000"), name, nt.Msg, nt.Attrs)
+			if nt.Msg == "the leader's log replaces entries this node knows committed: taking the leader's" {
+				forks++
+			}
+		}
+	}
+	watch(t, n, true) // two holders only in a planned overlap both declared, within its bound
+	n.drop = func(p pkt) bool { return p.from == "b" && p.to == "c" || p.from == "c" && p.to == "b" }
+	n.nodes["a"].up = false
+	n.run(2 * time.Second)
+	n.nodes["a"].up = true
+	n.nodes["a"].persisted = early
+	n.restart("a", true)
+	for i := 0; i < 10; i++ {
+		n.view()
+		n.run(200 * time.Millisecond)
+	}
+	n.drop = nil
+	for i := 0; i < 10; i++ {
+		n.view()
+		n.run(200 * time.Millisecond)
+	}
+	if forks == 0 {
+		t.Errorf("no follower noted the fork")
+	}
+	var leader string
+	for _, name := range []string{"a", "b", "c"} {
+		st := n.nodes[name].m.Status()
+		if len(st.Voters) != 3 {
+			t.Errorf("%s: voters %v, want three", name, st.Voters)
+		}
+		if leader == "" {
+			leader = st.Leader
+		} else if st.Leader != leader {
+			t.Errorf("%s follows %q, a %q", name, st.Leader, leader)
+		}
+	}
+	for _, key := range []string{"vip", "p1", "p2"} {
+		if h := n.holders(key); len(h) != 1 {
+			t.Errorf("%s held by %v, want one", key, h)
+		}
+	}
+}
