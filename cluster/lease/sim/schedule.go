@@ -35,10 +35,9 @@ type ScheduleOptions struct {
 	// from the state they saved 5 s before (a VM reverted to a snapshot),
 	// instead of their last. Off in make simulate and make test: besides
 	// the cases the lease handles (docs/lease.md, "Membership as agreed
-	// changes"), it finds those it does not: a leader back to before
-	// entries it made in its term, which breaks raft's log matching, and a
-	// node restored while cut off from all others. vipd-sim -rollback runs
-	// it.
+	// changes"), it finds one it cannot tell: a node restored while cut
+	// off from all others, which holds next to the real holder until the
+	// partition heals. vipd-sim -rollback runs it.
 	Rollback bool
 }
 
