@@ -28,6 +28,9 @@ type holdLog struct {
 	spans []span
 	ch    chan struct{}
 	log   lockedLog // every node's log (logger)
+	// yielded counts, per node, decisions that hold intVIP as a planned
+	// transfer's old holder (Yielding: bound, no more announcements)
+	yielded map[string]int
 }
 
 type span struct {
@@ -37,7 +40,7 @@ type span struct {
 }
 
 func newHoldLog() *holdLog {
-	return &holdLog{open: map[string][2]time.Time{}, with: map[string]string{}, ch: make(chan struct{}, 1)}
+	return &holdLog{open: map[string][2]time.Time{}, with: map[string]string{}, ch: make(chan struct{}, 1), yielded: map[string]int{}}
 }
 
 func (h *holdLog) decide(node string) func([]LeaseDecision) {
@@ -48,6 +51,9 @@ func (h *holdLog) decide(node string) func([]LeaseDecision) {
 		for _, d := range ds {
 			if d.Address.Key != intVIP {
 				continue
+			}
+			if d.Yielding {
+				h.yielded[node]++
 			}
 			o, held := h.open[node]
 			switch {
@@ -399,12 +405,22 @@ func TestLeaseIntegrationStopAndRejoin(t *testing.T) {
 	waitVoters("a", 3)
 	for i := 0; i < 3; i++ {
 		holder := h.waitHolder(t, 10*time.Second)
+		h.mu.Lock()
+		yielded := h.yielded[holder]
+		h.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		rs, err := nodes[holder].n.HandOver(ctx, nil, "", true)
 		cancel()
 		nodes[holder].stop()
 		next := h.waitHolder(t, 10*time.Second, holder)
 		t.Logf("round %d: %s left (%v %+v), %s holds", i, holder, err, rs, next)
+		// The old holder kept the VIP through the make-before-break
+		// overlap as yielding: bound, announcing nothing more.
+		h.mu.Lock()
+		if h.yielded[holder] == yielded {
+			t.Errorf("round %d: %s handed the VIP over without a decision that it yields it", i, holder)
+		}
+		h.mu.Unlock()
 		var peer string
 		for n := range nodes {
 			if n != holder {

@@ -67,6 +67,11 @@ type LeaseDecision struct {
 	// this old holder still holds it for a bounded, agreed while
 	// (make-before-break): bind without the conflict probe.
 	OverlapWith string
+	// Yielding: this node is the old holder of a planned transfer's
+	// overlap: it keeps the address bound (connections on their way
+	// still land) but announces it no more, so that no announcement of
+	// its own, due meanwhile, takes clients back from the successor.
+	Yielding bool
 }
 
 // idleWake bounds the timer when the machine asks for no tick.
@@ -111,6 +116,7 @@ type leaseLoop struct {
 
 	// Run's goroutine only.
 	held        map[string]time.Time
+	yielding    map[string]bool   // held addresses handed over in an overlap (Yielding)
 	elsewhere   map[string]string // not held here: the reason last given
 	lastOther   map[string]string // the other node last known to hold each address
 	kinds       map[string]lease.Kind
@@ -135,6 +141,7 @@ func newLeaseLoop(m leaseMachine, clock Clock, net peerSender, store stateSaver,
 		m: m, clock: clock, net: net, store: store, log: log,
 		events:    make(chan lease.Event, 256),
 		held:      map[string]time.Time{},
+		yielding:  map[string]bool{},
 		elsewhere: map[string]string{},
 		lastOther: map[string]string{},
 		kinds:     map[string]lease.Kind{},
@@ -363,11 +370,18 @@ func (l *leaseLoop) holdsChanged(holds map[string]time.Time, st lease.Status) {
 	var ds []LeaseDecision
 	for _, k := range sortedKeys(holds) {
 		until := holds[k]
-		if old, ok := l.held[k]; ok && old.Equal(until) {
+		o, inOv := l.ovs[k]
+		yielding := inOv && o.Old
+		if old, ok := l.held[k]; ok && old.Equal(until) && yielding == l.yielding[k] {
 			continue
 		}
 		_, renewed := l.held[k]
 		l.held[k] = until
+		if yielding {
+			l.yielding[k] = true
+		} else {
+			delete(l.yielding, k)
+		}
 		reason := "lease granted by a majority"
 		prev, handover := "", false
 		if renewed {
@@ -379,10 +393,14 @@ func (l *leaseLoop) holdsChanged(holds map[string]time.Time, st lease.Status) {
 		}
 		d := LeaseDecision{Address: l.addr(k), Holder: true, Until: until, Leader: leader, Reason: reason, Node: st.Name,
 			Prev: prev, Handover: handover, Lone: l.expectPeers && len(st.Voters) == 1 && st.Voters[0] == st.Name}
-		if o, ok := l.ovs[k]; ok && !o.Old && !renewed {
+		if inOv && !o.Old && !renewed {
 			// a planned transfer's successor beside the old holder
 			d.OverlapWith, d.Prev, d.Handover = o.With, o.With, true
 			d.Reason = "lease granted by a majority: planned transfer from " + o.With + " (make-before-break)"
+		}
+		if yielding {
+			d.Yielding = true
+			d.Reason = "held until " + o.With + " holds it (make-before-break): no more announcements"
 		}
 		ds = append(ds, d)
 	}
@@ -391,6 +409,7 @@ func (l *leaseLoop) holdsChanged(holds map[string]time.Time, st lease.Status) {
 			continue
 		}
 		delete(l.held, k)
+		delete(l.yielding, k)
 		reason := "lease not renewed"
 		if leader != "" {
 			reason = "lease not renewed (leader " + leader + ")"

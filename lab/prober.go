@@ -7,11 +7,13 @@ import (
 	"time"
 )
 
-// Answer is one probe: when it was sent and who answered ("" for none).
+// Answer is one probe: when it was sent and who answered ("" for none,
+// with Err saying why).
 type Answer struct {
 	Sent time.Time
 	Node string
 	RTT  time.Duration
+	Err  string `json:",omitempty"`
 }
 
 // Prober opens a fresh TLS connection to an address every period from a
@@ -43,11 +45,12 @@ func (h *Host) StartProber(addr string, period, timeout time.Duration) *Prober {
 			go func(sent time.Time) {
 				defer p.wg.Done()
 				name, err := h.Probe(ctx, addr, timeout)
+				a := Answer{Sent: sent, Node: name, RTT: time.Since(sent)}
 				if err != nil {
-					name = ""
+					a.Node, a.Err = "", err.Error()
 				}
 				p.mu.Lock()
-				p.answers = append(p.answers, Answer{Sent: sent, Node: name, RTT: time.Since(sent)})
+				p.answers = append(p.answers, a)
 				p.mu.Unlock()
 			}(time.Now())
 		}

@@ -106,6 +106,7 @@ type Driver struct {
 	fresh   bool // desired changed since the machine last saw it
 	leases  map[netip.Addr]time.Time
 	handov  map[netip.Addr]bool // leases granted in a planned transfer's overlap
+	yield   map[netip.Addr]bool // leases held as a planned transfer's old holder (no announcements)
 	freshL  bool                // leases changed since the machine last saw them
 	status  []AddressStatus
 	counts  Counts
@@ -152,10 +153,12 @@ func (d *Driver) SetDesired(addrs []Address) {
 // this node hold, with their lease ends (Config.Leased): the complete set.
 // handover are those granted in a planned transfer's agreed overlap
 // (make-before-break): the old holder still answers for them, so they are
-// bound without the conflict probe.
-func (d *Driver) SetLeases(until map[netip.Addr]time.Time, handover map[netip.Addr]bool) {
+// bound without the conflict probe. yielding are those this node holds as
+// such a transfer's old holder: bound, no longer announced
+// (vip.Elected.Yielding).
+func (d *Driver) SetLeases(until map[netip.Addr]time.Time, handover, yielding map[netip.Addr]bool) {
 	d.mu.Lock()
-	d.leases, d.handov, d.freshL = until, handover, true
+	d.leases, d.handov, d.yield, d.freshL = until, handover, yielding, true
 	d.mu.Unlock()
 	d.poke()
 }
@@ -287,13 +290,21 @@ func (d *Driver) setDesired(ctx context.Context, next map[netip.Addr]Address, ti
 // pickLeases feeds the last leases to the machine if they changed.
 func (d *Driver) pickLeases(ctx context.Context, timer clock.Timer) {
 	d.mu.Lock()
-	until, handover, fresh := d.leases, d.handov, d.freshL
+	until, handover, yielding, fresh := d.leases, d.handov, d.yield, d.freshL
 	d.freshL = false
 	d.mu.Unlock()
 	if !fresh {
 		return
 	}
 	ev := vip.Leases{Until: make(map[netip.Prefix]time.Time, len(until))}
+	for a, y := range yielding {
+		if y {
+			if ev.Yielding == nil {
+				ev.Yielding = map[netip.Prefix]bool{}
+			}
+			ev.Yielding[hostPrefix(a.Unmap())] = true
+		}
+	}
 	for a, h := range handover {
 		if h {
 			if ev.Handover == nil {

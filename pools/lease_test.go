@@ -84,7 +84,7 @@ func TestDriverLeased(t *testing.T) {
 		t.Fatalf("bound %v without a lease", b)
 	}
 	start := f.clk.Now()
-	f.d.SetLeases(map[netip.Addr]time.Time{a1: start.Add(10 * time.Second), a2: start.Add(time.Second), a3: start.Add(10 * time.Second)}, nil)
+	f.d.SetLeases(map[netip.Addr]time.Time{a1: start.Add(10 * time.Second), a2: start.Add(time.Second), a3: start.Add(10 * time.Second)}, nil, nil)
 	f.waitUntil("the leased addresses bound", f.bound(a1, a2))
 	st := f.d.Status()
 	if st.Held != 2 || st.Addresses[0].Holder != "n1" || st.Addresses[2].Holder != "" || st.Addresses[2].Eligible != 0 {
@@ -100,7 +100,7 @@ func TestDriverLeased(t *testing.T) {
 		t.Fatalf("bound %v at a2's lease end, want only %v", b, a1)
 	}
 	// a1's lease withdrawn: released at once.
-	f.d.SetLeases(map[netip.Addr]time.Time{}, nil)
+	f.d.SetLeases(map[netip.Addr]time.Time{}, nil, nil)
 	f.waitUntil("a1 released when its lease is withdrawn", f.bound())
 }
 
@@ -171,7 +171,7 @@ func TestDriverLeasedHandover(t *testing.T) {
 			})
 			f.waitUntil("the feed's addresses reach the machine", func() bool { return f.d.Status().Desired == 1 })
 			f.step(StartupWait)
-			f.d.SetLeases(map[netip.Addr]time.Time{a1: f.clk.Now().Add(10 * time.Second)}, map[netip.Addr]bool{a1: tc.handover})
+			f.d.SetLeases(map[netip.Addr]time.Time{a1: f.clk.Now().Add(10 * time.Second)}, map[netip.Addr]bool{a1: tc.handover}, nil)
 			if tc.bound {
 				f.waitUntil("a1 bound", f.bound(a1))
 				f.waitUntil("a1's bind reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(reported) == 1 })

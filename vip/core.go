@@ -198,6 +198,15 @@ type Elected struct {
 	Handover bool
 	// PrevHolder is the previous holder, for the failover timeline.
 	PrevHolder string
+	// Yielding: this node holds the VIP only for a planned transfer's
+	// agreed overlap, as the old holder (make-before-break): it stays
+	// bound, so that connections on their way still land, but no
+	// announcement of its schedule goes out any more: one sent after the
+	// successor's would take clients back to this node just before it
+	// lets go (a planned stop cost clients 140 ms when it fell on the old
+	// holder's burst). If the overlap ends with this node still holding
+	// (the transfer called off), it announces again at once.
+	Yielding bool
 	// Until is the end of the lease a majority granted (the lease
 	// election): with Holder set, this node may hold the VIP until then
 	// and no longer. The core releases it at Until by itself, whether or
@@ -292,6 +301,9 @@ type Desired struct{ Addresses []Address }
 type Leases struct {
 	Until    map[netip.Prefix]time.Time
 	Handover map[netip.Prefix]bool
+	// Yielding lists the held addresses this node is handing over in an
+	// agreed overlap, as the old holder (see Elected.Yielding).
+	Yielding map[netip.Prefix]bool
 }
 
 // Batch is events that happened together (the results of one batch of
@@ -333,6 +345,7 @@ type vipState struct {
 	pendingCause string
 	last         Transition
 	handover     bool      // the next Acquire is a planned handover's
+	yielding     bool      // held for a planned transfer's overlap, as the old holder: no announcements
 	tl           *Timeline // the failover under way, until announced
 	lastTL       Timeline
 }
@@ -451,7 +464,7 @@ func (c *Core) step(ev Event, now time.Time, out *Output) {
 	case Desired:
 		c.setAddresses(e.Addresses, now, out)
 	case Leases:
-		c.setLeases(e.Until, e.Handover, now, out)
+		c.setLeases(e.Until, e.Handover, e.Yielding, now, out)
 	case HealthChanged:
 		c.healthy = e.Healthy
 		c.hReason = e.Reason
@@ -476,6 +489,7 @@ func (c *Core) step(ev Event, now time.Time, out *Output) {
 		if e.Holder {
 			s.until = e.Until
 		}
+		c.setYielding(e.VIP, e.Holder && e.Yielding, now, out)
 		switch {
 		case !e.Holder:
 			s.handover, s.tl = false, nil
@@ -559,7 +573,7 @@ func (c *Core) setAddresses(as []Address, now time.Time, out *Output) {
 }
 
 // setLeases applies the lease election's grants to every Leased address.
-func (c *Core) setLeases(until map[netip.Prefix]time.Time, handover map[netip.Prefix]bool, now time.Time, out *Output) {
+func (c *Core) setLeases(until map[netip.Prefix]time.Time, handover, yielding map[netip.Prefix]bool, now time.Time, out *Output) {
 	c.leases = make(map[netip.Prefix]time.Time, len(until))
 	for v, u := range until {
 		c.leases[v] = u
@@ -571,6 +585,7 @@ func (c *Core) setLeases(until map[netip.Prefix]time.Time, handover map[netip.Pr
 			continue
 		}
 		u, ok := c.leases[v]
+		c.setYielding(v, ok && yielding[v], now, out)
 		if ok == s.elected && u.Equal(s.until) {
 			continue // a batch repeats most grants
 		}
@@ -748,6 +763,31 @@ func (c *Core) startAnnouncing(v netip.Prefix, now time.Time, out *Output) {
 	s.announced = 1
 	s.nextAnn = now.Add(BurstSpacing)
 	out.Actions = append(out.Actions, Action{Kind: Announce, VIP: v, Cause: "acquired"})
+}
+
+// YieldResume is how long after a planned transfer's overlap ends a node
+// that still holds the address waits before it announces again (a new
+// burst): the election's release usually follows the end of the overlap
+// within a step or two, and an announcement sent in between took clients
+// back to the node about to let go (the lab: 140 ms lost at every
+// planned stop). A transfer called off ends with this node the holder,
+// and the successor may have announced meanwhile.
+const YieldResume = 250 * time.Millisecond
+
+// setYielding marks v as held only for a planned transfer's overlap, as
+// the old holder (no announcements), or no longer (announcements again
+// from YieldResume on, while still held).
+func (c *Core) setYielding(v netip.Prefix, yielding bool, now time.Time, out *Output) {
+	s := c.vips[v]
+	if s == nil || s.yielding == yielding {
+		return
+	}
+	s.yielding = yielding
+	if !yielding && s.held && s.props.Announce {
+		s.acquiredAt = now
+		s.announced = 0
+		s.nextAnn = now.Add(YieldResume)
+	}
 }
 
 func (c *Core) transition(v netip.Prefix, held bool, now time.Time, cause string, out *Output) {
@@ -957,7 +997,7 @@ func (c *Core) tick(v netip.Prefix, now time.Time, out *Output) {
 		}
 		s.failures = 0
 	}
-	if s.held && s.props.Announce && !s.nextAnn.IsZero() && !now.Before(s.nextAnn.Add(-c.coalesce)) {
+	if s.held && s.props.Announce && !s.yielding && !s.nextAnn.IsZero() && !now.Before(s.nextAnn.Add(-c.coalesce)) {
 		s.announced++
 		kind := "burst"
 		if s.announced < BurstCount {
@@ -1017,7 +1057,7 @@ func (c *Core) next(now time.Time) time.Time {
 		if (s.held || s.acquiring) && s.props.Leased && s.elected {
 			add(s.until)
 		}
-		if s.held && s.props.Announce && !s.nextAnn.IsZero() {
+		if s.held && s.props.Announce && !s.yielding && !s.nextAnn.IsZero() {
 			add(s.nextAnn.Add(-c.coalesce))
 		}
 		add(s.retryAt)

@@ -222,12 +222,14 @@ func leaseAddrs(as []pools.Address, exclude map[netip.Addr]bool) []lease.Address
 func poolLeases(drv *pools.Driver, l2 kindVerifier, kind string) func([]cluster.LeaseDecision) {
 	held := map[netip.Addr]time.Time{}
 	handover := map[netip.Addr]bool{}
+	yielding := map[netip.Addr]bool{}
 	return func(ds []cluster.LeaseDecision) { // the election's goroutine only
 		for _, d := range ds {
 			p, err := netip.ParsePrefix(d.Address.Key)
 			if err != nil {
 				continue
 			}
+			delete(yielding, p.Addr())
 			switch {
 			case !d.Holder:
 				delete(held, p.Addr())
@@ -237,9 +239,12 @@ func poolLeases(drv *pools.Driver, l2 kindVerifier, kind string) func([]cluster.
 				held[p.Addr()] = d.Until
 			default:
 				held[p.Addr()] = d.Until
+				if d.Yielding {
+					yielding[p.Addr()] = true
+				}
 			}
 		}
-		drv.SetLeases(maps.Clone(held), maps.Clone(handover))
+		drv.SetLeases(maps.Clone(held), maps.Clone(handover), maps.Clone(yielding))
 		if l2 != nil {
 			l2.SetKindHeld(kind, slices.Collect(maps.Keys(held)))
 		}

@@ -148,7 +148,7 @@ func (e *leaseElector) toCore(d cluster.LeaseDecision, send func(vip.Event)) {
 	// A planned transfer's successor binds beside the old holder (agreed
 	// make-before-break, OverlapWith) without the conflict probe, which the
 	// old holder would answer.
-	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover || d.OverlapWith != "", PrevHolder: d.Prev, Lone: d.Lone})
+	send(vip.Elected{VIP: p, Holder: d.Holder, Until: d.Until, Reason: d.Reason, Handover: d.Handover || d.OverlapWith != "", PrevHolder: d.Prev, Lone: d.Lone, Yielding: d.Yielding})
 	if e.decided != nil {
 		e.decided(p, leaseHolder(d, e.self), d.Holder)
 	}

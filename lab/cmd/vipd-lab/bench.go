@@ -279,6 +279,16 @@ func runScenario(ctx context.Context, f fault, im impl, runs int, logs string) (
 		// the switch itself (a planned stop's largest gap may fall before
 		// it, between two answers of the old holder).
 		fmt.Fprintf(os.Stderr, "   run %d: holder %s -> %s, client outage %v (largest gap between answers from %s and %s)\n", i+1, holder, newHolder, gap.Round(time.Millisecond), before, after)
+		if tg.limit > 0 && gap > tg.limit {
+			// Over the target: what the client's probes in the gap met.
+			seen := map[string]bool{}
+			for _, a := range prober.Answers() {
+				if a.Err != "" && !a.Sent.Before(faultAt.Add(-100*time.Millisecond)) && !seen[a.Err] && len(seen) < 4 {
+					seen[a.Err] = true
+					fmt.Fprintf(os.Stderr, "      probe sent %v after the fault: %s\n", a.Sent.Sub(faultAt).Round(time.Millisecond), a.Err)
+				}
+			}
+		}
 		if i == 0 {
 			var ans []lab.Answer
 			for _, a := range prober.Answers() {
